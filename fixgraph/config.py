@@ -1,0 +1,226 @@
+"""One typed object per run: caps, models, thresholds, budgets, mode.
+
+Loaded from a named TOML file in ``configs/`` and overlaid with environment settings
+(``.env`` is read by the CLI before this runs). Nodes read this object; they never read
+environment variables themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CONFIGS_DIR = PROJECT_ROOT / "configs"
+
+
+class ConfigError(Exception):
+    """A setting is missing or wrong; the message is one line meant for the user."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Models(_Strict):
+    """Model name per role. Any OpenAI-compatible server's model names work."""
+
+    planner: str = "gpt-4o-mini"
+    explorer: str = "gpt-4o-mini"
+    coder: str = "gpt-4o"
+    critic: str = "gpt-4o-mini"
+
+
+class Price(_Strict):
+    """US dollars per million tokens."""
+
+    input: float = 0.0
+    output: float = 0.0
+
+
+DEFAULT_PRICES: dict[str, Price] = {
+    "gpt-4o": Price(input=2.5, output=10.0),
+    "gpt-4o-mini": Price(input=0.15, output=0.6),
+    "gpt-4.1": Price(input=2.0, output=8.0),
+    "gpt-4.1-mini": Price(input=0.4, output=1.6),
+}
+
+
+class LLMSettings(_Strict):
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    models: Models = Models()
+    temperature: float = 0.0
+    timeout_s: float = Field(120.0, gt=0)
+    # Retries are the OpenAI client's own: only connection errors, timeouts, 408/409/429 and 5xx,
+    # with exponential backoff that honours Retry-After.
+    max_retries: int = Field(4, ge=0, le=10)
+    # One re-ask when a reply is not valid structured output, then the task fails with the reason.
+    structured_reasks: int = Field(1, ge=0, le=3)
+    use_responses_api: bool = False
+    prices: dict[str, Price] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
+
+
+class Budget(_Strict):
+    """Per-task and per-run spending caps; a task over budget ends cleanly with what it has."""
+
+    task_tokens: int = Field(400_000, gt=0)
+    task_dollars: float = Field(2.0, gt=0)
+    run_dollars: float | None = Field(None, gt=0)
+
+
+class ExplorerSettings(_Strict):
+    max_files: int = Field(8, ge=1)
+    max_iterations: int = Field(3, ge=1)
+    token_budget: int = Field(24_000, ge=1000)
+    # Files bigger than this many lines are shown as a skeleton with bodies only for suspects.
+    skeleton_over_lines: int = Field(400, ge=50)
+    max_planner_reruns: int = Field(2, ge=0)
+    candidates_shown: int = Field(30, ge=1)
+
+
+class CriticSettings(_Strict):
+    enabled: bool = True
+    static: bool = True
+    pyflakes: bool = True
+    llm_check: bool = True
+    llm_check_calls: int = Field(1, ge=1, le=5)
+    tests: bool = True
+    guard: Literal["block", "warn", "off"] = "warn"
+    fix_score_threshold: float = Field(0.8, ge=0.0, le=1.0)
+
+
+class TestSettings(_Strict):
+    backend: Literal["venv", "docker", "local"] = "venv"
+    timeout_s: float = Field(900.0, gt=0)
+    cpu_s: int = Field(1800, gt=0)
+    memory_mb: int = Field(4096, gt=0)
+    network_isolation: bool = True
+    locals_repr_chars: int = Field(200, ge=20)
+    env_dir: Path | None = None
+
+
+class GitHubSettings(_Strict):
+    token: SecretStr | None = None
+    base_url: str = "https://api.github.com"
+    app_id: int | None = None
+    app_private_key: SecretStr | None = None
+    webhook_secret: SecretStr | None = None
+    label: str = "fixgraph"
+    command: str = "/fixgraph"
+    allowlist: tuple[str, ...] = ()
+    # Push to this remote URL instead of the issue's repository (a fork, or a local bare repo).
+    push_remote: str | None = None
+    max_concurrent_jobs: int = Field(2, ge=1)
+
+
+class RunConfig(_Strict):
+    name: str = "redo"
+    eval_mode: bool = True
+    max_attempts: int = Field(3, ge=1, le=10)
+    recursion_limit: int = Field(80, ge=10)
+    llm: LLMSettings = LLMSettings()
+    budget: Budget = Budget()
+    explorer: ExplorerSettings = ExplorerSettings()
+    critic: CriticSettings = CriticSettings()
+    tests: TestSettings = TestSettings()
+    github: GitHubSettings = GitHubSettings()
+    cache_dir: Path = Path(".cache/fixgraph")
+    predictions_dir: Path = Path("predictions")
+    runs_dir: Path = Path("runs")
+
+    def require_llm(self) -> None:
+        """Fail fast, before any work, when no LLM can be called."""
+        if self.llm.api_key is None or not self.llm.api_key.get_secret_value():
+            raise ConfigError(
+                "OPENAI_API_KEY is not set (put it in .env or the environment; "
+                "for a local server any non-empty value works)"
+            )
+
+    def secrets(self) -> list[str]:
+        """Every secret value this config holds, for redaction."""
+        found = [self.llm.api_key, self.github.token, self.github.app_private_key,
+                 self.github.webhook_secret]
+        return [s.get_secret_value() for s in found if s is not None and s.get_secret_value()]
+
+
+# Environment variables that may override the config file, and where they go.
+ENV_KEYS: dict[str, tuple[str, ...]] = {
+    "OPENAI_API_KEY": ("llm", "api_key"),
+    "OPENAI_BASE_URL": ("llm", "base_url"),
+    "FIXGRAPH_MODEL_PLANNER": ("llm", "models", "planner"),
+    "FIXGRAPH_MODEL_EXPLORER": ("llm", "models", "explorer"),
+    "FIXGRAPH_MODEL_CODER": ("llm", "models", "coder"),
+    "FIXGRAPH_MODEL_CRITIC": ("llm", "models", "critic"),
+    "FIXGRAPH_LLM_TIMEOUT": ("llm", "timeout_s"),
+    "FIXGRAPH_TASK_DOLLARS": ("budget", "task_dollars"),
+    "FIXGRAPH_RUN_DOLLARS": ("budget", "run_dollars"),
+    "GITHUB_TOKEN": ("github", "token"),
+    "GITHUB_BASE_URL": ("github", "base_url"),
+    "GITHUB_APP_ID": ("github", "app_id"),
+    "GITHUB_APP_PRIVATE_KEY": ("github", "app_private_key"),
+    "GITHUB_WEBHOOK_SECRET": ("github", "webhook_secret"),
+    "FIXGRAPH_PUSH_REMOTE": ("github", "push_remote"),
+    "EVAL_MODE": ("eval_mode",),
+    "FIXGRAPH_CACHE_DIR": ("cache_dir",),
+}
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _set(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for key in path[:-1]:
+        tree = tree.setdefault(key, {})
+    tree[path[-1]] = value
+
+
+def config_path(name: str) -> Path:
+    """A config is a name in ``configs/`` or a path to a TOML file."""
+    candidate = Path(name)
+    if candidate.suffix == ".toml" or os.sep in name:
+        path = candidate
+    else:
+        path = CONFIGS_DIR / f"{name}.toml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in CONFIGS_DIR.glob("*.toml")))
+        raise ConfigError(f"unknown config {name!r} (known: {known})")
+    return path
+
+
+def load_config(name: str = "redo", env: Mapping[str, str] | None = None,
+                overrides: Mapping[str, Any] | None = None) -> RunConfig:
+    """Read ``configs/<name>.toml``, overlay environment settings, validate strictly."""
+    env = os.environ if env is None else env
+    path = config_path(name)
+    try:
+        data: dict[str, Any] = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    data.setdefault("name", path.stem)
+    for var, dest in ENV_KEYS.items():
+        raw = env.get(var)
+        if raw is None or (raw == "" and var != "EVAL_MODE"):
+            continue
+        value: Any = raw
+        if var == "EVAL_MODE":
+            low = raw.strip().lower()
+            if low not in _TRUE | _FALSE:
+                raise ConfigError(f"EVAL_MODE must be true or false, not {raw!r}")
+            value = low in _TRUE
+        _set(data, dest, value)
+    for dotted, value in (overrides or {}).items():
+        _set(data, tuple(dotted.split(".")), value)
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            raise ConfigError(f"{path}: unknown key {where!r}") from None
+        raise ConfigError(f"{path}: {where}: {err['msg']}") from None

@@ -1,0 +1,111 @@
+"""SWE-bench-format instances: load, validate, select."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+EVAL_DIR = Path(__file__).resolve().parent.parent / "eval"
+MANIFESTS = {"stratified50": EVAL_DIR / "stratified50.txt"}
+HUB_DATASET = "SWE-bench/SWE-bench_Lite"
+
+
+class DatasetError(Exception):
+    """Bad dataset input; the message is one line meant for the user."""
+
+
+class Instance(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    instance_id: str
+    repo: str
+    base_commit: str
+    problem_statement: str
+    version: str = ""
+    hints_text: str = ""
+    created_at: str = ""
+    environment_setup_commit: str = ""
+    patch: str = ""
+    test_patch: str = ""
+    FAIL_TO_PASS: list[str] = []
+    PASS_TO_PASS: list[str] = []
+
+    @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
+    @classmethod
+    def _decode(cls, value: object) -> object:
+        # Upstream stores these as JSON-encoded strings.
+        if isinstance(value, str):
+            return json.loads(value) if value.strip() else []
+        return value
+
+    @property
+    def repo_slug(self) -> str:
+        return self.repo.replace("/", "+")
+
+
+def load_jsonl(path: Path) -> list[Instance]:
+    if not path.is_file():
+        raise DatasetError(f"dataset not found: {path}")
+    out: list[Instance] = []
+    seen: set[str] = set()
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                inst = Instance.model_validate(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{path}:{lineno}: malformed JSON line ({exc.msg})") from None
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                field = ".".join(str(p) for p in err["loc"]) or "row"
+                raise DatasetError(f"{path}:{lineno}: {field}: {err['msg']}") from None
+            if inst.instance_id in seen:
+                raise DatasetError(f"{path}:{lineno}: duplicate instance_id {inst.instance_id}")
+            seen.add(inst.instance_id)
+            out.append(inst)
+    if not out:
+        raise DatasetError(f"{path}: no instances")
+    return out
+
+
+def load_hub(cache_dir: Path) -> list[Instance]:  # pragma: no cover - needs the dataset hub
+    try:
+        from datasets import load_dataset  # type: ignore[import-untyped]
+    except ImportError:
+        raise DatasetError("no --dataset given and the 'datasets' package is not installed") from None
+    try:
+        ds = load_dataset(HUB_DATASET, split="test", cache_dir=str(cache_dir / "hub"))
+    except Exception as exc:  # the hub's client raises many kinds
+        raise DatasetError(
+            f"could not load {HUB_DATASET} from the dataset hub ({type(exc).__name__}); "
+            "pass --dataset PATH to a SWE-bench JSONL"
+        ) from None
+    return [Instance.model_validate(dict(row)) for row in ds]  # type: ignore[arg-type]
+
+
+def load_dataset_any(path: Path | None, cache_dir: Path) -> list[Instance]:
+    return load_jsonl(path) if path is not None else load_hub(cache_dir)
+
+
+def read_manifest(name: str) -> list[str]:
+    path = MANIFESTS[name]
+    return [ln.split("#")[0].strip() for ln in path.read_text().splitlines() if ln.split("#")[0].strip()]
+
+
+def select(instances: Iterable[Instance], spec: str) -> list[Instance]:
+    """``spec`` is a manifest name (stratified50), ``all``, or comma-separated instance ids."""
+    by_id = {inst.instance_id: inst for inst in instances}
+    if spec == "all":
+        return list(by_id.values())
+    ids = read_manifest(spec) if spec in MANIFESTS else [s.strip() for s in spec.split(",") if s.strip()]
+    if not ids:
+        raise DatasetError("--tasks is empty")
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise DatasetError(f"unknown task id {missing[0]!r}{more}: not in the dataset")
+    return [by_id[i] for i in dict.fromkeys(ids)]

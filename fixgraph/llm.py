@@ -1,0 +1,176 @@
+"""The LLM boundary: ChatOpenAI against any OpenAI-compatible server, structured outputs,
+token and dollar accounting, and per-task and per-run budgets.
+
+Retries are the OpenAI client's own (``max_retries``): it retries only connection errors,
+timeouts, 408/409/429 and 5xx, with exponential backoff and jitter, and honours Retry-After.
+Everything else (400, 401, 404, 422) fails at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import openai
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from pydantic import BaseModel
+
+from fixgraph.config import Budget, Price, RunConfig
+from fixgraph.state import Usage
+
+T = TypeVar("T", bound=BaseModel)
+ModelFactory = Callable[[str], BaseChatModel]
+
+
+class BudgetExceeded(Exception):
+    """The task's (or the run's) token or dollar budget is spent."""
+
+
+class LLMFailure(Exception):
+    """An LLM call failed for good: a non-transient error, retries exhausted, or no valid reply."""
+
+
+def make_chat_model(cfg: RunConfig, role: str) -> BaseChatModel:
+    from langchain_openai import ChatOpenAI
+
+    llm = cfg.llm
+    model = getattr(llm.models, role)
+    kwargs: dict[str, Any] = {}
+    if llm.base_url:
+        kwargs["base_url"] = llm.base_url
+    return ChatOpenAI(
+        model=model,
+        api_key=llm.api_key,
+        temperature=llm.temperature,
+        timeout=llm.timeout_s,
+        max_retries=llm.max_retries,
+        use_responses_api=llm.use_responses_api,
+        **kwargs,
+    )
+
+
+def default_factory(cfg: RunConfig) -> ModelFactory:
+    cache: dict[str, BaseChatModel] = {}
+    lock = threading.Lock()
+
+    def factory(role: str) -> BaseChatModel:
+        with lock:
+            if role not in cache:
+                cache[role] = make_chat_model(cfg, role)
+            return cache[role]
+
+    return factory
+
+
+class RunMeter:
+    """Dollars spent by a whole run, shared by its tasks."""
+
+    def __init__(self, cap: float | None, spent: float = 0.0):
+        self.cap = cap
+        self.spent = spent
+        self._lock = threading.Lock()
+
+    def add(self, dollars: float) -> None:
+        with self._lock:
+            self.spent += dollars
+
+    def exhausted(self) -> bool:
+        return self.cap is not None and self.spent >= self.cap
+
+
+class Meter:
+    """One task's spending. Checked before every call, so a task overshoots by one call at most."""
+
+    def __init__(self, budget: Budget, prices: dict[str, Price], run: RunMeter | None = None,
+                 start: Usage | None = None):
+        self.budget = budget
+        self.prices = prices
+        self.run = run
+        start = start or {}
+        self.tokens = start.get("input_tokens", 0) + start.get("output_tokens", 0)
+        self.dollars = start.get("dollars", 0.0)
+        self._lock = threading.Lock()
+
+    def check(self) -> None:
+        if self.tokens >= self.budget.task_tokens:
+            raise BudgetExceeded(f"task token budget spent ({self.tokens} of {self.budget.task_tokens})")
+        if self.dollars >= self.budget.task_dollars:
+            raise BudgetExceeded(f"task dollar budget spent (${self.dollars:.4f} of ${self.budget.task_dollars})")
+        if self.run is not None and self.run.exhausted():
+            raise BudgetExceeded(f"run dollar budget spent (${self.run.spent:.4f} of ${self.run.cap})")
+
+    def charge(self, node: str, model: str, message: BaseMessage | None) -> Usage:
+        meta = getattr(message, "usage_metadata", None) or {}
+        tin = int(meta.get("input_tokens", 0) or 0)
+        tout = int(meta.get("output_tokens", 0) or 0)
+        price = self.prices.get(model, Price())
+        dollars = (tin * price.input + tout * price.output) / 1_000_000
+        with self._lock:
+            self.tokens += tin + tout
+            self.dollars += dollars
+        if self.run is not None:
+            self.run.add(dollars)
+        return Usage(input_tokens=tin, output_tokens=tout, dollars=dollars, calls=1,
+                     by_node={node: {"input_tokens": tin, "output_tokens": tout, "dollars": dollars, "calls": 1}})
+
+
+def _model_name(model: BaseChatModel) -> str:
+    return str(getattr(model, "model_name", None) or getattr(model, "model", None) or type(model).__name__)
+
+
+class LLM:
+    """What nodes call. Each call returns the parsed object and the usage it cost."""
+
+    def __init__(self, factory: ModelFactory, meter: Meter, reasks: int = 1):
+        self.factory = factory
+        self.meter = meter
+        self.reasks = reasks
+
+    def structured(self, role: str, node: str, schema: type[T],
+                   messages: Sequence[BaseMessage]) -> tuple[T, Usage]:
+        model = self.factory(role)
+        runnable = model.with_structured_output(schema, method="function_calling", include_raw=True)
+        usage: Usage = {}
+        convo = list(messages)
+        last_error = "no reply"
+        for _ in range(self.reasks + 1):
+            self.meter.check()
+            try:
+                out = runnable.invoke(convo)
+            except openai.APIStatusError as exc:
+                raise LLMFailure(f"LLM server answered {exc.status_code}: {_short(exc.message)}") from None
+            except openai.APITimeoutError:
+                raise LLMFailure("LLM server timed out (after retries)") from None
+            except openai.APIConnectionError as exc:
+                raise LLMFailure(f"cannot reach the LLM server: {_short(str(exc))}") from None
+            raw = out.get("raw") if isinstance(out, dict) else None
+            from fixgraph.state import merge_usage
+
+            usage = merge_usage(usage, self.meter.charge(node, _model_name(model), raw))
+            parsed = out.get("parsed") if isinstance(out, dict) else None
+            if isinstance(parsed, schema):
+                return parsed, usage
+            err = out.get("parsing_error") if isinstance(out, dict) else None
+            last_error = _short(str(err)) if err else f"the reply did not call {schema.__name__}"
+            convo = list(messages) + [HumanMessage(
+                f"Your previous reply was not valid: {last_error}. "
+                f"Answer again by calling the {schema.__name__} tool with arguments that match its schema."
+            )]
+        raise InvalidReply(f"no valid {schema.__name__} from the LLM: {last_error}", usage)
+
+
+class InvalidReply(LLMFailure):
+    def __init__(self, message: str, usage: Usage):
+        super().__init__(message)
+        self.usage = usage
+
+
+def _short(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def ai_text(message: AIMessage) -> str:
+    return message.content if isinstance(message.content, str) else str(message.content)

@@ -1,0 +1,131 @@
+"""Resumable run records keyed by instance_id, written atomically.
+
+Layout for a run id R:
+  <predictions_dir>/<instance_id>.diff       the patch (EVAL_MODE)
+  <predictions_dir>/<R>.jsonl                 official predictions, one line per task
+  <runs_dir>/<R>/records/<instance_id>.json   everything else about the task
+  <runs_dir>/<R>/checkpoints.sqlite           LangGraph checkpoints for tasks in flight
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+RECORD_VERSION = 1
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` so that readers see the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock shared by threads and processes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return text
+
+
+class RunStore:
+    """Where one run's predictions and records go."""
+
+    def __init__(self, run_id: str, predictions_dir: Path, runs_dir: Path, model_name: str,
+                 secrets: list[str] | None = None):
+        self.run_id = run_id
+        self.predictions_dir = predictions_dir
+        self.run_dir = runs_dir / run_id
+        self.records_dir = self.run_dir / "records"
+        self.model_name = model_name
+        self.secrets = secrets or []
+        self.records_dir.mkdir(parents=True, exist_ok=True)
+        predictions_dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def jsonl_path(self) -> Path:
+        return self.predictions_dir / f"{self.run_id}.jsonl"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.run_dir / "checkpoints.sqlite"
+
+    def diff_path(self, instance_id: str) -> Path:
+        return self.predictions_dir / f"{instance_id}.diff"
+
+    def record_path(self, instance_id: str) -> Path:
+        return self.records_dir / f"{instance_id}.json"
+
+    def read_record(self, instance_id: str) -> dict[str, Any] | None:
+        path = self.record_path(instance_id)
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            return None
+
+    def is_done(self, instance_id: str) -> bool:
+        """A task is done when its final record exists; failed tasks count as done too."""
+        rec = self.read_record(instance_id)
+        return bool(rec and rec.get("final"))
+
+    def records(self) -> list[dict[str, Any]]:
+        out = []
+        for path in sorted(self.records_dir.glob("*.json")):
+            with contextlib.suppress(json.JSONDecodeError):
+                out.append(json.loads(path.read_text(encoding="utf-8")))
+        return out
+
+    def write_prediction(self, instance_id: str, patch: str) -> None:
+        """The .diff first, then the JSONL line; both atomic, one line per task."""
+        patch = redact(patch, self.secrets)
+        atomic_write(self.diff_path(instance_id), patch)
+        line = {"instance_id": instance_id, "model_name_or_path": self.model_name, "model_patch": patch}
+        with file_lock(self.predictions_dir / f".{self.run_id}.lock"):
+            rows: list[str] = []
+            if self.jsonl_path.is_file():
+                for raw in self.jsonl_path.read_text(encoding="utf-8").splitlines():
+                    if not raw.strip():
+                        continue
+                    try:
+                        if json.loads(raw).get("instance_id") == instance_id:
+                            continue
+                    except json.JSONDecodeError:
+                        continue  # a torn line from another tool; drop it rather than propagate it
+                    rows.append(raw)
+            rows.append(json.dumps(line))
+            atomic_write(self.jsonl_path, "\n".join(rows) + "\n")
+
+    def write_record(self, record: dict[str, Any]) -> None:
+        record = {"record_version": RECORD_VERSION, "run_id": self.run_id, **record}
+        text = redact(json.dumps(record, indent=2, sort_keys=True, default=str), self.secrets)
+        atomic_write(self.record_path(record["instance_id"]), text + "\n")

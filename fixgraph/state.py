@@ -1,0 +1,164 @@
+"""Typed graph state and the structured outputs the LLM returns.
+
+The graph state holds only JSON-able values (dicts of the pydantic models below, dumped), so
+that the SQLite checkpointer can store and restore it without custom serializers.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, Literal, TypedDict
+
+from pydantic import BaseModel, Field
+
+# ---- structured LLM outputs -------------------------------------------------------------
+
+
+class Plan(BaseModel):
+    """The Planner's choice of files to read."""
+
+    files: list[str] = Field(description="Repository-relative paths of the files to read first, most likely first.")
+    reasoning: str = Field(description="Two sentences at most: why these files.")
+
+
+class Suspect(BaseModel):
+    file: str
+    symbol: str = Field("", description="Function, method or class name, empty for module level.")
+    start_line: int = 0
+    end_line: int = 0
+
+
+class ExploreStep(BaseModel):
+    """The Explorer's decision after reading: what else to read, and how sure it is."""
+
+    next_files: list[str] = Field(default_factory=list, description="Paths to read next, chosen from the options given; empty when done.")
+    suspects: list[Suspect] = Field(default_factory=list)
+    learned: str = Field("", description="What the code read so far says about the bug.")
+    confidence: Literal["high", "medium", "low"] = "medium"
+
+
+class Edit(BaseModel):
+    """Replace ``search`` (copied exactly from the file, unique in it) with ``replace``.
+
+    An empty ``search`` creates ``path`` as a new file with ``replace`` as its content.
+    """
+
+    path: str
+    search: str
+    replace: str
+
+
+class CodeChange(BaseModel):
+    edits: list[Edit]
+    explanation: str = Field("", description="One or two sentences on what the change does.")
+
+
+class SuspectedError(BaseModel):
+    type: str = Field(description="Exception class, e.g. AttributeError, TypeError, NameError.")
+    location: str = Field(description="file:line or file:function.")
+    reasoning: str
+
+
+class RuntimeCheck(BaseModel):
+    """The LLM's runtime-error verdict on a patch (REDO §3.2)."""
+
+    verdict: Literal["Safe", "Unsafe"]
+    errors: list[SuspectedError] = Field(default_factory=list)
+
+
+class PatchJudgment(BaseModel):
+    """Semantic judgment of a patch against the issue, used only when no test can run."""
+
+    score: float = Field(ge=0.0, le=1.0, description="How likely the patch resolves the issue, 0 to 1.")
+    reasoning: str
+
+
+# ---- records kept in state --------------------------------------------------------------
+
+
+class Finding(TypedDict, total=False):
+    source: str  # pyright | pyflakes | llm | guard | tests | apply
+    rule: str
+    message: str
+    file: str
+    line: int
+    symbol: str
+    severity: str  # error | warning
+
+
+class ScoreParts(TypedDict, total=False):
+    fix_score: float
+    kind: Literal["tests", "semantic", "none"]
+    test_pass_rate: float | None
+    no_regression: float | None
+    code_quality: float | None
+    llm_score: float | None
+    tests_run: int
+    fail_to_pass: dict[str, str]
+    pass_to_pass: dict[str, str]
+    note: str
+
+
+class AttemptRecord(TypedDict, total=False):
+    number: int
+    patch: str
+    explanation: str
+    verdict: str  # Safe | Unsafe | NoVerdict | CannotAnalyze | Skipped
+    findings: list[Finding]
+    score: ScoreParts
+    fixed_from_previous: list[str]
+    crash_context: str
+
+
+class Usage(TypedDict, total=False):
+    input_tokens: int
+    output_tokens: int
+    dollars: float
+    calls: int
+    by_node: dict[str, dict[str, float]]
+
+
+def merge_usage(left: Usage | None, right: Usage | None) -> Usage:
+    """Reducer: usage deltas returned by nodes add up."""
+    left = left or {}
+    right = right or {}
+    by_node: dict[str, dict[str, float]] = {k: dict(v) for k, v in (left.get("by_node") or {}).items()}
+    for node, counts in (right.get("by_node") or {}).items():
+        mine = by_node.setdefault(node, {})
+        for key, val in counts.items():
+            mine[key] = mine.get(key, 0) + val
+    return Usage(
+        input_tokens=left.get("input_tokens", 0) + right.get("input_tokens", 0),
+        output_tokens=left.get("output_tokens", 0) + right.get("output_tokens", 0),
+        dollars=round(left.get("dollars", 0.0) + right.get("dollars", 0.0), 6),
+        calls=left.get("calls", 0) + right.get("calls", 0),
+        by_node=by_node,
+    )
+
+
+class TaskState(TypedDict, total=False):
+    """The graph's state for one task (one issue)."""
+
+    instance_id: str
+    problem: str
+    # Planner
+    plan: dict[str, Any]
+    plan_feedback: str
+    planner_runs: int
+    # Explorer
+    files_read: list[str]
+    exploration: dict[str, Any]
+    explorer_runs: int
+    reruns: Annotated[list[dict[str, Any]], operator.add]
+    # Coder / Critic loop
+    attempts: Annotated[list[AttemptRecord], operator.add]
+    patch: str
+    explanation: str
+    feedback: str
+    verdict: str
+    score: ScoreParts
+    # Outcome
+    usage: Annotated[Usage, merge_usage]
+    stop_reason: str
+    failed: str
+    published: dict[str, Any]

@@ -1,0 +1,205 @@
+"""Repositories on disk: one cached bare clone per repo, one worktree per task.
+
+Clones come from GitHub, or from a folder of local mirrors (``--repos DIR``) laid out as
+``DIR/<owner>+<name>/repo`` (fetch's layout), ``DIR/<owner>+<name>``, ``DIR/<owner>/<name>`` or
+``DIR/<name>``, bare or not. Clones and worktrees are created under a file lock, so workers can
+share the cache; each task gets its own worktree, so no two tasks share a working copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import git
+
+from fixgraph.records import file_lock
+
+
+class WorkspaceError(Exception):
+    """A repository could not be prepared; one line for the user."""
+
+
+class PatchError(Exception):
+    """A patch could not be applied or is not acceptable."""
+
+
+def _git_env() -> dict[str, str]:
+    # Never prompt for credentials; fail instead.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "GITHUB_TOKEN"))}
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true")
+    return env
+
+
+def find_mirror(mirrors: Path, repo: str) -> Path | None:
+    owner, name = repo.split("/", 1)
+    for cand in (mirrors / f"{owner}+{name}" / "repo", mirrors / f"{owner}+{name}",
+                 mirrors / owner / name, mirrors / name):
+        if (cand / "HEAD").is_file() or (cand / ".git").exists():
+            return cand
+    return None
+
+
+class RepoCache:
+    def __init__(self, cache_dir: Path, mirrors: Path | None = None):
+        self.cache_dir = cache_dir.resolve()
+        self.mirrors = mirrors.resolve() if mirrors else None
+        (self.cache_dir / "repos").mkdir(parents=True, exist_ok=True)
+        (self.cache_dir / "worktrees").mkdir(parents=True, exist_ok=True)
+
+    def source_url(self, repo: str) -> str:
+        if self.mirrors is not None:
+            found = find_mirror(self.mirrors, repo)
+            if found is None:
+                raise WorkspaceError(f"cannot clone {repo}: no mirror of it under {self.mirrors}")
+            return str(found)
+        return f"https://github.com/{repo}.git"
+
+    def bare_path(self, repo: str) -> Path:
+        return self.cache_dir / "repos" / (repo.replace("/", "+") + ".git")
+
+    def ensure_clone(self, repo: str, commit: str | None = None) -> git.Repo:
+        """The cached bare clone of ``repo``, fetched if ``commit`` is missing."""
+        path = self.bare_path(repo)
+        with file_lock(path.with_suffix(".lock")):
+            if not (path / "HEAD").is_file():
+                url = self.source_url(repo)
+                tmp = path.with_suffix(".partial")
+                shutil.rmtree(tmp, ignore_errors=True)
+                try:
+                    git.Repo.clone_from(url, tmp, bare=True, env=_git_env())
+                except git.GitCommandError as exc:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    detail = (exc.stderr or "").strip().splitlines()
+                    raise WorkspaceError(f"cannot clone {repo} from {url}: {detail[-1] if detail else exc}") from None
+                tmp.rename(path)
+            bare = git.Repo(path)
+            if commit and not self._has_commit(bare, commit):
+                try:
+                    bare.git.fetch("origin", "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", env=_git_env())
+                except git.GitCommandError:
+                    pass
+                if not self._has_commit(bare, commit):
+                    raise WorkspaceError(f"{repo} has no commit {commit[:12]}")
+            return bare
+
+    @staticmethod
+    def _has_commit(repo: git.Repo, commit: str) -> bool:
+        try:
+            repo.git.cat_file("-e", f"{commit}^{{commit}}")
+            return True
+        except git.GitCommandError:
+            return False
+
+    def worktree(self, repo: str, commit: str, key: str) -> Worktree:
+        """A worktree for one task at ``commit``, clean; reused (and reset) when it exists."""
+        bare = self.ensure_clone(repo, commit)
+        safe = key.replace("/", "_")
+        path = self.cache_dir / "worktrees" / safe
+        with file_lock(self.bare_path(repo).with_suffix(".lock")):
+            if not (path / ".git").exists():
+                shutil.rmtree(path, ignore_errors=True)
+                bare.git.worktree("prune")
+                bare.git.worktree("add", "--detach", "--force", str(path), commit)
+        wt = Worktree(path, commit)
+        wt.reset()
+        return wt
+
+    def remove_worktree(self, repo: str, wt: Worktree) -> None:
+        bare = git.Repo(self.bare_path(repo))
+        with file_lock(self.bare_path(repo).with_suffix(".lock")):
+            try:
+                bare.git.worktree("remove", "--force", str(wt.path))
+            except git.GitCommandError:
+                shutil.rmtree(wt.path, ignore_errors=True)
+                bare.git.worktree("prune")
+
+
+class Worktree:
+    """A task's working copy at its base commit."""
+
+    def __init__(self, path: Path, base_commit: str):
+        self.path = path.resolve()
+        self.base = base_commit
+        self.repo = git.Repo(self.path)
+
+    def reset(self) -> None:
+        self.repo.git.reset("--hard", self.base)
+        self.repo.git.clean("-ffdx")
+
+    def resolve(self, rel: str) -> Path:
+        """The absolute path of a repository-relative path, refusing anything outside the repo."""
+        if not rel or rel.startswith("/") or "\x00" in rel:
+            raise PatchError(f"path {rel!r} is not repository-relative")
+        target = (self.path / rel).resolve()
+        if not target.is_relative_to(self.path):
+            raise PatchError(f"path {rel!r} is outside the repository")
+        if target == self.path / ".git" or target.is_relative_to(self.path / ".git"):
+            raise PatchError(f"path {rel!r} is inside .git")
+        return target
+
+    def read(self, rel: str, limit: int = 1_000_000) -> str | None:
+        """A text file's content, or None when it is missing, binary, huge or a link outside."""
+        try:
+            path = self.resolve(rel)
+        except PatchError:
+            return None
+        if not path.is_file() or path.stat().st_size > limit:
+            return None
+        data = path.read_bytes()
+        if b"\x00" in data[:8192]:
+            return None
+        return data.decode("utf-8", errors="replace")
+
+    def exists(self, rel: str) -> bool:
+        try:
+            return self.resolve(rel).is_file()
+        except PatchError:
+            return False
+
+    def tracked_files(self) -> list[str]:
+        return [p for p in self.repo.git.ls_files("-z").split("\x00") if p]
+
+    def diff(self) -> str:
+        """The working copy's change against the base commit, new files included."""
+        self.repo.git.add("-A")
+        try:
+            out = self.repo.git.diff("--cached", self.base, "--no-color", "--no-ext-diff", "--no-renames")
+        finally:
+            self.repo.git.reset("-q")
+        return out + "\n" if out and not out.endswith("\n") else out
+
+    def apply(self, patch: str, check_only: bool = False) -> None:
+        if not patch.strip():
+            raise PatchError("empty patch")
+        _check_patch_paths(self, patch)
+        args = ["git", "apply", "--whitespace=nowarn"] + (["--check"] if check_only else []) + ["-"]
+        proc = subprocess.run(args, cwd=self.path, input=patch.encode(), capture_output=True, env=_git_env())
+        if proc.returncode != 0:
+            msg = proc.stderr.decode(errors="replace").strip().splitlines()
+            raise PatchError(f"patch does not apply: {msg[0] if msg else 'git apply failed'}")
+
+
+def _check_patch_paths(wt: Worktree, patch: str) -> None:
+    from unidiff import PatchSet
+    from unidiff.errors import UnidiffParseError
+
+    try:
+        files = PatchSet(patch)
+    except UnidiffParseError as exc:
+        raise PatchError(f"not a unified diff: {exc}") from None
+    if not files:
+        raise PatchError("not a unified diff: no file headers")
+    for pf in files:
+        for name in (pf.source_file, pf.target_file):
+            if name in (None, "/dev/null"):
+                continue
+            rel = name[2:] if name.startswith(("a/", "b/")) else name
+            wt.resolve(rel)
+
+
+def content_key(*parts: str) -> str:
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
