@@ -1,0 +1,53 @@
+"""Where a finished task's patch goes: a ``.diff`` writer (EVAL_MODE) or a GitHub PR (the bot).
+
+The PR agent node builds a :class:`Outcome` and hands it to the run's publisher.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from fixgraph.dataset import Instance
+from fixgraph.records import RunStore
+from fixgraph.state import AttemptRecord, ScoreParts, Usage
+from fixgraph.workspace import Worktree
+
+
+@dataclass
+class Outcome:
+    """What the pipeline concluded for one task, as the publisher needs it."""
+
+    instance: Instance
+    patch: str
+    explanation: str
+    verdict: str
+    score: ScoreParts
+    attempts: list[AttemptRecord]
+    plan: dict[str, Any]
+    files_read: list[str]
+    usage: Usage
+    stop_reason: str
+    guard_warnings: list[dict[str, Any]] = field(default_factory=list)
+    worktree: Worktree | None = None
+
+
+class Publisher(Protocol):
+    def publish(self, outcome: Outcome) -> dict[str, Any]:
+        """Deliver the patch; return what to keep in the task record (paths, PR URL, ...)."""
+        ...
+
+
+class DiffPublisher:
+    """EVAL_MODE: ``predictions/{instance_id}.diff`` and the official predictions JSONL; no remote."""
+
+    def __init__(self, store: RunStore):
+        self.store = store
+
+    def publish(self, outcome: Outcome) -> dict[str, Any]:
+        iid = outcome.instance.instance_id
+        # An empty patch is still a prediction (the harness counts it unresolved), so every task
+        # has exactly one line in the JSONL.
+        self.store.write_prediction(iid, outcome.patch)
+        return {"kind": "diff", "diff_path": str(self.store.diff_path(iid)),
+                "predictions_jsonl": str(self.store.jsonl_path)}
