@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONFIGS_DIR = PROJECT_ROOT / "configs"
@@ -117,6 +117,35 @@ class GitHubSettings(_Strict):
     # Push to this remote URL instead of the repository (a fork, or a local bare repo).
     push_remote: str | None = None
     max_concurrent_jobs: int = Field(2, ge=1)
+    # The bot (bot/, fixgraph/github_pr.py).
+    # The installation to use when an event does not name one (polling as a GitHub App).
+    app_installation_id: int | None = None
+    # Commenters allowed to trigger with the command, besides the repo's owners, members and
+    # collaborators (GitHub's author_association).
+    allowed_users: tuple[str, ...] = ()
+    # The bot's own login, so its comments never trigger it (its comments also carry a marker).
+    bot_login: str | None = None
+    # Owner of push_remote when it is a fork: the PR's head becomes "<fork_owner>:<branch>".
+    fork_owner: str | None = None
+    commit_name: str = "fixgraph"
+    commit_email: str = "fixgraph@users.noreply.github.com"
+    timeout_s: float = Field(30.0, gt=0)
+    # Pauses between API calls that GitHub asks integrators to keep (PyGithub's throttle).
+    request_pause_s: float = Field(0.25, ge=0)
+    write_pause_s: float = Field(1.0, ge=0)
+    # Longest wait on a rate limit (Retry-After or the reset time) before giving up on a call.
+    rate_limit_max_wait_s: float = Field(900.0, ge=0)
+    poll_interval_s: float = Field(60.0, gt=0)
+    webhook_host: str = "127.0.0.1"
+    webhook_port: int = Field(8080, ge=0, le=65535)
+
+    @field_validator("allowlist", "allowed_users", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        # From the environment these come as "owner/a, owner/b".
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
 
 
 class RunConfig(_Strict):
@@ -166,6 +195,13 @@ ENV_KEYS: dict[str, tuple[str, ...]] = {
     "GITHUB_APP_PRIVATE_KEY": ("github", "app_private_key"),
     "GITHUB_WEBHOOK_SECRET": ("github", "webhook_secret"),
     "FIXGRAPH_PUSH_REMOTE": ("github", "push_remote"),
+    "GITHUB_APP_INSTALLATION_ID": ("github", "app_installation_id"),
+    "FIXGRAPH_ALLOWLIST": ("github", "allowlist"),
+    "FIXGRAPH_ALLOWED_USERS": ("github", "allowed_users"),
+    "FIXGRAPH_LABEL": ("github", "label"),
+    "FIXGRAPH_BOT_LOGIN": ("github", "bot_login"),
+    "FIXGRAPH_WEBHOOK_HOST": ("github", "webhook_host"),
+    "FIXGRAPH_WEBHOOK_PORT": ("github", "webhook_port"),
     "EVAL_MODE": ("eval_mode",),
     "FIXGRAPH_CACHE_DIR": ("cache_dir",),
 }
