@@ -46,8 +46,8 @@ class DiffPublisher:
 
     def publish(self, outcome: Outcome) -> dict[str, Any]:
         iid = outcome.instance.instance_id
-        # An empty patch is still a prediction (the harness counts it unresolved), so every task
-        # has exactly one line in the JSONL.
+        # The PR agent calls this only with a non-empty patch; a task without one has a record
+        # that says why, and no prediction (the harness counts a missing id as unresolved).
         self.store.write_prediction(iid, outcome.patch)
         return {"kind": "diff", "diff_path": str(self.store.diff_path(iid)),
                 "predictions_jsonl": str(self.store.jsonl_path)}

@@ -1,0 +1,45 @@
+"""What every node shares: message building and turning LLM failures into a clean stop."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langgraph.runtime import Runtime
+
+from agents.prompting import render
+from fixgraph.context import TaskContext
+from fixgraph.llm import BudgetExceeded, InvalidReply, LLMFailure
+from fixgraph.state import TaskState
+
+NodeFn = Callable[[TaskState, Runtime[TaskContext]], dict[str, Any]]
+
+
+def messages(role: str, template: str, **variables: object) -> list[BaseMessage]:
+    return [SystemMessage(render("system", role=role)), HumanMessage(render(template, **variables))]
+
+
+def stops_cleanly(node: str) -> Callable[[NodeFn], NodeFn]:
+    """A spent budget or a failed LLM call ends the task with what it has, and says why."""
+
+    def wrap(fn: NodeFn) -> NodeFn:
+        @functools.wraps(fn)
+        def inner(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
+            try:
+                return fn(state, runtime)
+            except BudgetExceeded as exc:
+                return {"stop_reason": f"budget: {exc}"}
+            except InvalidReply as exc:
+                return {"stop_reason": f"failed in {node}: {exc}", "failed": str(exc), "usage": exc.usage}
+            except LLMFailure as exc:
+                return {"stop_reason": f"failed in {node}: {exc}", "failed": str(exc)}
+
+        return inner
+
+    return wrap
+
+
+def stopped(state: TaskState) -> bool:
+    return bool(state.get("stop_reason"))

@@ -1,0 +1,118 @@
+"""Critic, REDO-style: differential static analysis, then an LLM check for runtime errors that
+static analysis misses, then the instance's tests, and the unsafe-patch guard throughout.
+
+It yields ``fix_score`` (see scoring/fix_score.py) and, when it rejects a patch, the findings the
+Coder must fix on the next attempt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from agents.common import messages, stops_cleanly
+from fixgraph.context import TaskContext
+from fixgraph.state import AttemptRecord, Finding, PatchJudgment, ScoreParts, TaskState, Usage, merge_usage
+from scoring import fix_score, guard, llm_check, quality, static, tests
+
+
+def _fmt(f: Finding) -> str:
+    where = f.get("file", "")
+    if f.get("line"):
+        where += f":{f['line']}"
+    if f.get("symbol"):
+        where += f" in {f['symbol']}"
+    rule = f.get("rule", "")
+    return f"- [{f.get('source', '')}{'/' + rule if rule else ''}] {where}: {f.get('message', '')}"
+
+
+def _key(f: Finding) -> str:
+    return f"{f.get('source')}:{f.get('rule')}:{f.get('file')}:{f.get('symbol')}:{f.get('message')}"
+
+
+@stops_cleanly("critic")
+def critic(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
+    ctx = runtime.context
+    settings = ctx.cfg.critic
+    wt = ctx.worktree
+    patch = state.get("patch", "")
+    number = len(state.get("attempts", [])) + 1
+    # Establish the precondition from state, so a resumed task sees the patch it is judging.
+    wt.reset()
+    wt.apply(patch)
+
+    usage: Usage = {}
+    findings: list[Finding] = []
+    verdict = "Safe"
+    notes: list[str] = []
+
+    guard_findings = guard.check_patch(wt, patch) if settings.guard != "off" else []
+    if guard_findings and settings.guard == "block":
+        verdict = "Unsafe"
+        notes.append("the unsafe-patch guard blocks this patch")
+    findings += guard_findings
+
+    lint_new: list[Finding] = []
+    if settings.static:
+        result = static.analyze_patch(wt, patch, settings=settings, cache_dir=ctx.cache_dir)
+        lint_new = result.all_new
+        if result.status == "cannot_analyze":
+            verdict = "CannotAnalyze"
+            notes.append(f"static analysis could not run: {result.reason}")
+        elif result.new:
+            verdict = "Unsafe"
+            findings += result.new
+
+    if verdict == "Safe" and settings.llm_check:
+        check, delta = llm_check.runtime_check(ctx.llm, ctx.instance, wt, patch, calls=settings.llm_check_calls)
+        usage = merge_usage(usage, delta)
+        if check is None:
+            verdict = "NoVerdict"
+        elif check.verdict == "Unsafe":
+            verdict = "Unsafe"
+            findings += [Finding(source="llm", rule=e.type, message=e.reasoning, file=e.location, severity="error")
+                         for e in check.errors]
+
+    code_quality, quality_detail = quality.code_quality(wt, patch, lint_new=lint_new)
+    crash = ""
+    if verdict == "Unsafe":
+        score = ScoreParts(fix_score=0.0, kind="none", code_quality=code_quality,
+                           note="rejected by the Critic before running tests")
+    else:
+        outcome = tests.make_runner(ctx.cfg.tests, ctx.cache_dir).run(ctx.instance, wt, patch) if settings.tests else None
+        llm_score = None
+        if outcome is None or not outcome.runnable:
+            judgment, delta = ctx.llm.structured("critic", "critic", PatchJudgment, messages(
+                "the Critic", "judge", repo=ctx.instance.repo, problem=ctx.instance.problem_statement, patch=patch))
+            usage = merge_usage(usage, delta)
+            llm_score = judgment.score
+        score = fix_score.compute(outcome, code_quality, llm_score)
+        if outcome is not None:
+            crash = outcome.crash
+            failing = [t for t, s in outcome.fail_to_pass.items() if s != "PASSED"]
+            if outcome.runnable and failing:
+                findings += [Finding(source="tests", rule="fail_to_pass", message=f"{t}: {outcome.fail_to_pass[t]}",
+                                     severity="error") for t in failing[:10]]
+            broken = [t for t, s in outcome.pass_to_pass_after.items()
+                      if s != "PASSED" and outcome.pass_to_pass_before.get(t) == "PASSED"]
+            findings += [Finding(source="tests", rule="regression", message=f"{t} passed before the patch and now fails",
+                                 severity="error") for t in broken[:10]]
+    score["quality_detail"] = quality_detail  # type: ignore[typeddict-unknown-key]
+
+    previous = state.get("attempts", [])
+    before = {_key(f) for f in (previous[-1].get("findings", []) if previous else [])}
+    now = {_key(f) for f in findings}
+    attempt = AttemptRecord(number=number, patch=patch, explanation=state.get("explanation", ""),
+                            verdict=verdict, findings=findings, score=score,
+                            fixed_from_previous=sorted(before - now), crash_context=crash)
+    feedback = "\n".join(notes + [_fmt(f) for f in findings])
+    return {"attempts": [attempt], "verdict": verdict, "score": score, "feedback": feedback, "usage": usage}
+
+
+def should_retry(state: TaskState, max_attempts: int, threshold: float) -> bool:
+    if state.get("stop_reason") or len(state.get("attempts", [])) >= max_attempts:
+        return False
+    if state.get("verdict") in ("Unsafe", "CannotApply"):
+        return True
+    return float(state.get("score", {}).get("fix_score") or 0.0) < threshold

@@ -1,0 +1,57 @@
+"""PR agent: chooses the attempt to deliver and hands it to the run's publisher.
+
+With EVAL_MODE the publisher writes ``predictions/{instance_id}.diff`` and the predictions JSONL;
+otherwise it pushes a branch and opens a pull request. A patch the guard blocks is never delivered.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from fixgraph.context import TaskContext
+from fixgraph.publish import Outcome
+from fixgraph.state import AttemptRecord, TaskState
+
+
+def choose(attempts: list[AttemptRecord], guard_blocks: bool) -> AttemptRecord | None:
+    """The best attempt by fix_score (the later one on ties); None when none is deliverable."""
+    usable = [a for a in attempts if a.get("patch")]
+    if guard_blocks:
+        usable = [a for a in usable if not any(f.get("source") == "guard" for f in a.get("findings", []))]
+    if not usable:
+        return None
+    return max(usable, key=lambda a: (float(a.get("score", {}).get("fix_score") or 0.0), a.get("number", 0)))
+
+
+def pr_agent(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
+    ctx = runtime.context
+    attempts = list(state.get("attempts", []))
+    # A patch the Critic never saw (the budget ran out mid-loop) is still the best we have.
+    if state.get("patch") and not any(a.get("patch") == state["patch"] for a in attempts):
+        attempts.append(AttemptRecord(number=len(attempts) + 1, patch=state["patch"], verdict="Unchecked",
+                                      findings=[], score={"kind": "none"}))
+    chosen = choose(attempts, ctx.cfg.critic.guard == "block")
+    if chosen is None:
+        reason = state.get("stop_reason") or "no attempt produced a deliverable patch"
+        return {"published": {"kind": "none", "reason": reason}, "stop_reason": reason}
+    ctx.worktree.reset()
+    ctx.worktree.apply(chosen["patch"])
+    outcome = Outcome(
+        instance=ctx.instance,
+        patch=chosen["patch"],
+        explanation=chosen.get("explanation", ""),
+        verdict=chosen.get("verdict", ""),
+        score=chosen.get("score", {}),
+        attempts=attempts,
+        plan=state.get("plan", {}),
+        files_read=state.get("files_read", []),
+        usage=state.get("usage", {}),
+        stop_reason=state.get("stop_reason") or "done",
+        guard_warnings=[dict(f) for f in chosen.get("findings", []) if f.get("source") == "guard"],
+        worktree=ctx.worktree,
+    )
+    published = ctx.publisher.publish(outcome)
+    return {"published": published | {"attempt": chosen.get("number")},
+            "stop_reason": state.get("stop_reason") or "done"}

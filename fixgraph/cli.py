@@ -1,0 +1,48 @@
+"""The command line behind graph.py: settings first, then data, then the run.
+
+Bad input ends with one line on stderr and exit code 2; nothing is written before the settings
+and the task list have been checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from dotenv import load_dotenv
+
+from fixgraph.config import ConfigError, load_config
+from fixgraph.dataset import DatasetError, load_dataset_any, select
+from fixgraph.publish import Publisher
+from fixgraph.workspace import WorkspaceError
+
+
+def fail(message: str) -> int:
+    print(f"fixgraph: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    load_dotenv(override=False)
+    try:
+        cfg = load_config(args.config)
+        cfg.require_llm()
+        if args.workers < 1:
+            raise ConfigError("--workers must be at least 1")
+        if args.repos is not None and not args.repos.is_dir():
+            raise ConfigError(f"--repos {args.repos} is not a folder")
+        publisher: Publisher | None = None
+        if not cfg.eval_mode:
+            from fixgraph.github_pr import GitHubPublisher  # type: ignore[import-not-found]
+
+            publisher = GitHubPublisher(cfg)
+        instances = select(load_dataset_any(args.dataset, cfg.cache_dir), args.tasks)
+        from fixgraph.runner import run_tasks
+
+        summary = run_tasks(instances, cfg, run_id=args.run_id or cfg.name, repos=args.repos,
+                            workers=args.workers, progress=not args.no_progress, publisher=publisher)
+    except (ConfigError, DatasetError, WorkspaceError) as exc:
+        return fail(str(exc))
+    print(summary.line())
+    print(f"predictions: {summary.predictions}")
+    return 0

@@ -1,0 +1,269 @@
+"""Running tasks: one graph invocation per task, checkpointed, recorded, resumable.
+
+A task is done when its final record exists; a rerun skips it. A task in flight when the run
+died restarts from its last LangGraph checkpoint (SQLite, thread id = instance id).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import sqlite3
+import statistics
+import sys
+import threading
+import time
+import traceback
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.errors import GraphRecursionError
+
+from fixgraph.config import RunConfig
+from fixgraph.context import TaskContext
+from fixgraph.dataset import Instance
+from fixgraph.llm import LLM, Meter, ModelFactory, RunMeter, default_factory
+from fixgraph.publish import DiffPublisher, Publisher
+from fixgraph.records import RunStore
+from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree
+
+
+def model_name(cfg: RunConfig) -> str:
+    return f"fixgraph-{cfg.name}-{cfg.llm.models.coder}"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def _status(values: dict[str, Any], failed: str) -> str:
+    if (values.get("published") or {}).get("kind") not in (None, "none"):
+        return "patched"
+    return "failed" if failed else "empty"
+
+
+def build_record(instance: Instance, cfg: RunConfig, values: dict[str, Any], *, seconds: float,
+                 started: str, failed: str = "", resumed: bool = False) -> dict[str, Any]:
+    attempts = values.get("attempts", [])
+    published = values.get("published") or {}
+    chosen = next((a for a in attempts if a.get("number") == published.get("attempt")), None)
+    failed = failed or values.get("failed", "")
+    stop = values.get("stop_reason") or (f"failed: {failed}" if failed else "done")
+    return {
+        "instance_id": instance.instance_id,
+        "repo": instance.repo,
+        "config": cfg.name,
+        "model_name_or_path": model_name(cfg),
+        "final": not stop.startswith("budget: run"),
+        "status": _status(values, failed),
+        "stop_reason": stop,
+        "failed": failed,
+        "verdict": (chosen or {}).get("verdict") or values.get("verdict", ""),
+        "fix_score": (chosen or {}).get("score") or {"kind": "none"},
+        "attempts": attempts,
+        "n_attempts": len(attempts),
+        "critic_flagged": any(a.get("verdict") == "Unsafe" for a in attempts),
+        "plan": values.get("plan", {}),
+        "planner_runs": values.get("planner_runs", 0),
+        "explorer_runs": values.get("explorer_runs", 0),
+        "reruns": values.get("reruns", []),
+        "files_read": values.get("files_read", []),
+        "exploration": values.get("exploration", {}),
+        "usage": values.get("usage", {}),
+        "published": published,
+        "diff_path": published.get("diff_path", ""),
+        "seconds": round(seconds, 3),
+        "started_at": started,
+        "finished_at": _now(),
+        "resumed": resumed,
+    }
+
+
+def _checkpointer(path: Path | None) -> SqliteSaver | None:
+    if path is None:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(path), check_same_thread=False, timeout=60)
+    conn.execute("PRAGMA journal_mode=WAL")
+    return SqliteSaver(conn)
+
+
+def run_task(instance: Instance, cfg: RunConfig, *, publisher: Publisher, repo_cache: RepoCache,
+             store: RunStore | None = None, model_factory: ModelFactory | None = None,
+             run_meter: RunMeter | None = None) -> dict[str, Any]:
+    """Run the graph on one task and return its record (also written to ``store`` when given)."""
+    from graph import build_graph
+
+    started, t0 = _now(), time.monotonic()
+    key = f"{store.run_id}__{instance.instance_id}" if store else f"adhoc__{instance.instance_id}"
+    wt: Worktree | None = None
+    saver = _checkpointer(store.checkpoint_path if store else None)
+    thread = {"configurable": {"thread_id": instance.instance_id}, "recursion_limit": cfg.recursion_limit}
+    values: dict[str, Any] = {}
+    failed = ""
+    resumed = False
+    try:
+        wt = repo_cache.worktree(instance.repo, instance.base_commit, key)
+        graph = build_graph(saver)
+        snapshot = graph.get_state(thread) if saver else None
+        resumed = bool(snapshot and snapshot.values and snapshot.next)
+        meter = Meter(cfg.budget, cfg.llm.prices, run_meter,
+                      start=snapshot.values.get("usage") if snapshot and resumed else None)
+        ctx = TaskContext(cfg=cfg, instance=instance, worktree=wt,
+                          llm=LLM(model_factory or default_factory(cfg), meter, cfg.llm.structured_reasks),
+                          publisher=publisher, cache_dir=cfg.cache_dir.resolve())
+        start_state = None if resumed else {"instance_id": instance.instance_id, "problem": instance.problem_statement}
+        values = graph.invoke(start_state, thread, context=ctx)
+    except GraphRecursionError:
+        failed = f"recursion limit {cfg.recursion_limit} reached"
+    except (WorkspaceError, PatchError) as exc:
+        failed = str(exc)
+    except Exception as exc:  # a bug in one task must not end the run; the record keeps the trace
+        failed = f"internal error: {type(exc).__name__}: {exc}"
+        values = {**values, "traceback": traceback.format_exc(limit=8)}
+    if failed and saver is not None:
+        with contextlib.suppress(Exception):
+            values = {**(saver.get_tuple(thread).checkpoint["channel_values"] if saver.get_tuple(thread) else {}),
+                      **values}
+    record = build_record(instance, cfg, values, seconds=time.monotonic() - t0, started=started,
+                          failed=failed, resumed=resumed)
+    if "traceback" in values:
+        record["traceback"] = values["traceback"]
+    if store is not None:
+        store.write_record(record)
+    if saver is not None:
+        with contextlib.suppress(Exception):
+            saver.delete_thread(instance.instance_id)
+        saver.conn.close()
+    if wt is not None:
+        with contextlib.suppress(Exception):
+            repo_cache.remove_worktree(instance.repo, wt)
+    return record
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    total: int = 0
+    skipped: int = 0
+    finished: int = 0
+    patched: int = 0
+    failed: int = 0
+    scores: list[float] = field(default_factory=list)
+    tokens: int = 0
+    dollars: float = 0.0
+    interrupted: bool = False
+    predictions: str = ""
+
+    @property
+    def mean_fix_score(self) -> float | None:
+        return statistics.fmean(self.scores) if self.scores else None
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.finished += 1
+        self.patched += record.get("status") == "patched"
+        self.failed += record.get("status") == "failed"
+        score = (record.get("fix_score") or {}).get("fix_score")
+        if score is not None:
+            self.scores.append(float(score))
+        usage = record.get("usage") or {}
+        self.tokens += int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
+        self.dollars += float(usage.get("dollars", 0.0))
+
+    def line(self) -> str:
+        mean = f"{self.mean_fix_score:.3f}" if self.mean_fix_score is not None else "n/a"
+        return (f"run {self.run_id}: {self.total} tasks, {self.skipped} already done, {self.finished} run now "
+                f"({self.patched} patched, {self.failed} failed); mean fix_score (internal) {mean}; "
+                f"{self.tokens} tokens, ${self.dollars:.4f}")
+
+
+def run_tasks(instances: list[Instance], cfg: RunConfig, *, run_id: str, repos: Path | None,
+              workers: int = 1, model_factory: ModelFactory | None = None, progress: bool = True,
+              publisher: Publisher | None = None) -> RunSummary:
+    """Run every task not already done; Ctrl-C keeps what finished and exits for a later resume."""
+    store = RunStore(run_id, cfg.predictions_dir, cfg.runs_dir, model_name(cfg), cfg.secrets())
+    repo_cache = RepoCache(cfg.cache_dir, repos)
+    publisher = publisher or DiffPublisher(store)
+    summary = RunSummary(run_id=run_id, total=len(instances), predictions=str(store.jsonl_path))
+    todo = [i for i in instances if not store.is_done(i.instance_id)]
+    summary.skipped = len(instances) - len(todo)
+    spent = sum(float((r.get("usage") or {}).get("dollars", 0.0)) for r in store.records())
+    run_meter = RunMeter(cfg.budget.run_dollars, spent)
+    bar = _Progress(len(instances), summary.skipped, enabled=progress)
+    lock = threading.Lock()
+
+    def one(inst: Instance) -> dict[str, Any]:
+        record = run_task(inst, cfg, publisher=publisher, repo_cache=repo_cache, store=store,
+                          model_factory=model_factory, run_meter=run_meter)
+        with lock:
+            summary.add(record)
+            bar.update(summary)
+        return record
+
+    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="task")
+    pending: set[Future[dict[str, Any]]] = set()
+    queue = list(todo)
+    try:
+        with bar:
+            while queue or pending:
+                while queue and len(pending) < workers and not run_meter.exhausted():
+                    pending.add(pool.submit(one, queue.pop(0)))
+                if not pending:
+                    break
+                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    fut.result()
+    except KeyboardInterrupt:
+        summary.interrupted = True
+        pool.shutdown(wait=False, cancel_futures=True)
+        print(f"\ninterrupted: {summary.finished} tasks finished this run and are kept; "
+              "run the same command again to resume", file=sys.stderr)
+        sys.stderr.flush()
+        # Tasks in flight have checkpoints and every write is atomic, so leaving now loses nothing.
+        os._exit(130)
+    pool.shutdown(wait=True)
+    if queue:
+        print(f"run budget of ${cfg.budget.run_dollars} spent: {len(queue)} tasks not started", file=sys.stderr)
+    return summary
+
+
+class _Progress:
+    """A progress bar over tasks: done/total, mean fix_score so far, tokens and cost."""
+
+    def __init__(self, total: int, skipped: int, enabled: bool):
+        self.enabled = enabled and total > 0
+        self.total = total
+        self.skipped = skipped
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(
+                TextColumn("[bold]fixgraph"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("fix_score {task.fields[score]}"), TextColumn("{task.fields[tokens]} tok"),
+                TextColumn("${task.fields[cost]}"), TimeElapsedColumn(),
+                console=Console(stderr=True),
+            )
+            self.task = self.progress.add_task("tasks", total=total, completed=skipped,
+                                               score="n/a", tokens=0, cost="0.00")
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self.progress.stop()
+
+    def update(self, summary: RunSummary) -> None:
+        if not self.enabled:
+            return
+        mean = summary.mean_fix_score
+        self.progress.update(self.task, completed=self.skipped + summary.finished,
+                             score=f"{mean:.2f}" if mean is not None else "n/a",
+                             tokens=summary.tokens, cost=f"{summary.dollars:.2f}")

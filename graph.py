@@ -1,0 +1,83 @@
+"""fixgraph: the state graph of five agents, and the command line.
+
+    EVAL_MODE=true python graph.py --tasks stratified50 --dataset ../shared/data/swebench_lite.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+
+from agents.coder import coder
+from agents.critic import critic, should_retry
+from agents.explorer import explorer, needs_replan
+from agents.planner import planner
+from agents.pr import pr_agent
+from fixgraph.context import TaskContext
+from fixgraph.state import TaskState
+
+
+def build_graph(checkpointer=None):  # noqa: ANN001 - any LangGraph checkpointer
+    g = StateGraph(TaskState, context_schema=TaskContext)
+    g.add_node("planner", planner)
+    g.add_node("explorer", explorer)
+    g.add_node("coder", coder)
+    g.add_node("critic", critic)
+    g.add_node("pr_agent", pr_agent)
+
+    def stopped(state: TaskState) -> bool:
+        return bool(state.get("stop_reason"))
+
+    def after_planner(state: TaskState) -> str:
+        return "pr_agent" if stopped(state) else "explorer"
+
+    def after_explorer(state: TaskState) -> str:
+        if stopped(state):
+            return "pr_agent"
+        return "planner" if needs_replan(state) else "coder"
+
+    def after_coder(state: TaskState, runtime: Runtime[TaskContext]) -> str:
+        cfg = runtime.context.cfg
+        if stopped(state):
+            return "pr_agent"
+        if state.get("verdict") == "CannotApply":
+            return "coder" if len(state.get("attempts", [])) < cfg.max_attempts else "pr_agent"
+        return "critic" if cfg.critic.enabled else "pr_agent"
+
+    def after_critic(state: TaskState, runtime: Runtime[TaskContext]) -> str:
+        cfg = runtime.context.cfg
+        return "coder" if should_retry(state, cfg.max_attempts, cfg.critic.fix_score_threshold) else "pr_agent"
+
+    g.add_edge(START, "planner")
+    g.add_conditional_edges("planner", after_planner, ["explorer", "pr_agent"])
+    g.add_conditional_edges("explorer", after_explorer, ["planner", "coder", "pr_agent"])
+    g.add_conditional_edges("coder", after_coder, ["coder", "critic", "pr_agent"])
+    g.add_conditional_edges("critic", after_critic, ["coder", "pr_agent"])
+    g.add_edge("pr_agent", END)
+    return g.compile(checkpointer=checkpointer)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="graph.py", description="Turn issues into verified patches.")
+    p.add_argument("--tasks", default="stratified50", help="stratified50 | all | ID[,ID...]")
+    p.add_argument("--dataset", type=Path, help="SWE-bench-format JSONL (default: SWE-bench Lite from the hub)")
+    p.add_argument("--config", default="redo", help="a config name in configs/ or a TOML path")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--repos", type=Path, help="folder of local git mirrors to clone from instead of GitHub")
+    p.add_argument("--run-id", help="records and predictions go under this id (default: the config's name)")
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from fixgraph.cli import run_cli
+
+    return run_cli(parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
