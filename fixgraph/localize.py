@@ -1,0 +1,945 @@
+"""Localization: which files of a repository an issue is about, and how to show them.
+
+``RepoIndex`` is built once per (repository, commit) and cached on disk. Per-file analysis
+(symbols, imports, term counts) is cached by git blob id, so two commits of the same repository
+share almost all of it. Everything here is deterministic: the same issue on the same commit gives
+the same ranking, map and views, which keeps the Planner's prompt reproducible and testable.
+
+Files that are symlinks, binary, over 1 MB or not text are listed (so ``exists`` and ``nearest``
+know them) but never read; a symlink is never followed, wherever it points.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import math
+import re
+import sqlite3
+import subprocess
+import zlib
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from fixgraph.records import atomic_write, file_lock
+from fixgraph.workspace import Worktree, content_key
+
+MAX_FILE_BYTES = 1_000_000
+INDEX_VERSION = 4
+PY_SUFFIXES = (".py", ".pyi")
+# Text files worth indexing besides Python: docs, configs, templates a fix may touch.
+TEXT_SUFFIXES = (".py", ".pyi", ".rst", ".txt", ".md", ".cfg", ".toml", ".ini", ".yaml", ".yml",
+                 ".json", ".html", ".css", ".js", ".jinja", ".j2", ".c", ".h", ".pyx", ".pxd",
+                 ".sh", ".in", ".conf", ".tex")
+CONFIG_NAMES = ("setup.cfg", "pyproject.toml", "setup.py", "tox.ini", "pytest.ini", "conftest.py",
+                ".coveragerc", "MANIFEST.in")
+
+
+# ---- token counting -----------------------------------------------------------------------
+
+def count_tokens(text: str) -> int:
+    """A cheap deterministic estimate of a prompt's size in tokens.
+
+    tiktoken needs its encoding files fetched at run time, which offline machines cannot do, so
+    every budget in fixgraph uses this one estimate instead. Characters / 3.5 is slightly above
+    cl100k's count for Python source (about 3.6-4 characters a token), so budgets err on the safe side.
+    """
+    return (len(text) * 2 + 6) // 7
+
+
+# ---- tokenizing identifiers and prose -----------------------------------------------------
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+STOP = frozenset("""
+a an and are as at be been but by can could did do does doing for from had has have how i if in into is
+it its it's me my no not of on or our out so some such than that the their them then there these they
+this to too was we were what when where which while who why will with would you your yes also just get
+got use used using like one two only any all more most other same should may might must here
+self cls none true false def class return import from pass raise else elif try except finally
+lambda yield assert del global nonlocal await async print len str int float dict list tuple set
+bool object type args kwargs true false none e g eg ie x y z n i j k s t v
+python version versions issue bug error problem expected actual result results output input
+example code following file files line lines work works working way thing want need case
+""".split())
+
+
+def split_identifier(name: str) -> list[str]:
+    """``to_stacked_array`` -> to, stacked, array; ``DataArray`` -> data, array."""
+    parts: list[str] = []
+    for chunk in name.split("_"):
+        parts.extend(p.lower() for p in _CAMEL.findall(chunk))
+    return [p for p in parts if len(p) > 1]
+
+
+def terms_of(text: str) -> list[str]:
+    """Index terms: each identifier whole (lower case) plus its parts, stop words dropped."""
+    out: list[str] = []
+    for word in _WORD.findall(text):
+        low = word.lower()
+        if len(low) > 1 and low not in STOP:
+            out.append(low)
+        parts = split_identifier(word)
+        if len(parts) > 1:
+            out.extend(p for p in parts if p not in STOP)
+    return out
+
+
+# ---- per-file analysis ---------------------------------------------------------------------
+
+@dataclass
+class Symbol:
+    name: str
+    qualname: str
+    kind: str  # class | def
+    start: int
+    end: int
+    header_end: int  # last line of the signature
+    doc: str = ""
+
+
+@dataclass
+class FileInfo:
+    path: str
+    size: int = 0
+    lines: int = 0
+    readable: bool = False  # text under 1 MB, not a symlink
+    symbols: list[Symbol] = field(default_factory=list)
+    imports: list[str] = field(default_factory=list)  # dotted module names, absolute
+    stmts: list[tuple[int, int, bool]] = field(default_factory=list)  # module-level (start, end, is_doc)
+    terms: dict[str, int] = field(default_factory=dict)
+    length: int = 0  # number of terms
+
+
+def _decode(data: bytes) -> str | None:
+    if b"\x00" in data[:8192]:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        # Non-UTF-8 text (latin-1 sources exist in old repos): keep it readable, mark nothing.
+        return data.decode("utf-8", errors="replace")
+
+
+def _module_of(path: str) -> str:
+    p = PurePosixPath(path)
+    parts = list(p.with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _analyze_python(path: str, text: str) -> tuple[list[Symbol], list[str], list[tuple[int, int, bool]]]:
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return _regex_symbols(text), _regex_imports(text), []
+    symbols: list[Symbol] = []
+    lines = text.splitlines()
+
+    def visit(node: ast.AST, prefix: str, depth: int) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                kind = "class" if isinstance(child, ast.ClassDef) else "def"
+                qual = f"{prefix}{child.name}"
+                start = min([child.lineno] + [d.lineno for d in child.decorator_list])
+                doc = ast.get_docstring(child, clean=True) or ""
+                symbols.append(Symbol(child.name, qual, kind, start, child.end_lineno or child.lineno,
+                                      _header_end(lines, child.lineno),
+                                      doc.strip().split("\n")[0][:160]))
+                if depth < 2:
+                    visit(child, qual + ".", depth + 1)
+            elif isinstance(child, ast.If | ast.Try | ast.With) and depth == 0:
+                visit(child, prefix, depth)
+
+    visit(tree, "", 0)
+    stmts: list[tuple[int, int, bool]] = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        is_doc = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+        stmts.append((node.lineno, node.end_lineno or node.lineno, is_doc))
+    imports: list[str] = []
+    package = _module_of(path)
+    if not path.endswith("__init__.py"):
+        package = package.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imports.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg_parts = package.split(".") if package else []
+                keep = len(pkg_parts) - (node.level - 1)
+                if keep < 0:
+                    continue
+                base = ".".join(pkg_parts[:keep] + ([base] if base else []))
+            if not base:
+                continue
+            imports.append(base)
+            imports.extend(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
+    return symbols, list(dict.fromkeys(imports)), stmts
+
+
+def _header_end(lines: list[str], lineno: int) -> int:
+    """The line where a def or class signature ends (its colon), at most 30 lines on."""
+    depth = 0
+    for n in range(lineno, min(len(lines), lineno + 30) + 1):
+        code = lines[n - 1].split("#")[0].rstrip()
+        depth += code.count("(") + code.count("[") - code.count(")") - code.count("]")
+        if depth <= 0 and code.endswith(":"):
+            return n
+    return lineno
+
+
+_DEF_RE = re.compile(r"^(\s*)(?:async\s+)?(def|class)\s+([A-Za-z_]\w*)", re.M)
+_IMPORT_RE = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))", re.M)
+
+
+def _regex_symbols(text: str) -> list[Symbol]:
+    out: list[Symbol] = []
+    for m in _DEF_RE.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        kind = "class" if m.group(2) == "class" else "def"
+        out.append(Symbol(m.group(3), m.group(3), kind, line, line, line))
+    return out
+
+
+def _regex_imports(text: str) -> list[str]:
+    return list(dict.fromkeys(m.group(1) or m.group(2) for m in _IMPORT_RE.finditer(text)))
+
+
+def analyze(path: str, data: bytes | None, size: int) -> FileInfo:
+    info = FileInfo(path=path, size=size)
+    if data is None or size > MAX_FILE_BYTES:
+        return info
+    text = _decode(data)
+    if text is None:
+        return info
+    info.readable = True
+    info.lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+    if path.endswith(PY_SUFFIXES):
+        info.symbols, info.imports, info.stmts = _analyze_python(path, text)
+    if path.endswith(TEXT_SUFFIXES) or "." not in PurePosixPath(path).name:
+        counts = Counter(terms_of(text))
+        info.terms = dict(counts)
+        info.length = sum(counts.values())
+    return info
+
+
+def _info_to_json(info: FileInfo) -> dict:
+    return {"size": info.size, "lines": info.lines, "readable": info.readable,
+            "symbols": [[s.name, s.qualname, s.kind, s.start, s.end, s.header_end, s.doc] for s in info.symbols],
+            "imports": info.imports, "stmts": info.stmts, "terms": info.terms, "length": info.length}
+
+
+def _info_from_json(path: str, d: dict) -> FileInfo:
+    return FileInfo(path=path, size=d["size"], lines=d["lines"], readable=d["readable"],
+                    symbols=[Symbol(*s) for s in d["symbols"]], imports=d["imports"],
+                    stmts=[(a, b, bool(c)) for a, b, c in d["stmts"]],
+                    terms=d["terms"], length=d["length"])
+
+
+# ---- where file contents come from ------------------------------------------------------
+
+@dataclass
+class Entry:
+    path: str
+    mode: str
+    sha: str
+    size: int
+
+
+class _Source:
+    """A repository tree at one commit: its entries and a way to read blobs."""
+
+    key: str
+
+    def entries(self) -> list[Entry]:
+        raise NotImplementedError
+
+    def read_many(self, entries: list[Entry]) -> dict[str, bytes]:
+        raise NotImplementedError
+
+
+class _WorktreeSource(_Source):
+    def __init__(self, wt: Worktree):
+        self.wt = wt
+        self.key = wt.base
+
+    def entries(self) -> list[Entry]:
+        out = self.wt.repo.git.ls_files("-s", "-z")
+        entries: list[Entry] = []
+        for rec in out.split("\x00"):
+            if not rec:
+                continue
+            meta, _, path = rec.partition("\t")
+            mode, sha, _stage = meta.split()
+            full = self.wt.path / path
+            try:
+                size = full.lstat().st_size
+            except OSError:
+                continue
+            entries.append(Entry(path, mode, sha, size))
+        return entries
+
+    def read_many(self, entries: list[Entry]) -> dict[str, bytes]:
+        out: dict[str, bytes] = {}
+        for e in entries:
+            full = self.wt.path / e.path
+            # Never follow a link; Worktree.resolve refuses anything that lands outside.
+            if full.is_symlink() or e.mode == "120000":
+                continue
+            try:
+                if not self.wt.resolve(e.path).is_file():
+                    continue
+                out[e.path] = full.read_bytes()
+            except Exception:  # unreadable files are simply not indexed
+                continue
+        return out
+
+
+class _GitSource(_Source):
+    """Blobs straight from a (bare) repository at a commit: no checkout needed."""
+
+    def __init__(self, git_dir: Path, commit: str):
+        self.git_dir = git_dir
+        self.commit = commit
+        self.key = commit
+
+    def _git(self, *args: str, data: bytes | None = None) -> bytes:
+        proc = subprocess.run(["git", "--git-dir", str(self.git_dir), *args], input=data,
+                              capture_output=True, check=True)
+        return proc.stdout
+
+    def entries(self) -> list[Entry]:
+        out = self._git("ls-tree", "-r", "-l", "-z", "--full-tree", self.commit)
+        entries: list[Entry] = []
+        for rec in out.decode("utf-8", errors="replace").split("\x00"):
+            if not rec:
+                continue
+            meta, _, path = rec.partition("\t")
+            mode, kind, sha, size = meta.split()
+            if kind != "blob":
+                continue
+            entries.append(Entry(path, mode, sha, int(size) if size.isdigit() else 0))
+        return entries
+
+    def read_many(self, entries: list[Entry]) -> dict[str, bytes]:
+        wanted = [e for e in entries if e.mode != "120000" and e.size <= MAX_FILE_BYTES]
+        if not wanted:
+            return {}
+        raw = self._git("cat-file", "--batch", data="".join(e.sha + "\n" for e in wanted).encode())
+        out: dict[str, bytes] = {}
+        pos = 0
+        for e in wanted:
+            nl = raw.index(b"\n", pos)
+            header = raw[pos:nl].split()
+            pos = nl + 1
+            if len(header) < 3 or header[1] == b"missing":
+                continue
+            n = int(header[2])
+            out[e.path] = raw[pos:pos + n]
+            pos += n + 1
+        return out
+
+
+# ---- the blob cache -----------------------------------------------------------------------
+
+class _BlobCache:
+    """Per-blob analyses in SQLite, shared by every commit and process."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(path), timeout=60)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS blobs (key TEXT PRIMARY KEY, data BLOB)")
+
+    def get_many(self, keys: list[str]) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            q = f"SELECT key, data FROM blobs WHERE key IN ({','.join('?' * len(chunk))})"
+            for key, data in self.db.execute(q, chunk):
+                out[key] = json.loads(zlib.decompress(data))
+        return out
+
+    def put_many(self, items: dict[str, dict]) -> None:
+        with self.db:
+            self.db.executemany("INSERT OR REPLACE INTO blobs VALUES (?, ?)",
+                                [(k, zlib.compress(json.dumps(v).encode(), 1)) for k, v in items.items()])
+
+    def close(self) -> None:
+        self.db.close()
+
+
+# ---- the query: what the issue text names -------------------------------------------------
+
+_PATH_RE = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.(?:py|pyi|rst|cfg|toml|ini|txt|html|css|js|c|h|pyx))\b")
+_TB_RE = re.compile(r'File "([^"]+)", line (\d+)(?:, in (\w+))?')
+_DOTTED_RE = re.compile(r"\b([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)\b")
+_BACKTICK_RE = re.compile(r"`([^`\n]{1,120})`")
+_CODE_BLOCK_RE = re.compile(r"```.*?```|(?:^(?: {4}|\t|>>> |\.\.\. ).*$\n?)+", re.S | re.M)
+
+
+@dataclass
+class Query:
+    paths: list[str]
+    frames: list[tuple[str, str]]  # (path as written, function)
+    dotted: list[str]
+    idents: Counter[str]  # identifiers that look like code (exact case)
+    terms: Counter[str]
+
+
+def parse_problem(problem: str) -> Query:
+    frames = [(m.group(1), m.group(3) or "") for m in _TB_RE.finditer(problem)]
+    paths = list(dict.fromkeys(m.group(1) for m in _PATH_RE.finditer(problem)))
+    dotted = list(dict.fromkeys(m.group(1) for m in _DOTTED_RE.finditer(problem)
+                                if not re.fullmatch(r"[\d.]+", m.group(1))))
+    code_text = " ".join(_CODE_BLOCK_RE.findall(problem)) + " " + " ".join(_BACKTICK_RE.findall(problem))
+    idents: Counter[str] = Counter()
+    for word in _WORD.findall(problem):
+        looks_code = ("_" in word.strip("_") or re.search(r"[a-z][A-Z]", word) is not None
+                      or (word[0].isupper() and any(c.isupper() for c in word[1:])))
+        if looks_code and len(word) > 2:
+            idents[word] += 1
+    for word in _WORD.findall(code_text):
+        if len(word) > 2 and word.lower() not in STOP:
+            idents[word] += 1
+    for d in dotted:
+        for part in d.split("."):
+            if len(part) > 2 and part.lower() not in STOP:
+                idents[part] += 1
+    for _, func in frames:
+        if func and func != "module":
+            idents[func] += 2
+    return Query(paths, frames, dotted, idents, Counter(terms_of(problem)))
+
+
+# ---- the index ----------------------------------------------------------------------------
+
+@dataclass
+class Candidate:
+    path: str
+    score: float
+    symbols: list[str]
+
+
+@dataclass
+class Option:
+    path: str
+    why: str  # "imported by X", "tests of X", "config", "calls Y"
+
+
+def is_test_path(path: str) -> bool:
+    parts = PurePosixPath(path).parts
+    name = parts[-1] if parts else ""
+    return (any(p in ("tests", "test", "testing") for p in parts[:-1]) or name.startswith("test_")
+            or name.endswith("_test.py") or name == "conftest.py")
+
+
+def _is_doc_path(path: str) -> bool:
+    parts = PurePosixPath(path).parts
+    return bool(parts) and parts[0] in ("doc", "docs", "examples", "example", "benchmarks", "bench")
+
+
+class RepoIndex:
+    def __init__(self, source: _Source, entries: list[Entry], infos: dict[str, FileInfo]):
+        self.source = source
+        self.entries = {e.path: e for e in entries}
+        self.infos = infos
+        self.paths = sorted(self.entries)
+        self._files = {p for p, e in self.entries.items() if e.mode != "120000"}
+        self._prepare()
+
+    # -- building ----------------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, wt: Worktree, cache_dir: Path) -> RepoIndex:
+        """The index of ``wt`` at its base commit, from the cache when built before."""
+        return cls._build(_WorktreeSource(wt), cache_dir)
+
+    @classmethod
+    def build_from_git(cls, git_dir: Path, commit: str, cache_dir: Path) -> RepoIndex:
+        """The same, reading blobs from a (bare) repository: no worktree needed."""
+        return cls._build(_GitSource(git_dir, commit), cache_dir)
+
+    @classmethod
+    def _build(cls, source: _Source, cache_dir: Path) -> RepoIndex:
+        base = cache_dir / "localize"
+        tree_file = base / "trees" / f"{content_key(str(INDEX_VERSION), source.key)}.json"
+        entries: list[Entry] | None = None
+        if tree_file.is_file():
+            try:
+                entries = [Entry(*row) for row in json.loads(tree_file.read_text())]
+            except (ValueError, TypeError):
+                entries = None
+        if entries is None:
+            entries = source.entries()
+            atomic_write(tree_file, json.dumps([[e.path, e.mode, e.sha, e.size] for e in entries]))
+        cache = _BlobCache(base / "blobs.sqlite")
+        try:
+            def bkey(e: Entry) -> str:
+                # The analysis depends on the path too (suffix, relative imports).
+                return f"{INDEX_VERSION}:{e.sha}:{e.path}"
+            got = cache.get_many([bkey(e) for e in entries])
+            missing = [e for e in entries if bkey(e) not in got]
+            if missing:
+                with file_lock(base / "build.lock"):
+                    data = source.read_many(missing)
+                    fresh: dict[str, dict] = {}
+                    for e in missing:
+                        blob = data.get(e.path)
+                        info = analyze(e.path, blob, e.size) if e.mode != "120000" else FileInfo(e.path, e.size)
+                        fresh[bkey(e)] = _info_to_json(info)
+                    cache.put_many(fresh)
+                    got.update(fresh)
+        finally:
+            cache.close()
+        infos = {e.path: _info_from_json(e.path, got[bkey(e)]) for e in entries}
+        return cls(source, entries, infos)
+
+    def _prepare(self) -> None:
+        # Inverted indexes for ranking: terms -> files, symbol names -> defining files,
+        # module names -> paths.
+        self.postings: dict[str, list[tuple[str, int]]] = defaultdict(list)
+        self.defs: dict[str, list[str]] = defaultdict(list)
+        self.modules: dict[str, str] = {}
+        total = 0
+        n = 0
+        for path in self.paths:
+            info = self.infos[path]
+            if info.terms:
+                n += 1
+                total += info.length
+                for term, tf in info.terms.items():
+                    self.postings[term].append((path, tf))
+            for sym in info.symbols:
+                lst = self.defs[sym.name]
+                if not lst or lst[-1] != path:
+                    lst.append(path)
+            if path.endswith(PY_SUFFIXES):
+                mod = _module_of(path)
+                self.modules.setdefault(mod, path)
+                first, _, rest = mod.partition(".")
+                # src/ and lib/ layouts: the import name drops the non-package root.
+                if rest and f"{first}/__init__.py" not in self.entries:
+                    self.modules.setdefault(rest, path)
+        self.n_docs = max(n, 1)
+        self.avg_len = total / self.n_docs if n else 1.0
+        self.by_name: dict[str, list[str]] = defaultdict(list)
+        for path in self.paths:
+            self.by_name[PurePosixPath(path).name].append(path)
+
+    # -- small queries -----------------------------------------------------------------------
+
+    def exists(self, path: str) -> bool:
+        return _clean(path) in self._files
+
+    def nearest(self, path: str, n: int = 5) -> list[str]:
+        """The real paths closest to a wrong one: same file name first, then by similarity."""
+        want = _clean(path)
+        name = PurePosixPath(want).name
+        same = sorted(self.by_name.get(name, []),
+                      key=lambda p: (-difflib.SequenceMatcher(None, want, p).ratio(), p))
+        pool = [p for p in self.paths if p.endswith(PY_SUFFIXES)] or self.paths
+        close = difflib.get_close_matches(want, pool, n=n * 2, cutoff=0.3)
+        stem = PurePosixPath(want).stem.lower()
+        by_stem = [p for p in pool if stem and stem in PurePosixPath(p).stem.lower()]
+        by_stem.sort(key=lambda p: (-difflib.SequenceMatcher(None, want, p).ratio(), p))
+        return list(dict.fromkeys(same + close + by_stem))[:n]
+
+    def module_path(self, dotted: str) -> str | None:
+        """The file a dotted module name refers to, trying shorter prefixes (``a.b.Class``)."""
+        parts = dotted.split(".")
+        while parts:
+            hit = self.modules.get(".".join(parts))
+            if hit:
+                return hit
+            parts.pop()
+        return None
+
+    def imports_of(self, path: str) -> list[str]:
+        out: list[str] = []
+        info = self.infos.get(path)
+        if not info:
+            return out
+        for mod in info.imports:
+            hit = self.modules.get(mod)
+            if hit is None:
+                # "from a.b import name": the name lives in a.b.
+                hit = self.modules.get(mod.rpartition(".")[0]) if "." in mod else None
+            if hit and hit != path and hit not in out:
+                out.append(hit)
+        return out
+
+    # -- ranking -----------------------------------------------------------------------------
+
+    def _bm25(self, terms: Counter[str]) -> dict[str, float]:
+        k1, b = 1.2, 0.75
+        scores: dict[str, float] = defaultdict(float)
+        for term, qtf in terms.items():
+            posting = self.postings.get(term)
+            if not posting:
+                continue
+            df = len(posting)
+            idf = math.log(1 + (self.n_docs - df + 0.5) / (df + 0.5))
+            weight = idf * min(qtf, 3)
+            for path, tf in posting:
+                length = self.infos[path].length
+                scores[path] += weight * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / self.avg_len))
+        return scores
+
+    def rank(self, problem: str, k: int = 30) -> list[Candidate]:
+        """Files most likely to need changing for ``problem``, best first (deterministic)."""
+        q = parse_problem(problem)
+        score: dict[str, float] = defaultdict(float)
+        why: dict[str, list[str]] = defaultdict(list)
+
+        lexical = self._bm25(q.terms)
+        top = max(lexical.values(), default=0.0) or 1.0
+        for path, s in lexical.items():
+            score[path] += 4.0 * s / top
+
+        # Definitions of the identifiers the issue names: rare names point at few files.
+        for ident, count in q.idents.items():
+            files = self.defs.get(ident)
+            if not files:
+                continue
+            idf = math.log(1 + self.n_docs / len(files))
+            w = idf * (1 + math.log(count)) / max(1.0, math.sqrt(len(files)))
+            for path in files:
+                score[path] += 1.5 * w
+                why[path].append(ident)
+
+        # Dotted names: a module path or module.attribute.
+        for dotted in q.dotted:
+            hit = self.module_path(dotted)
+            if hit is not None:
+                depth = hit.count("/") + 1
+                score[hit] += 2.0 + 0.5 * min(depth, 4)
+
+        # Paths written in the issue or its traceback (suffix match: tracebacks hold absolute paths).
+        frame_paths = [p for p, _ in q.frames]
+        for written in q.paths + frame_paths:
+            for path in self._match_written_path(written):
+                bonus = 6.0
+                if written in frame_paths:
+                    # The deepest frames are nearest the fault.
+                    bonus = 3.0 + 3.0 * (frame_paths.index(written) + 1) / len(frame_paths)
+                score[path] += bonus
+
+        # The file's own name said in the issue (``autodoc``, ``sessions``).
+        for path in list(score):
+            stem = PurePosixPath(path).stem
+            if stem == "__init__":
+                stem = PurePosixPath(path).parent.name
+            if stem.lower() in q.terms and stem.lower() not in STOP and len(stem) > 3:
+                score[path] += 1.0
+
+        ranked: list[Candidate] = []
+        for path, s in score.items():
+            info = self.infos.get(path)
+            if info is None or path not in self._files or not info.readable:
+                continue
+            if is_test_path(path):
+                s *= 0.35
+            elif _is_doc_path(path) or not path.endswith(PY_SUFFIXES):
+                s *= 0.4
+            ranked.append(Candidate(path, round(s, 6), list(dict.fromkeys(why.get(path, [])))[:8]))
+        ranked.sort(key=lambda c: (-c.score, c.path))
+        return ranked[:k]
+
+    def _match_written_path(self, written: str) -> list[str]:
+        w = written.replace("\\", "/").lstrip("./")
+        if w in self._files:
+            return [w]
+        parts = w.split("/")
+        # Longest repository-relative suffix of the written path that names a real file.
+        for i in range(1, len(parts)):
+            suffix = "/".join(parts[i:])
+            if suffix in self._files:
+                return [suffix]
+        if len(parts) >= 2:
+            tail = "/".join(parts[-2:])
+            hits = [p for p in self.by_name.get(parts[-1], []) if p.endswith("/" + tail)]
+            if hits:
+                return hits[:2]
+        return []
+
+    # -- the Planner's map -------------------------------------------------------------------
+
+    def repo_map(self, ranked: list[Candidate], max_tokens: int = 6000) -> str:
+        """Ranked files with their classes and functions, then the tree folded around them."""
+        per_file = 24
+        while True:
+            text = self._render_map(ranked, per_file)
+            if count_tokens(text) <= max_tokens or per_file == 0:
+                break
+            per_file = per_file // 2 if per_file > 3 else per_file - 1
+        if count_tokens(text) > max_tokens:
+            text = _cut(text, max_tokens)
+        return text
+
+    def _render_map(self, ranked: list[Candidate], per_file: int) -> str:
+        lines = ["Candidate files, most likely first (classes and functions they define):"]
+        for i, cand in enumerate(ranked, 1):
+            info = self.infos[cand.path]
+            head = f"{i:>2}. {cand.path} ({info.lines} lines)"
+            if per_file:
+                names = _symbol_names(info.symbols, cand.symbols, per_file)
+                if names:
+                    head += ": " + ", ".join(names)
+            lines.append(head)
+        lines.append("")
+        lines.append("Repository tree (folded; [n] = files inside):")
+        lines.extend(self._folded_tree({c.path for c in ranked}))
+        return "\n".join(lines)
+
+    def _folded_tree(self, keep: set[str]) -> list[str]:
+        # Directories on the way to a candidate are opened; others are shown folded, with counts.
+        open_dirs = {"."}
+        for path in keep:
+            parent = PurePosixPath(path).parent
+            while str(parent) != ".":
+                open_dirs.add(str(parent))
+                parent = parent.parent
+        counts: Counter[str] = Counter()
+        children: dict[str, set[str]] = defaultdict(set)
+        for path in self.paths:
+            parts = PurePosixPath(path).parts
+            for depth in range(len(parts)):
+                d = "/".join(parts[:depth]) or "."
+                counts[d] += 1
+                if d in open_dirs:
+                    child = "/".join(parts[:depth + 1])
+                    children[d].add(child)
+                if d not in open_dirs:
+                    break
+        out: list[str] = []
+
+        def walk(d: str, indent: int) -> None:
+            kids = sorted(children.get(d, ()))
+            dirs = [c for c in kids if c not in self.entries]
+            files = [c for c in kids if c in self.entries]
+            for c in dirs:
+                name = PurePosixPath(c).name
+                if c in open_dirs:
+                    out.append("  " * indent + f"{name}/")
+                    walk(c, indent + 1)
+                else:
+                    out.append("  " * indent + f"{name}/ [{counts[c]}]")
+            shown = [f for f in files if f in keep]
+            others = len(files) - len(shown)
+            for f in shown:
+                out.append("  " * indent + PurePosixPath(f).name + "  *")
+            if others:
+                out.append("  " * indent + f"(+{others} other files)")
+
+        walk(".", 0)
+        return out
+
+    # -- the Explorer's view of a file --------------------------------------------------------
+
+    def read_text(self, path: str) -> str | None:
+        path = _clean(path)
+        info = self.infos.get(path)
+        if info is None or not info.readable or path not in self._files:
+            return None
+        data = self.source.read_many([self.entries[path]]).get(path)
+        return None if data is None else _decode(data)
+
+    def view(self, path: str, focus: list[str], max_tokens: int, full_under_lines: int = 400) -> str:
+        """The file as the Explorer sees it, within ``max_tokens``.
+
+        Small files are shown whole with line numbers. Larger ones as a skeleton: every class and
+        function signature with its line range and docstring's first line, module-level
+        statements' first lines, and full bodies only for the ``focus`` symbols.
+        """
+        path = _clean(path)
+        if path not in self.entries:
+            return f"# {path}: no such file"
+        text = self.read_text(path)
+        if text is None:
+            e = self.entries[path]
+            return f"# {path}: not shown ({'symlink' if e.mode == '120000' else 'binary, huge or unreadable'})"
+        lines = text.splitlines()
+        header = f"# {path} ({len(lines)} lines)"
+        full = header + "\n" + _numbered(lines, 1, len(lines))
+        if len(lines) <= full_under_lines and count_tokens(full) <= max_tokens:
+            return full
+        info = self.infos[path]
+        if not info.symbols:
+            return self._grep_view(path, lines, focus, max_tokens)
+        focus_set = {f.split(".")[-1] for f in focus} | set(focus)
+        for level in range(4):
+            out = header + " [skeleton: bodies shown only for " + (", ".join(focus) or "nothing") + "]\n"
+            out += self._skeleton(lines, info, focus_set, level, max_tokens - count_tokens(out))
+            if count_tokens(out) <= max_tokens:
+                return out
+        return _cut(out, max_tokens)
+
+    def _skeleton(self, lines: list[str], info: FileInfo, focus: set[str], level: int,
+                  budget: int) -> str:
+        """level 0: signatures, docstrings, focus bodies; 1: no docstrings; 2: classes with no
+        focus inside folded to one line listing their methods; 3: focus bodies cut to fit."""
+        symbols = sorted(info.symbols, key=lambda s: (s.start, -s.end))
+        focused = [s for s in symbols if s.name in focus or s.qualname in focus]
+        body_cap = None
+        if level >= 3 and focused:
+            # What the folded skeleton costs without any body; the rest is shared by the bodies.
+            base = count_tokens(self._skeleton(lines, info, set(), 2, budget))
+            body_cap = max((budget - base) // len(focused) - 20, 60)
+        items: list[tuple[int, str]] = []
+        for a, b, is_doc in info.stmts:
+            if level >= 2 and len(items) >= 30:
+                items.append((a, f"{a:>5}| ... {len(info.stmts) - 30} more module-level statements"))
+                break
+            last = a if is_doc or b - a > 2 else b
+            text = _numbered(lines, a, last)
+            items.append((a, text + (f"  ... (to line {b})" if last < b else "")))
+        covered = 0
+        for s in symbols:
+            if s.start <= covered:
+                continue
+            depth = s.qualname.count(".")
+            pad = "       " + "    " * (depth + 1)
+            if s in focused:
+                body = _numbered(lines, s.start, s.end)
+                if body_cap is not None and count_tokens(body) > body_cap:
+                    body = _cut(body, body_cap)
+                items.append((s.start, body))
+                covered = s.end
+                continue
+            has_focus = any(s.start <= f.start and f.end <= s.end for f in focused)
+            if level >= 2 and s.kind == "class" and not has_focus:
+                methods = [m.name for m in symbols if m.qualname.startswith(s.qualname + ".")
+                           and m.qualname.count(".") == depth + 1]
+                text = _numbered(lines, s.start, min(s.header_end, s.start + 3)) + f"  # lines {s.start}-{s.end}"
+                if methods:
+                    text += "\n" + pad + "methods: " + ", ".join(methods)
+                items.append((s.start, text))
+                covered = s.end
+                continue
+            text = _numbered(lines, s.start, min(s.header_end, s.start + 5))
+            if s.doc and level == 0:
+                text += "\n" + pad + f'"""{s.doc}"""'
+            if s.kind == "def":
+                text += "\n" + pad + f"... lines {s.start}-{s.end}"
+                covered = s.end
+            items.append((s.start, text))
+        items.sort(key=lambda t: t[0])
+        return "\n".join(text for _, text in items)
+
+    def _grep_view(self, path: str, lines: list[str], focus: list[str], max_tokens: int) -> str:
+        """A large file with no symbols: its head, then windows around lines naming the focus."""
+        header = f"# {path} ({len(lines)} lines) [head, and lines around: {', '.join(focus) or 'nothing'}]\n"
+        budget = max_tokens - count_tokens(header)
+        picked: set[int] = set(range(1, min(len(lines), 40) + 1))
+        for i, line in enumerate(lines, 1):
+            if any(f and f in line for f in focus):
+                picked.update(range(max(1, i - 5), min(len(lines), i + 5) + 1))
+        chunks: list[str] = []
+        prev = 0
+        for n in sorted(picked):
+            if prev and n != prev + 1:
+                chunks.append("  ...")
+            chunks.append(f"{n:>5}| {lines[n - 1]}")
+            prev = n
+        return header + _cut("\n".join(chunks), budget)
+
+    # -- what to read next --------------------------------------------------------------------
+
+    def options(self, read: list[str], suspects: list[str]) -> list[Option]:
+        """What the Explorer may read next, each with the reason it is offered."""
+        read_set = {_clean(p) for p in read}
+        out: dict[str, Option] = {}
+
+        def offer(path: str, why: str) -> None:
+            if path in read_set or path in out or path not in self._files:
+                return
+            if not self.infos[path].readable:
+                return
+            out[path] = Option(path, why)
+
+        for path in read:
+            for imp in self.imports_of(_clean(path)):
+                offer(imp, f"imported by {path}")
+        for path in read:
+            for test in self.tests_of(_clean(path)):
+                offer(test, f"tests of {path}")
+        for name in suspects:
+            sym = name.split(".")[-1]
+            for path in self.callers_of(sym):
+                offer(path, f"calls {sym}")
+        dirs = {str(PurePosixPath(_clean(p)).parent) for p in read}
+        for cfg in CONFIG_NAMES:
+            for d in sorted(dirs) + ["."]:
+                cand = cfg if d == "." else f"{d}/{cfg}"
+                offer(cand, "config")
+        return list(out.values())
+
+    def tests_of(self, path: str) -> list[str]:
+        stem = PurePosixPath(path).stem
+        if stem == "__init__":
+            stem = PurePosixPath(path).parent.name
+        names = (f"test_{stem}.py", f"{stem}_test.py", f"test_{stem}s.py")
+        hits = [p for name in names for p in self.by_name.get(name, [])]
+        pkg = PurePosixPath(path).parts[0] if "/" in path else ""
+        # Prefer tests in the same package tree.
+        hits.sort(key=lambda p: (not p.startswith(pkg), p))
+        return hits[:3]
+
+    def callers_of(self, name: str, n: int = 4) -> list[str]:
+        """Files that use ``name`` but do not define it, most uses first."""
+        posting = self.postings.get(name.lower(), [])
+        defining = set(self.defs.get(name, []))
+        users = [(tf, p) for p, tf in posting if p not in defining]
+        users.sort(key=lambda t: (is_test_path(t[1]), -t[0], t[1]))
+        return [p for _, p in users[:n]]
+
+
+# ---- helpers -------------------------------------------------------------------------------
+
+def _clean(path: str) -> str:
+    p = path.strip().replace("\\", "/")
+    while p.startswith("./"):
+        p = p[2:]
+    return p.lstrip("/")
+
+
+def _numbered(lines: list[str], start: int, end: int) -> str:
+    return "\n".join(f"{n:>5}| {lines[n - 1]}" for n in range(start, min(end, len(lines)) + 1))
+
+
+def _cut(text: str, max_tokens: int) -> str:
+    if count_tokens(text) <= max_tokens:
+        return text
+    keep = max(0, max_tokens * 7 // 2 - 60)
+    cut = text[:keep]
+    if "\n" in cut:
+        cut = cut[: cut.rindex("\n")]
+    return cut + "\n  ... (cut to fit the token budget)"
+
+
+def _symbol_names(symbols: list[Symbol], matched: Iterable[str], limit: int) -> list[str]:
+    matched = list(matched)
+    top = [s for s in symbols if s.qualname.count(".") == 0]
+    names = [s.name + ("()" if s.kind == "def" else "") for s in top]
+    # Methods the issue names are shown qualified, first.
+    hits = [s.qualname for s in symbols if s.name in matched and "." in s.qualname]
+    ordered = list(dict.fromkeys(hits + [n for n in names if n.rstrip("()") in matched] + names))
+    if len(ordered) > limit:
+        ordered = ordered[:limit] + [f"+{len(ordered) - limit} more"]
+    return ordered
+
+
+def token_reader(index: RepoIndex) -> Callable[[str], int]:
+    """Tokens of a file's full text, for budgeting."""
+    def count(path: str) -> int:
+        text = index.read_text(path)
+        return count_tokens(text) if text else 0
+    return count
