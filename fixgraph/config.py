@@ -92,6 +92,9 @@ class CriticSettings(_Strict):
     llm_check_calls: int = Field(1, ge=1, le=5)
     tests: bool = True
     guard: Literal["block", "warn", "off"] = "warn"
+    # The pyright command (a name on PATH or a path); the static phase fails loudly without it.
+    pyright: str = "pyright"
+    static_timeout_s: float = Field(300.0, gt=0)
     fix_score_threshold: float = Field(0.8, ge=0.0, le=1.0)
 
 

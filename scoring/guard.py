@@ -1,0 +1,428 @@
+"""The unsafe-patch guard, after HealGuard (Tan et al., 2026).
+
+A patch is flagged when its added code performs a protected operation (process execution, file
+deletion or overwrite outside the repository, ``eval``/``exec``/``compile``, dynamic import,
+network access, unpickling), turns a safety check off (TLS verification, a validation flag, a
+validator bypassed, an exception swallowed), or edits tests or CI files.
+
+Detection reads the AST, not the text: calls are resolved through the file's imports (``import
+subprocess as sp; sp.run`` is ``subprocess.run``; a local function that happens to be called
+``run`` is not), so comments, strings and look-alike names do not fire. Inside each function the
+patch touches, a flow-insensitive data-flow pass marks the names the patch assigned and every name
+computed from them; an unchanged protected call whose key argument now carries such a value is
+flagged too (the patch changed what an old ``subprocess.run(cmd)`` runs).
+
+The policy (block, warn, off) is the Critic node's, from ``cfg.critic.guard``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from fixgraph.state import Finding
+from fixgraph.workspace import Worktree
+from scoring.patchinfo import FileChange, PatchParseError, SymbolMap, base_content, parse_patch
+
+# Qualified callee -> (rule, index of the key argument, its keyword name).
+PROTECTED: dict[str, tuple[str, int, str]] = {}
+
+
+def _add(rule: str, names: Iterable[str], index: int = 0, keyword: str = "") -> None:
+    for name in names:
+        PROTECTED[name] = (rule, index, keyword)
+
+
+_add("process-exec", [f"subprocess.{n}" for n in ("run", "call", "check_call", "check_output", "Popen",
+                                                  "getoutput", "getstatusoutput")], 0, "args")
+_add("process-exec", ["os.system", "os.popen", "pty.spawn", "commands.getoutput",
+                      "asyncio.create_subprocess_exec", "asyncio.create_subprocess_shell"], 0, "cmd")
+_add("process-exec", [f"os.{n}" for n in ("execv", "execve", "execl", "execle", "execlp", "execlpe", "execvp",
+                                          "execvpe", "spawnl", "spawnle", "spawnlp", "spawnv", "spawnve",
+                                          "spawnvp", "posix_spawn", "posix_spawnp", "startfile")], 0, "path")
+_add("file-delete", ["os.remove", "os.unlink", "os.rmdir", "os.removedirs", "shutil.rmtree", "os.truncate"], 0,
+     "path")
+_add("eval-exec", ["eval", "exec", "compile", "builtins.eval", "builtins.exec", "builtins.compile"], 0, "source")
+_add("dynamic-import", ["__import__", "builtins.__import__", "importlib.import_module", "importlib.__import__",
+                        "importlib.util.spec_from_file_location", "importlib.machinery.SourceFileLoader",
+                        "imp.load_source", "imp.load_module", "runpy.run_path", "runpy.run_module"], 0, "name")
+_add("network", ["socket.socket", "socket.create_connection", "socket.create_server", "urllib.request.urlopen",
+                 "urllib.request.Request", "urllib.urlopen", "urllib2.urlopen", "http.client.HTTPConnection",
+                 "http.client.HTTPSConnection", "httplib.HTTPConnection", "ftplib.FTP", "smtplib.SMTP",
+                 "telnetlib.Telnet", "asyncio.open_connection", "aiohttp.ClientSession", "paramiko.SSHClient"], 0,
+     "url")
+_add("network", [f"{lib}.{verb}" for lib in ("requests", "httpx")
+                 for verb in ("get", "post", "put", "patch", "delete", "head", "options", "request", "stream")], 0,
+     "url")
+_add("unpickle", ["pickle.load", "pickle.loads", "pickle.Unpickler", "cPickle.load", "cPickle.loads",
+                  "_pickle.load", "_pickle.loads", "dill.load", "dill.loads", "marshal.load", "marshal.loads",
+                  "shelve.open", "joblib.load", "pandas.read_pickle", "yaml.unsafe_load", "yaml.full_load",
+                  "jsonpickle.decode", "torch.load"], 0, "data")
+
+SAFE_YAML_LOADERS = {"SafeLoader", "CSafeLoader", "BaseLoader", "CBaseLoader"}
+# Keyword arguments that switch a safety check off when given these values.
+SAFETY_KEYWORDS: dict[str, tuple[str, object]] = {
+    "verify": ("tls-verify-off", False),
+    "verify_ssl": ("tls-verify-off", False),
+    "ssl_verify": ("tls-verify-off", False),
+    "check_hostname": ("tls-verify-off", False),
+    "validate": ("validation-off", False),
+    "validation": ("validation-off", False),
+    "validate_args": ("validation-off", False),
+    "autoescape": ("validation-off", False),
+    "allow_pickle": ("unpickle", True),
+}
+# Attributes or names whose assignment to this value switches a check off.
+SAFETY_ASSIGNMENTS: dict[str, tuple[str, object]] = {
+    "LOAD_TRUNCATED_IMAGES": ("validation-off", True),
+    "MAX_IMAGE_PIXELS": ("validation-off", None),
+    "check_hostname": ("tls-verify-off", False),
+    "verify": ("tls-verify-off", False),
+    "verify_mode": ("tls-verify-off", "CERT_NONE"),
+    "validate": ("validation-off", False),
+}
+UNVERIFIED_TLS = {"ssl._create_unverified_context", "ssl._create_default_https_context",
+                  "urllib3.disable_warnings", "requests.packages.urllib3.disable_warnings"}
+BROAD_EXCEPTIONS = {"Exception", "BaseException"}
+VALIDATOR_NAME = re.compile(r"(^|_)(valid|validate|validator|check|verify|sanitize|sanitise|ensure|assert)", re.I)
+TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*\.py$|_tests?\.py$|(^|/)conftest\.py$")
+CI_PATH = re.compile(r"(^|/)(\.github/|\.circleci/|\.gitlab-ci\.yml$|\.travis\.yml$|azure-pipelines\.ya?ml$|"
+                     r"Jenkinsfile$|appveyor\.ya?ml$|\.cirrus\.ya?ml$|tox\.ini$|noxfile\.py$|"
+                     r"\.pre-commit-config\.ya?ml$|codecov\.ya?ml$)")
+
+
+@dataclass
+class _Ctx:
+    path: str
+    added: frozenset[int]
+    imports: dict[str, str]
+    symbols: SymbolMap
+    out: list[Finding]
+    seen: set[tuple[str, int, str]]
+
+    def flag(self, rule: str, line: int, message: str) -> None:
+        key = (rule, line, message)
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        self.out.append(Finding(source="guard", rule=rule, message=message, file=self.path, line=line,
+                                symbol=self.symbols.symbol_at(line), severity="warning"))
+
+
+def check_patch(wt: Worktree, patch: str) -> list[Finding]:
+    """Guard findings for ``patch``, which the worktree holds applied on top of its base."""
+    try:
+        changes = parse_patch(patch)
+    except PatchParseError:
+        return []
+    out: list[Finding] = []
+    for c in changes:
+        out += _path_rules(c)
+        if not c.is_python or c.is_deleted:
+            continue
+        after = wt.read(c.path)
+        if after is None:
+            continue
+        out += check_source(c, after, None if c.is_new else base_content(wt, c.path))
+    return out
+
+
+def _path_rules(c: FileChange) -> list[Finding]:
+    if CI_PATH.search(c.path):
+        return [Finding(source="guard", rule="edits-ci", message=f"the patch edits the CI file {c.path}",
+                        file=c.path, line=0, symbol="", severity="warning")]
+    if TEST_PATH.search(c.path):
+        verb = "deletes" if c.is_deleted else "adds" if c.is_new else "edits"
+        return [Finding(source="guard", rule="edits-tests", message=f"the patch {verb} the test file {c.path}",
+                        file=c.path, line=0, symbol="", severity="warning")]
+    return []
+
+
+def check_source(change: FileChange, after: str, before: str | None) -> list[Finding]:
+    """Guard findings in one Python file, given its text after and before the patch."""
+    symbols = SymbolMap(after)
+    if symbols.tree is None:
+        return []  # the static phase reports the syntax error
+    ctx = _Ctx(change.path, change.added, import_map(symbols.tree), symbols, [], set())
+    tree = symbols.tree
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in change.added:
+            _check_node(node, ctx)
+        if isinstance(node, ast.ExceptHandler) and _lines(node) & change.added:
+            _check_handler(node, ctx)
+    # Data flow inside each touched function (and the module body for module-level edits).
+    for scope in _touched_scopes(tree, symbols, change.added):
+        _data_flow(scope, ctx)
+    if before is not None:
+        _validator_bypass(change, after, before, ctx)
+    return ctx.out
+
+
+# ---- names ---------------------------------------------------------------------------------
+
+
+def import_map(tree: ast.AST) -> dict[str, str]:
+    """Local name -> qualified name, for every import in the file (at any depth)."""
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    names[alias.asname] = alias.name
+                else:
+                    root = alias.name.split(".")[0]
+                    names[root] = root
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                if alias.name != "*":
+                    names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return names
+
+
+def qualname(node: ast.AST, imports: dict[str, str]) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    root = imports.get(node.id)
+    if root is None:
+        # An unimported bare name is a builtin or a local; only builtins are protected.
+        if parts or node.id not in {"eval", "exec", "compile", "__import__", "open"}:
+            return None
+        root = node.id
+    return ".".join([root] + list(reversed(parts)))
+
+
+def _lines(node: ast.AST) -> set[int]:
+    start = getattr(node, "lineno", 0)
+    end = getattr(node, "end_lineno", start) or start
+    return set(range(start, end + 1))
+
+
+def _const(node: ast.AST | None) -> object:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Attribute):
+        return node.attr  # ssl.CERT_NONE -> "CERT_NONE"
+    if isinstance(node, ast.Name):
+        return node.id
+    return _Missing
+
+
+class _Missing:
+    pass
+
+
+# ---- rules on added nodes ------------------------------------------------------------------
+
+
+def _key_arg(call: ast.Call, index: int, keyword: str) -> ast.AST | None:
+    if len(call.args) > index:
+        return call.args[index]
+    for kw in call.keywords:
+        if kw.arg == keyword:
+            return kw.value
+    return None
+
+
+def _check_node(node: ast.AST, ctx: _Ctx) -> None:
+    line = getattr(node, "lineno", 0)
+    if isinstance(node, ast.Call):
+        name = qualname(node.func, ctx.imports)
+        if name in PROTECTED:
+            rule, _, _ = PROTECTED[name]
+            if name.startswith("yaml.") or rule != "unpickle" or not _safe_unpickle(node, name):
+                ctx.flag(rule, line, f"added code calls {name}()")
+        elif name in ("yaml.load", "yaml.load_all") and not _safe_yaml(node, ctx):
+            ctx.flag("unpickle", line, f"added code calls {name}() without a safe Loader")
+        elif name == "open" or (name or "").endswith(("Path.write_text", "Path.write_bytes")):
+            _check_overwrite(node, ctx, name or "open")
+        elif name in UNVERIFIED_TLS:
+            ctx.flag("tls-verify-off", line, f"added code calls {name}()")
+        elif isinstance(node.func, ast.Attribute) and node.func.attr in ("unlink", "rmdir", "rmtree") and name is None:
+            ctx.flag("file-delete", line, f"added code calls .{node.func.attr}()")
+        for kw in node.keywords:
+            if kw.arg in SAFETY_KEYWORDS:
+                rule, bad = SAFETY_KEYWORDS[kw.arg]
+                if _const(kw.value) == bad and _const(kw.value) is not _Missing:
+                    ctx.flag(rule, line, f"added code passes {kw.arg}={ast.unparse(kw.value)}")
+            if kw.arg == "shell" and _const(kw.value) is True and name not in PROTECTED:
+                ctx.flag("process-exec", line, "added code passes shell=True")
+    elif isinstance(node, ast.Assign | ast.AnnAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            attr = target.attr if isinstance(target, ast.Attribute) else target.id if isinstance(target, ast.Name) else None
+            if attr in SAFETY_ASSIGNMENTS and node.value is not None:
+                rule, bad = SAFETY_ASSIGNMENTS[attr]
+                if _const(node.value) == bad:
+                    ctx.flag(rule, line, f"added code sets {ast.unparse(target)} = {ast.unparse(node.value)}")
+
+
+def _safe_unpickle(call: ast.Call, name: str) -> bool:
+    # torch.load(weights_only=True) does not unpickle arbitrary objects.
+    return name == "torch.load" and any(kw.arg == "weights_only" and _const(kw.value) is True for kw in call.keywords)
+
+
+def _safe_yaml(call: ast.Call, ctx: _Ctx) -> bool:
+    loader = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "Loader"), None)
+    return loader is not None and str(_const(loader)) in SAFE_YAML_LOADERS
+
+
+def _outside_repo(node: ast.AST | None) -> str | None:
+    """A literal path that points outside any repository: absolute, home or parent-relative."""
+    if node is None:
+        return None
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+            text = sub.value
+            if text.startswith(("/", "~")) and not text.startswith(("/tmp", "/dev/null")) or text.startswith("../"):
+                return text
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in (
+                "expanduser", "home", "gettempdir") and sub.func.attr != "gettempdir":
+            return ast.unparse(sub)
+    return None
+
+
+def _check_overwrite(call: ast.Call, ctx: _Ctx, name: str) -> None:
+    if name == "open":
+        mode = _key_arg(call, 1, "mode")
+        if not (isinstance(mode, ast.Constant) and isinstance(mode.value, str) and set(mode.value) & set("wax+")):
+            return
+        target = _key_arg(call, 0, "file")
+    else:
+        target = call.func
+    where = _outside_repo(target)
+    if where is not None:
+        ctx.flag("file-delete", call.lineno, f"added code overwrites {where}, outside the repository")
+
+
+def _check_handler(handler: ast.ExceptHandler, ctx: _Ctx) -> None:
+    body_trivial = all(isinstance(s, ast.Pass | ast.Continue) or
+                       (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)) for s in handler.body)
+    if not body_trivial:
+        return
+    caught = handler.type
+    names = [caught] if caught is None or not isinstance(caught, ast.Tuple) else list(caught.elts)
+    broad = any(n is None or (isinstance(n, ast.Name) and n.id in BROAD_EXCEPTIONS) for n in names)
+    if broad:
+        what = "a bare except" if caught is None else f"except {ast.unparse(caught)}"
+        ctx.flag("swallowed-exception", handler.lineno, f"added code swallows every exception ({what} that does nothing)")
+
+
+# ---- data flow inside touched functions ----------------------------------------------------
+
+
+def _touched_scopes(tree: ast.Module, symbols: SymbolMap, added: frozenset[int]) -> Iterator[ast.AST]:
+    funcs = [s for s in symbols.scopes if isinstance(s.node, ast.FunctionDef | ast.AsyncFunctionDef)]
+    seen: set[int] = set()
+    for line in sorted(added):
+        inner = None
+        for sc in funcs:
+            if sc.start <= line <= sc.end and (inner is None or sc.end - sc.start < inner.end - inner.start):
+                inner = sc
+        if inner is None:
+            if 0 not in seen:
+                seen.add(0)
+                yield tree
+        elif id(inner.node) not in seen:
+            seen.add(id(inner.node))
+            yield inner.node
+
+
+def _own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
+    """Nodes of ``scope`` not inside a nested function or class (their data flow is their own)."""
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _target_names(target: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def _used_names(node: ast.AST | None) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} if node is not None else set()
+
+
+def _data_flow(scope: ast.AST, ctx: _Ctx) -> None:
+    flows: list[tuple[set[str], set[str], bool]] = []  # (targets, sources, on an added line)
+    for node in _own_nodes(scope):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Assign):
+            targets = set().union(*(_target_names(t) for t in node.targets))
+            flows.append((targets, _used_names(node.value), line in ctx.added))
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign) and node.value is not None:
+            flows.append((_target_names(node.target), _used_names(node.value) | _used_names(node.target),
+                          line in ctx.added))
+        elif isinstance(node, ast.For | ast.AsyncFor):
+            flows.append((_target_names(node.target), _used_names(node.iter), line in ctx.added))
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            flows.append((_target_names(node.optional_vars), _used_names(node.context_expr),
+                          getattr(node.context_expr, "lineno", 0) in ctx.added))
+        elif isinstance(node, ast.NamedExpr):
+            flows.append((_target_names(node.target), _used_names(node.value), line in ctx.added))
+    if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+        # A parameter the patch added (or whose default it changed) is a value it introduced.
+        for arg in scope.args.args + scope.args.kwonlyargs + scope.args.posonlyargs:
+            if arg.lineno in ctx.added:
+                flows.append(({arg.arg}, set(), True))
+    tainted: set[str] = set()
+    for targets, _, added in flows:
+        if added:
+            tainted |= targets
+    changed = True
+    while changed:
+        changed = False
+        for targets, sources, _ in flows:
+            if sources & tainted and not targets <= tainted:
+                tainted |= targets
+                changed = True
+    if not tainted:
+        return
+    for node in _own_nodes(scope):
+        if not isinstance(node, ast.Call) or node.lineno in ctx.added:
+            continue  # calls on added lines are judged by the direct rules
+        name = qualname(node.func, ctx.imports)
+        if name not in PROTECTED:
+            continue
+        rule, index, keyword = PROTECTED[name]
+        key = _key_arg(node, index, keyword)
+        reached = _used_names(key) & tainted
+        if reached:
+            ctx.flag(rule, node.lineno, f"a value the patch introduced ({', '.join(sorted(reached))}) reaches "
+                                        f"the key argument of {name}()")
+
+
+# ---- validators bypassed -------------------------------------------------------------------
+
+
+def _validator_bypass(change: FileChange, after: str, before: str, ctx: _Ctx) -> None:
+    """A validator-like function that lost its ``raise`` statements, or gained an early return."""
+    old = SymbolMap(before)
+    if old.tree is None or ctx.symbols.tree is None:
+        return
+    old_funcs = {s.qualname: s.node for s in old.scopes if isinstance(s.node, ast.FunctionDef | ast.AsyncFunctionDef)}
+    for sc in ctx.symbols.scopes:
+        node = sc.node
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or not VALIDATOR_NAME.search(node.name):
+            continue
+        if not _lines(node) & change.added and sc.qualname not in old_funcs:
+            continue
+        prev = old_funcs.get(sc.qualname)
+        if prev is None:
+            continue
+        raises_before = sum(isinstance(n, ast.Raise) for n in _own_nodes(prev))
+        raises_after = sum(isinstance(n, ast.Raise) for n in _own_nodes(node))
+        body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        early = bool(body) and isinstance(body[0], ast.Return) and body[0].lineno in change.added and len(body) > 1
+        if raises_after < raises_before and raises_after == 0:
+            ctx.flag("validation-off", node.lineno, f"the patch removes every raise from the validator {sc.qualname}")
+        elif early:
+            ctx.flag("validation-off", body[0].lineno, f"the patch makes the validator {sc.qualname} return early")

@@ -1,0 +1,150 @@
+"""What a unified diff touches: files, added lines, and the functions around them.
+
+Shared by the static phase, the guard and the LLM check, so all three agree on what the patch
+changed.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+from dataclasses import dataclass, field
+
+from unidiff import PatchSet
+from unidiff.errors import UnidiffParseError
+
+from fixgraph.workspace import Worktree
+
+
+class PatchParseError(Exception):
+    """The text is not a unified diff."""
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str  # repository-relative, the "after" name (the "before" name for a deletion)
+    is_new: bool
+    is_deleted: bool
+    added: frozenset[int] = field(default_factory=frozenset)  # line numbers in the new file
+    removed: frozenset[int] = field(default_factory=frozenset)  # line numbers in the old file
+    # Old-file lines next to which lines were added (for pure insertions: where they went).
+    anchors: frozenset[int] = field(default_factory=frozenset)
+
+    @property
+    def is_python(self) -> bool:
+        return self.path.endswith((".py", ".pyi"))
+
+
+def _strip(name: str) -> str:
+    return name[2:] if name.startswith(("a/", "b/")) else name
+
+
+def parse_patch(patch: str) -> list[FileChange]:
+    try:
+        files = PatchSet(patch)
+    except UnidiffParseError as exc:
+        raise PatchParseError(f"not a unified diff: {exc}") from None
+    if not patch.strip() or not files:
+        raise PatchParseError("not a unified diff: no file headers")
+    out: list[FileChange] = []
+    for pf in files:
+        deleted = pf.is_removed_file
+        path = _strip(pf.source_file if deleted else pf.target_file)
+        added: set[int] = set()
+        removed: set[int] = set()
+        anchors: set[int] = set()
+        for hunk in pf:
+            last_source = max(hunk.source_start, 1)
+            for line in hunk:
+                if line.source_line_no:
+                    last_source = line.source_line_no
+                if line.is_added and line.target_line_no:
+                    added.add(line.target_line_no)
+                    anchors.add(last_source)
+                elif line.is_removed and line.source_line_no:
+                    removed.add(line.source_line_no)
+        out.append(FileChange(path, pf.is_added_file, deleted, frozenset(added), frozenset(removed),
+                              frozenset(anchors)))
+    return out
+
+
+def base_content(wt: Worktree, path: str) -> str | None:
+    """The file as the base commit has it, or None when it did not exist there."""
+    proc = subprocess.run(["git", "show", f"{wt.base}:{path}"], cwd=wt.path, capture_output=True)
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.decode("utf-8", errors="replace")
+
+
+def check_applied(wt: Worktree, patch: str) -> str:
+    """Empty when the worktree holds ``patch`` on top of the base, else why not.
+
+    The patch is applied when its reverse applies cleanly to the working tree.
+    """
+    proc = subprocess.run(["git", "apply", "--check", "-R", "--whitespace=nowarn", "-"], cwd=wt.path,
+                          input=patch.encode(), capture_output=True)
+    if proc.returncode == 0:
+        return ""
+    lines = proc.stderr.decode(errors="replace").strip().splitlines()
+    return f"the patch does not apply to the worktree ({lines[0] if lines else 'git apply failed'})"
+
+
+@dataclass(frozen=True)
+class Scope:
+    qualname: str
+    start: int
+    end: int
+    node: ast.AST
+
+
+def scopes(tree: ast.AST) -> list[Scope]:
+    """Every function and class with its qualified name and line span, outermost first."""
+    found: list[Scope] = []
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                name = f"{prefix}{child.name}"
+                start = min([child.lineno] + [d.lineno for d in child.decorator_list])
+                found.append(Scope(name, start, child.end_lineno or child.lineno, child))
+                walk(child, name + ".")
+            else:
+                walk(child, prefix)
+
+    walk(tree, "")
+    return found
+
+
+class SymbolMap:
+    """Line number -> innermost enclosing function or class."""
+
+    def __init__(self, source: str | None):
+        self.tree: ast.Module | None = None
+        self.scopes: list[Scope] = []
+        if source is None:
+            return
+        try:
+            self.tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            return
+        self.scopes = scopes(self.tree)
+
+    def symbol_at(self, line: int) -> str:
+        best = ""
+        best_span = None
+        for sc in self.scopes:
+            if sc.start <= line <= sc.end and (best_span is None or sc.end - sc.start <= best_span):
+                best, best_span = sc.qualname, sc.end - sc.start
+        return best
+
+    def functions_touching(self, lines: set[int] | frozenset[int]) -> list[Scope]:
+        """The innermost functions (or classes, for class-level lines) holding any of ``lines``."""
+        hit: dict[str, Scope] = {}
+        for line in lines:
+            inner: Scope | None = None
+            for sc in self.scopes:
+                if sc.start <= line <= sc.end and (inner is None or sc.end - sc.start <= inner.end - inner.start):
+                    inner = sc
+            if inner is not None:
+                hit.setdefault(inner.qualname, inner)
+        return sorted(hit.values(), key=lambda s: s.start)

@@ -1,0 +1,400 @@
+"""Differential static analysis (REDO §3.1), done more carefully than comparing message strings.
+
+pyright and pyflakes run on the files a patch touches, before and after the patch, in the task's
+worktree (so the repository's own imports resolve). A diagnostic counts only when the patch
+introduced it. Each diagnostic is keyed by (file, rule, message with volatile parts normalized,
+enclosing function or class) and the keys are compared as multisets, so that:
+
+- code the patch only moved (to another line, or a function moved within the file) keeps its key
+  and does not look new, whereas REDO's line-free message strings would hide nothing here but
+  its set semantics hides a second copy of an existing error;
+- the same message appearing in another function does look new, where REDO's set of message
+  strings would have swallowed it.
+
+Speed: one pyright process per patch analyzes the "after" files and, side by side, a copy of each
+file's base version written next to it (so relative imports resolve identically); the base
+side's diagnostics are cached per (commit, file, analyzer version) under ``cache_dir``, and when
+every touched file's base side is cached pyright checks only the "after" files.
+
+Which diagnostics count as runtime-error evidence (``RUNTIME_RULES``): the ones whose dynamic
+counterpart is an exception Python raises when the line runs: a name that is not defined
+(NameError), an attribute or import symbol that does not exist (AttributeError, ImportError), a
+call with the wrong arguments (TypeError), a variable that may be unbound (UnboundLocalError),
+calling or indexing or iterating a value that may be None (TypeError, AttributeError), an
+operator the operands do not support (TypeError), instantiating an abstract class (TypeError),
+and syntax errors. Type-annotation disagreements (return types, assignments, overrides) are not
+evidence: Python does not enforce annotations, and in untyped repositories pyright's inferred
+declared types make them mostly noise. They are still returned in ``all_new`` for code quality.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from fixgraph.config import CriticSettings
+from fixgraph.records import atomic_write
+from fixgraph.state import Finding
+from fixgraph.workspace import Worktree
+from scoring.patchinfo import PatchParseError, SymbolMap, base_content, check_applied, parse_patch
+
+ANALYZER_VERSION = "1"  # bump when keys or rules change, to invalidate the base-side cache
+
+# pyright rules that are runtime-error evidence (see the module docstring for why).
+RUNTIME_RULES: frozenset[str] = frozenset({
+    "reportUndefinedVariable",
+    "reportAttributeAccessIssue",
+    "reportCallIssue",
+    "reportArgumentType",
+    "reportPossiblyUnbound",
+    "reportUnboundVariable",
+    "reportOptionalMemberAccess",
+    "reportOptionalSubscript",
+    "reportOptionalCall",
+    "reportOptionalIterable",
+    "reportOptionalContextManager",
+    "reportOptionalOperand",
+    "reportIndexIssue",
+    "reportOperatorIssue",
+    "reportAbstractUsage",
+    "reportUnhashable",
+    "reportNoOverloadImplementation",
+    "reportRelativeImport",  # our own name: an unresolvable relative import (ImportError)
+    "syntax",
+})
+
+# pyflakes message classes that are runtime-error evidence.
+PYFLAKES_RUNTIME: frozenset[str] = frozenset({
+    "UndefinedName", "UndefinedLocal", "UndefinedExport", "DuplicateArgument", "ReturnOutsideFunction",
+    "YieldOutsideFunction", "ContinueOutsideLoop", "BreakOutsideLoop", "DefaultExceptNotLast",
+    "TwoStarredExpressions", "TooManyExpressionsInStarredAssignment", "PercentFormatInvalidFormat",
+    "PercentFormatMixedPositionalAndNamed", "PercentFormatPositionalCountMismatch",
+    "PercentFormatExpectedMapping", "PercentFormatExpectedSequence", "PercentFormatStarRequiresSequence",
+    "PercentFormatUnsupportedFormatCharacter", "StringDotFormatInvalidFormat",
+    "StringDotFormatMissingArgument", "StringDotFormatMixingAutomatic", "syntax",
+})
+
+# Settings that make pyright's output independent of whatever config the repository carries.
+PYRIGHT_CONFIG: dict[str, Any] = {
+    "typeCheckingMode": "standard",
+    "reportMissingModuleSource": "none",
+    "reportMissingTypeStubs": "none",
+    "enableTypeIgnoreComments": True,
+}
+
+BEFORE_PREFIX = "_fixgraph_before_"
+
+
+class StaticAnalysisUnavailable(Exception):
+    """pyright is missing or did not run; one line for the user."""
+
+
+@dataclass
+class StaticResult:
+    status: Literal["ok", "cannot_analyze"]
+    new: list[Finding]  # introduced by the patch and runtime-error evidence
+    reason: str = ""
+    seconds: float = 0.0
+    all_new: list[Finding] = field(default_factory=list)  # every new diagnostic, evidence or not
+
+
+@dataclass(frozen=True)
+class Diag:
+    source: str  # pyright | pyflakes
+    rule: str
+    message: str
+    line: int  # 1-based
+    severity: str
+
+    def to_json(self) -> list[Any]:
+        return [self.source, self.rule, self.message, self.line, self.severity]
+
+
+# ---- pyright -------------------------------------------------------------------------------
+
+
+def pyright_command(settings: CriticSettings) -> list[str]:
+    exe = shutil.which(settings.pyright)
+    if exe is None:
+        raise StaticAnalysisUnavailable(
+            f"pyright not found (looked for {settings.pyright!r} on PATH); install it with `pip install pyright`")
+    return [exe]
+
+
+_version_cache: dict[str, str] = {}
+
+
+def pyright_version(cmd: list[str]) -> str:
+    key = cmd[0]
+    if key not in _version_cache:
+        try:
+            proc = subprocess.run(cmd + ["--version"], capture_output=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise StaticAnalysisUnavailable(f"pyright did not start: {exc}") from None
+        out = proc.stdout.decode(errors="replace").strip()
+        if proc.returncode != 0 or not out:
+            raise StaticAnalysisUnavailable(f"pyright did not start (exit {proc.returncode})")
+        _version_cache[key] = out.splitlines()[-1]
+    return _version_cache[key]
+
+
+def run_pyright(cmd: list[str], root: Path, files: list[Path], config_dir: Path,
+                timeout: float) -> dict[Path, list[Diag]]:
+    """One pyright process over ``files``; diagnostics per file. Raises when pyright did not run."""
+    config_dir.mkdir(parents=True, exist_ok=True)
+    config = dict(PYRIGHT_CONFIG, extraPaths=[str(root)])
+    cfg_path = config_dir / f"pyrightconfig-{hashlib.sha256(str(root).encode()).hexdigest()[:12]}.json"
+    if not cfg_path.is_file() or cfg_path.read_text() != json.dumps(config):
+        atomic_write(cfg_path, json.dumps(config))
+    try:
+        proc = subprocess.run(cmd + ["--outputjson", "-p", str(cfg_path)] + [str(f) for f in files],
+                              cwd=root, capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise StaticAnalysisUnavailable(f"pyright took longer than {timeout:.0f}s") from None
+    except OSError as exc:
+        raise StaticAnalysisUnavailable(f"pyright did not start: {exc}") from None
+    # Exit 0: no errors, 1: errors found; anything else means it did not analyze.
+    if proc.returncode not in (0, 1):
+        tail = (proc.stderr or proc.stdout).decode(errors="replace").strip().splitlines()
+        raise StaticAnalysisUnavailable(
+            f"pyright failed (exit {proc.returncode}): {tail[-1] if tail else 'no output'}")
+    try:
+        data = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise StaticAnalysisUnavailable("pyright printed something that is not its JSON report") from None
+    out: dict[Path, list[Diag]] = {Path(f).resolve(): [] for f in files}
+    for d in data.get("generalDiagnostics", []):
+        path = Path(d.get("file", "")).resolve()
+        if path not in out:
+            continue
+        sev = d.get("severity", "error")
+        if sev not in ("error", "warning"):
+            continue
+        msg = d.get("message", "")
+        rule = d.get("rule") or ("syntax" if sev == "error" else "other")
+        line = int(d.get("range", {}).get("start", {}).get("line", 0)) + 1
+        out[path].append(Diag("pyright", rule, msg, line, sev))
+    return out
+
+
+# ---- pyflakes ------------------------------------------------------------------------------
+
+
+def run_pyflakes(source: str, filename: str) -> list[Diag]:
+    from pyflakes import checker
+
+    try:
+        tree = compile(source, filename, "exec", 0x400)  # ast.PyCF_ONLY_AST
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", 1) or 1
+        return [Diag("pyflakes", "syntax", f"syntax error: {getattr(exc, 'msg', exc)}", line, "error")]
+    w = checker.Checker(tree, filename=filename)
+    out: list[Diag] = []
+    for m in w.messages:
+        rule = type(m).__name__
+        text = m.message % m.message_args
+        sev = "error" if rule in PYFLAKES_RUNTIME else "warning"
+        out.append(Diag("pyflakes", rule, text, m.lineno, sev))
+    return out
+
+
+# ---- differential --------------------------------------------------------------------------
+
+_QUOTED_PATH = re.compile(r'"[^"]*?' + BEFORE_PREFIX + r'([^"]*)"')
+_LINE_REF = re.compile(r"\b(line|lines)\s+\d+(\s*-\s*\d+)?")
+_COLUMN = re.compile(r"\bcolumn\s+\d+")
+_ADDR = re.compile(r"0x[0-9a-fA-F]+")
+_WS = re.compile(r"\s+")
+
+
+def normalize(message: str, module_name: str = "") -> str:
+    """The message without the parts that change when code moves: line and column numbers,
+    object addresses, the name of the base-side copy; and only its first line (pyright's detail
+    lines repeat inferred types that drift with unrelated edits)."""
+    first = message.split("\n", 1)[0]
+    first = first.replace(BEFORE_PREFIX, "")
+    first = _LINE_REF.sub(r"\1 N", first)
+    first = _COLUMN.sub("column N", first)
+    first = _ADDR.sub("0xADDR", first)
+    return _WS.sub(" ", first).strip()
+
+
+def key_of(d: Diag, symbols: SymbolMap) -> tuple[str, str, str, str]:
+    return (d.source, d.rule, normalize(d.message), symbols.symbol_at(d.line))
+
+
+def introduced(before: list[Diag], after: list[Diag], sym_before: SymbolMap,
+               sym_after: SymbolMap) -> list[Diag]:
+    """Diagnostics of ``after`` beyond those ``before`` had, compared as keyed multisets.
+
+    When a key occurs more often after than before, the extra occurrences are attributed to the
+    ones on lines the patch added, if any, so the location shown is the new code.
+    """
+    left = Counter(key_of(d, sym_before) for d in before)
+    out: list[Diag] = []
+    for d in after:
+        k = key_of(d, sym_after)
+        if left[k] > 0:
+            left[k] -= 1
+        else:
+            out.append(d)
+    return out
+
+
+def _finding(d: Diag, file: str, symbols: SymbolMap) -> Finding:
+    return Finding(source=d.source, rule=d.rule, message=d.message.split("\n", 1)[0] if d.source == "pyflakes"
+                   else d.message, file=file, line=d.line, symbol=symbols.symbol_at(d.line), severity=d.severity)
+
+
+def is_evidence(d: Diag) -> bool:
+    if d.source == "pyflakes":
+        return d.rule in PYFLAKES_RUNTIME
+    return d.rule in RUNTIME_RULES
+
+
+def _relative_import_diags(after: list[Diag]) -> list[Diag]:
+    """pyright's missing-import diagnostics for relative imports are ImportErrors for sure
+    (the module would be in the repository); absolute ones may just be missing on this machine."""
+    out = []
+    for d in after:
+        if d.rule == "reportMissingImports" and re.search(r'Import "\.', d.message):
+            out.append(Diag(d.source, "reportRelativeImport", d.message, d.line, "error"))
+        else:
+            out.append(d)
+    return out
+
+
+# ---- the phase -----------------------------------------------------------------------------
+
+
+def _cache_path(cache_dir: Path, wt: Worktree, path: str, version: str, context: str) -> Path:
+    key = hashlib.sha256("\x00".join([ANALYZER_VERSION, version, wt.base, path, context,
+                                      json.dumps(PYRIGHT_CONFIG, sort_keys=True)]).encode()).hexdigest()[:24]
+    return cache_dir / "static-before" / wt.base[:12] / f"{key}.json"
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_name(BEFORE_PREFIX + path.name)
+
+
+def analyze_patch(wt: Worktree, patch: str, *, settings: CriticSettings, cache_dir: Path) -> StaticResult:
+    """The runtime-error evidence a patch introduces, by differential pyright and pyflakes.
+
+    The worktree holds the patch applied on top of ``wt.base``; it is left exactly as found.
+    """
+    start = time.monotonic()
+
+    def done(status: Literal["ok", "cannot_analyze"], new: list[Finding], reason: str = "",
+             all_new: list[Finding] | None = None) -> StaticResult:
+        return StaticResult(status, new, reason, round(time.monotonic() - start, 3), all_new or [])
+
+    if not settings.static:
+        return done("ok", [], "static analysis is off in this config")
+    try:
+        changes = parse_patch(patch)
+    except PatchParseError as exc:
+        return done("cannot_analyze", [], str(exc))
+    py = [c for c in changes if c.is_python and not c.is_deleted]
+    if not py:
+        return done("ok", [], "the patch touches no Python file")
+    problem = check_applied(wt, patch)
+    if problem:
+        return done("cannot_analyze", [], problem)
+    cmd = pyright_command(settings)
+    version = pyright_version(cmd)
+
+    befores: dict[str, str | None] = {}
+    afters: dict[str, str] = {}
+    for c in py:
+        before = None if c.is_new else base_content(wt, c.path)
+        if not c.is_new and before is None:
+            return done("cannot_analyze", [], f"{c.path} is not in the base commit {wt.base[:12]}")
+        if before is not None and SymbolMap(before).tree is None:
+            return done("cannot_analyze", [], f"{c.path} does not parse before the patch")
+        after = wt.read(c.path)
+        if after is None:
+            return done("cannot_analyze", [], f"{c.path} is missing or unreadable after the patch")
+        befores[c.path] = before
+        afters[c.path] = after
+
+    # The base side of a file depends on the other touched files only through imports; when the
+    # patch touches several, that context is part of the cache key.
+    others = {c.path: hashlib.sha256("".join(sorted(afters[o.path] for o in py if o.path != c.path))
+                                     .encode()).hexdigest()[:12] if len(py) > 1 else "" for c in py}
+    cached: dict[str, list[Diag]] = {}
+    for c in py:
+        if befores[c.path] is None:
+            cached[c.path] = []
+            continue
+        cp = _cache_path(cache_dir, wt, c.path, version, others[c.path])
+        if cp.is_file():
+            try:
+                cached[c.path] = [Diag(*row) for row in json.loads(cp.read_text())]
+            except (json.JSONDecodeError, TypeError):
+                pass
+
+    to_check: list[Path] = [wt.path / c.path for c in py]
+    sidecars: dict[str, Path] = {}
+    try:
+        for c in py:
+            if c.path in cached:
+                continue
+            side = _sidecar(wt.path / c.path)
+            if side.exists():
+                return done("cannot_analyze", [], f"{side.name} already exists in the worktree")
+            side.write_text(befores[c.path] or "", encoding="utf-8")
+            sidecars[c.path] = side
+            to_check.append(side)
+        results = run_pyright(cmd, wt.path, to_check, cache_dir / "pyright", settings.static_timeout_s)
+    finally:
+        for side in sidecars.values():
+            side.unlink(missing_ok=True)
+
+    all_new: list[Finding] = []
+    new: list[Finding] = []
+    for c in py:
+        sym_before = SymbolMap(befores[c.path])
+        sym_after = SymbolMap(afters[c.path])
+        if c.path in sidecars:
+            # Only pyright's side is cached: pyflakes is in-process and fast.
+            cached[c.path] = _relative_import_diags(results.get(sidecars[c.path].resolve(), []))
+            atomic_write(_cache_path(cache_dir, wt, c.path, version, others[c.path]),
+                         json.dumps([d.to_json() for d in cached[c.path]]))
+        before_diags = list(cached[c.path])
+        if settings.pyflakes and befores[c.path] is not None:
+            before_diags += run_pyflakes(befores[c.path] or "", c.path)
+        after_diags = _relative_import_diags(results.get((wt.path / c.path).resolve(), []))
+        if settings.pyflakes:
+            after_diags += run_pyflakes(afters[c.path], c.path)
+        fresh = introduced(before_diags, after_diags, sym_before, sym_after)
+        for d in _dedupe(fresh):
+            f = _finding(d, c.path, sym_after)
+            all_new.append(f)
+            if is_evidence(d):
+                new.append(f)
+    return done("ok", new, "", all_new)
+
+
+def _dedupe(diags: list[Diag]) -> list[Diag]:
+    """pyright and pyflakes both report undefined names; keep pyright's when both do."""
+    seen_undefined = {(d.line, _name_in(d.message)) for d in diags
+                      if d.source == "pyright" and d.rule == "reportUndefinedVariable"}
+    out = []
+    for d in diags:
+        if d.source == "pyflakes" and d.rule == "UndefinedName" and (d.line, _name_in(d.message)) in seen_undefined:
+            continue
+        out.append(d)
+    return out
+
+
+def _name_in(message: str) -> str:
+    m = re.search(r"""["']([^"']+)["']""", message)
+    return m.group(1) if m else message
