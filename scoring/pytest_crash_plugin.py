@@ -1,0 +1,90 @@
+"""A pytest plugin (``-p fixgraph_crash``) that records why failing tests crashed, after HealBench.
+
+For each failing test it writes one JSON line to ``$FIXGRAPH_CRASH_FILE``: the exception type and
+message, the traceback frames inside the repository (file, line, function, source line), and the
+local variables of the innermost repository frame with reprs truncated to
+``$FIXGRAPH_LOCALS_CHARS`` characters. It runs inside the instance's own environment, so it is
+written for every Python and pytest a SWE-bench repo uses (3.6 and pytest 3 upward): no imports
+beyond the standard library, no newer syntax.
+"""
+
+import json
+import linecache
+import os
+
+_OUT = os.environ.get("FIXGRAPH_CRASH_FILE", "")
+_CHARS = int(os.environ.get("FIXGRAPH_LOCALS_CHARS", "200") or 200)
+_ROOT = os.path.realpath(os.environ.get("FIXGRAPH_REPO_ROOT", os.getcwd()))
+_MAX_LOCALS = 20
+_MAX_FRAMES = 12
+
+
+def _short(value):
+    try:
+        text = repr(value)
+    except Exception as exc:  # a broken __repr__ is itself a clue
+        text = f"<repr failed: {type(exc).__name__}>"
+    if len(text) > _CHARS:
+        text = text[: _CHARS - 3] + "..."
+    return text
+
+
+def _in_repo(path):
+    real = os.path.realpath(path)
+    if not real.startswith(_ROOT + os.sep):
+        return False
+    rel = real[len(_ROOT) + 1:]
+    parts = rel.split(os.sep)
+    return not any(p in ("site-packages", "dist-packages", ".tox", "venv", ".venv") for p in parts)
+
+
+def _frames(tb):
+    out = []
+    while tb is not None:
+        frame = tb.tb_frame
+        path = frame.f_code.co_filename
+        if _in_repo(path):
+            out.append((tb, os.path.relpath(os.path.realpath(path), _ROOT)))
+        tb = tb.tb_next
+    return out
+
+
+def pytest_exception_interact(node, call, report):
+    if not _OUT or call.excinfo is None or report.skipped:
+        return
+    try:
+        etype = call.excinfo.type
+        value = call.excinfo.value
+        frames = _frames(call.excinfo.tb)
+        listed = []
+        for tb, rel in frames[-_MAX_FRAMES:]:
+            line = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).strip()
+            listed.append({"file": rel, "line": tb.tb_lineno, "function": tb.tb_frame.f_code.co_name,
+                           "source": line[:200]})
+        local_vars = {}
+        if frames:
+            crash_frame = frames[-1][0].tb_frame
+            for name, val in list(crash_frame.f_locals.items())[:_MAX_LOCALS]:
+                if name.startswith("@"):  # pytest's assertion-rewrite temporaries
+                    continue
+                local_vars[name] = _short(val)
+        record = {
+            "nodeid": node.nodeid,
+            "when": report.when,
+            "type": getattr(etype, "__name__", str(etype)),
+            "message": _short_message(value),
+            "frames": listed,
+            "locals": local_vars,
+        }
+        with open(_OUT, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+    except Exception:
+        pass  # the plugin must never change a test's outcome
+
+
+def _short_message(value):
+    try:
+        text = str(value)
+    except Exception:
+        text = "<str failed>"
+    return text if len(text) <= 1000 else text[:997] + "..."

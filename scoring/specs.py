@@ -1,0 +1,143 @@
+"""What the ``swebench`` package knows about each repo: install specs, test commands, log parsers.
+
+Install specs and test commands are swebench's ``MAP_REPO_VERSION_TO_SPECS``. swebench 4.x keeps
+it in ``swebench.harness.constants``; swebench 5 moved it out of the package (into each dataset
+row's ``eval_script``), and the Lite JSONL this project reads has no such rows. So when the
+installed swebench has no map, the data module of swebench 4.1.0 is fetched once from PyPI with
+pip (``pip download --no-deps``) into the cache and read from there; it is a module of plain
+dicts. Log parsers always come from the installed swebench.
+"""
+
+from __future__ import annotations
+
+import re
+import runpy
+import shlex
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+SPECS_WHEEL_VERSION = "4.1.0"
+_SPECS_MEMBER = "swebench/harness/constants/python.py"
+# swebench's list of files in a test patch that are not tests.
+NON_TEST_EXTS = (".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml")
+
+Parser = Callable[[str, Any], dict[str, str]]
+
+
+class SpecsError(Exception):
+    """swebench's specs could not be loaded; one line for the user."""
+
+
+@cache
+def _specs_tables(cache_dir: Path) -> tuple[dict[str, dict[str, dict[str, Any]]], dict[str, list[str]]]:
+    try:
+        from swebench.harness import constants as c  # type: ignore[import-untyped]
+
+        specs = getattr(c, "MAP_REPO_VERSION_TO_SPECS", None)
+        if specs:
+            return specs, dict(getattr(c, "MAP_REPO_TO_REQS_PATHS", {}))
+    except ImportError:
+        pass
+    target = cache_dir / "swebench-specs" / SPECS_WHEEL_VERSION
+    module = target / "python.py"
+    if not module.is_file():
+        target.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+             "-q", "-d", str(target), f"swebench=={SPECS_WHEEL_VERSION}"],
+            capture_output=True, text=True, timeout=300,
+        )
+        wheels = sorted(target.glob("swebench-*.whl"))
+        if proc.returncode != 0 or not wheels:
+            last = (proc.stderr.strip().splitlines() or ["pip download failed"])[-1]
+            raise SpecsError(f"swebench install specs unavailable (swebench {SPECS_WHEEL_VERSION}: {last})")
+        with zipfile.ZipFile(wheels[-1]) as zf:
+            module.write_bytes(zf.read(_SPECS_MEMBER))
+    data = runpy.run_path(str(module))
+    return data["MAP_REPO_VERSION_TO_SPECS_PY"], dict(data.get("MAP_REPO_TO_REQS_PATHS", {}))
+
+
+def repo_specs(cache_dir: Path, repo: str, version: str) -> dict[str, Any] | None:
+    """swebench's install spec for ``repo`` at ``version``, or None when it has none."""
+    specs, _ = _specs_tables(cache_dir.resolve())
+    return specs.get(repo, {}).get(version)
+
+
+def requirements_paths(cache_dir: Path, repo: str) -> list[str]:
+    return list(_specs_tables(cache_dir.resolve())[1].get(repo, []))
+
+
+def log_parser(repo: str) -> Parser:
+    """swebench's log parser for ``repo``; pytest's for repos it does not know (fixtures)."""
+    from swebench.harness import log_parsers as lp  # type: ignore[import-untyped]
+
+    table = getattr(lp, "MAP_REPO_TO_PARSER", None)
+    if table is None:
+        from swebench.harness.log_parsers.python import MAP_REPO_TO_PARSER_PY as table  # type: ignore[import-untyped]
+    return table.get(repo, lp.parse_log_pytest)
+
+
+def parse_log(repo: str, log: str) -> dict[str, str]:
+    try:
+        return dict(log_parser(repo)(log, None))
+    except Exception:  # a parser crash on odd output means nothing parsed, not a runner crash
+        return {}
+
+
+def patch_files(patch: str) -> list[str]:
+    """Paths a diff touches (new side), in order."""
+    out: list[str] = []
+    for m in re.finditer(r"^diff --git a/(\S+) b/(\S+)", patch, flags=re.M):
+        for p in (m.group(1), m.group(2)):
+            if p not in out:
+                out.append(p)
+    return out
+
+
+def test_directives(repo: str, test_patch: str, test_ids: list[str]) -> list[str]:
+    """What to pass to the test command, as swebench's harness does: the test patch's test files
+    (django: as dotted modules). Without a test patch, the files named in the test ids."""
+    files = [f for f in patch_files(test_patch) if not f.endswith(NON_TEST_EXTS)]
+    if not files:
+        for tid in test_ids:
+            path = tid.split("::", 1)[0].split(" ", 1)[0]
+            if path.endswith(".py") and path not in files:
+                files.append(path)
+    if repo == "django/django":
+        files = [f.removesuffix(".py").removeprefix("tests/").replace("/", ".") for f in files]
+    return files
+
+
+def test_command(repo: str, spec: dict[str, Any] | None, python: str) -> tuple[list[str], dict[str, str]]:
+    """The repo's own test command as argv, with ``python`` as the interpreter, plus env vars.
+
+    swebench writes commands as shell strings (``PYTHONWARNINGS=... bin/test -C --verbose``,
+    ``./tests/runtests.py ...``, ``pytest -rA``); leading assignments become env vars and scripts
+    and ``pytest``/``tox`` run under the chosen interpreter so the venv is the one used.
+    """
+    if spec is None:
+        return [python, "-m", "pytest", "-rA", "-p", "no:cacheprovider"], {}
+    words = shlex.split(spec["test_cmd"])
+    env: dict[str, str] = {}
+    while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+        key, _, val = words.pop(0).partition("=")
+        env[key] = val
+    head, rest = words[0], words[1:]
+    if head in ("pytest", "py.test"):
+        argv = [python, "-m", "pytest", *rest]
+    elif head == "tox":
+        argv = [python, "-m", "tox", *rest]
+    elif head in ("python", "python3"):
+        argv = [python, *rest]
+    else:  # a script in the repo: bin/test, ./tests/runtests.py
+        argv = [python, head.removeprefix("./"), *rest]
+    return argv, env
+
+
+def uses_pytest(argv: list[str]) -> bool:
+    return "pytest" in argv[:3]
