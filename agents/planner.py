@@ -1,4 +1,10 @@
-"""Planner: reads the issue and a map of the repository, and names the files to look at."""
+"""Planner: reads the issue and a map of the repository, and names the files to look at.
+
+The map is the index's deterministic ranking of candidate files (with their classes and
+functions) and the repository tree folded around them, within ``explorer.map_tokens``. On a rerun
+the Planner also sees why: which paths it named do not exist (with the nearest real ones), or
+what the Explorer learned before it ended with low confidence.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ from langgraph.runtime import Runtime
 
 from agents.common import messages, stops_cleanly
 from fixgraph.context import TaskContext
+from fixgraph.localize import clean_path
 from fixgraph.state import Plan, TaskState
 
 
@@ -21,13 +28,15 @@ def planner(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
         "the Planner", "planner",
         repo=ctx.instance.repo,
         problem=ctx.instance.problem_statement,
-        repo_map=index.repo_map(ranked),
+        repo_map=index.repo_map(ranked, max_tokens=settings.map_tokens),
         feedback=state.get("plan_feedback", ""),
+        previous=state.get("plan", {}).get("files", []),
         max_files=settings.max_files,
     )
     plan, usage = ctx.llm.structured("planner", "planner", Plan, prompt)
+    files = list(dict.fromkeys(clean_path(p) for p in plan.files if p.strip()))[: settings.max_files]
     return {
-        "plan": plan.model_dump(),
+        "plan": {"files": files, "reasoning": plan.reasoning},
         "planner_runs": state.get("planner_runs", 0) + 1,
         "plan_feedback": "",
         "usage": usage,

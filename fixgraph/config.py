@@ -82,6 +82,8 @@ class ExplorerSettings(_Strict):
     skeleton_over_lines: int = Field(400, ge=50)
     max_planner_reruns: int = Field(2, ge=0)
     candidates_shown: int = Field(30, ge=1)
+    # The Planner's repository map (ranked candidates and folded tree) fits in this many tokens.
+    map_tokens: int = Field(6000, ge=500)
 
 
 class CriticSettings(_Strict):

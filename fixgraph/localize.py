@@ -537,11 +537,11 @@ class RepoIndex:
     # -- small queries -----------------------------------------------------------------------
 
     def exists(self, path: str) -> bool:
-        return _clean(path) in self._files
+        return clean_path(path) in self._files
 
     def nearest(self, path: str, n: int = 5) -> list[str]:
         """The real paths closest to a wrong one: same file name first, then by similarity."""
-        want = _clean(path)
+        want = clean_path(path)
         name = PurePosixPath(want).name
         same = sorted(self.by_name.get(name, []),
                       key=lambda p: (-difflib.SequenceMatcher(None, want, p).ratio(), p))
@@ -745,7 +745,7 @@ class RepoIndex:
     # -- the Explorer's view of a file --------------------------------------------------------
 
     def read_text(self, path: str) -> str | None:
-        path = _clean(path)
+        path = clean_path(path)
         info = self.infos.get(path)
         if info is None or not info.readable or path not in self._files:
             return None
@@ -759,7 +759,7 @@ class RepoIndex:
         function signature with its line range and docstring's first line, module-level
         statements' first lines, and full bodies only for the ``focus`` symbols.
         """
-        path = _clean(path)
+        path = clean_path(path)
         if path not in self.entries:
             return f"# {path}: no such file"
         text = self.read_text(path)
@@ -855,7 +855,7 @@ class RepoIndex:
 
     def options(self, read: list[str], suspects: list[str]) -> list[Option]:
         """What the Explorer may read next, each with the reason it is offered."""
-        read_set = {_clean(p) for p in read}
+        read_set = {clean_path(p) for p in read}
         out: dict[str, Option] = {}
 
         def offer(path: str, why: str) -> None:
@@ -866,16 +866,16 @@ class RepoIndex:
             out[path] = Option(path, why)
 
         for path in read:
-            for imp in self.imports_of(_clean(path)):
+            for imp in self.imports_of(clean_path(path)):
                 offer(imp, f"imported by {path}")
         for path in read:
-            for test in self.tests_of(_clean(path)):
+            for test in self.tests_of(clean_path(path)):
                 offer(test, f"tests of {path}")
         for name in suspects:
             sym = name.split(".")[-1]
             for path in self.callers_of(sym):
                 offer(path, f"calls {sym}")
-        dirs = {str(PurePosixPath(_clean(p)).parent) for p in read}
+        dirs = {str(PurePosixPath(clean_path(p)).parent) for p in read}
         for cfg in CONFIG_NAMES:
             for d in sorted(dirs) + ["."]:
                 cand = cfg if d == "." else f"{d}/{cfg}"
@@ -904,7 +904,7 @@ class RepoIndex:
 
 # ---- helpers -------------------------------------------------------------------------------
 
-def _clean(path: str) -> str:
+def clean_path(path: str) -> str:
     p = path.strip().replace("\\", "/")
     while p.startswith("./"):
         p = p[2:]
@@ -943,3 +943,25 @@ def token_reader(index: RepoIndex) -> Callable[[str], int]:
         text = index.read_text(path)
         return count_tokens(text) if text else 0
     return count
+
+
+def views_within(index: RepoIndex, paths: list[str], focus: list[str], token_budget: int,
+                 full_under_lines: int = 400) -> list[tuple[str, str]]:
+    """Views of ``paths`` whose sizes add up to at most ``token_budget``.
+
+    Each file gets an equal share; what small files leave unused is handed on to the larger ones,
+    so a short module costs only its size and a big one gets the skeleton room it needs.
+    """
+    if not paths:
+        return []
+    views: dict[str, str] = {}
+    left = token_budget
+    pending = list(paths)
+    # Cheapest first: full small files settle, then the rest share what remains.
+    sized = sorted(pending, key=lambda p: (index.infos[clean_path(p)].size if clean_path(p) in index.infos else 0, p))
+    for i, path in enumerate(sized):
+        share = left // (len(sized) - i)
+        view = index.view(path, focus, max(share, 1), full_under_lines)
+        views[path] = view
+        left -= count_tokens(view)
+    return [(p, views[p]) for p in paths]

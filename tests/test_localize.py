@@ -1,0 +1,179 @@
+"""RepoIndex on a real fixture repository: ranking, map, views, options, bad input."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fixgraph.localize import RepoIndex, count_tokens, parse_problem, views_within
+from tests.localize_repo import SECRET, make_repo
+
+
+@pytest.fixture()
+def wt(tmp_path: Path):
+    return make_repo(tmp_path)
+
+
+@pytest.fixture()
+def index(wt, tmp_path: Path) -> RepoIndex:
+    return RepoIndex.build(wt, tmp_path / "cache")
+
+
+def paths(ranked) -> list[str]:
+    return [c.path for c in ranked]
+
+
+def test_rank_puts_the_defining_file_first(index: RepoIndex) -> None:
+    ranked = index.rank("Calling `merge_settings` with a None request setting crashes.")
+    assert ranked[0].path == "pkg/sessions.py"
+    assert "merge_settings" in ranked[0].symbols
+    # Deterministic: the same query gives the same ranking, scores included.
+    assert index.rank("Calling `merge_settings` with a None request setting crashes.") == ranked
+
+
+def test_rank_follows_traceback_frames_with_foreign_prefixes(index: RepoIndex) -> None:
+    problem = ('Traceback (most recent call last):\n'
+               '  File "/usr/lib/python3/site-packages/pkg/models.py", line 7, in build\n'
+               "TypeError: boom\n")
+    assert paths(index.rank(problem))[0] == "pkg/models.py"
+
+
+def test_rank_uses_dotted_names(index: RepoIndex) -> None:
+    assert paths(index.rank("pkg.util.to_key_val_list drops items"))[0] == "pkg/util.py"
+
+
+def test_tests_rank_below_the_code_they_test(index: RepoIndex) -> None:
+    ranked = paths(index.rank("Session() in pkg/sessions.py loses headers; see test_session"))
+    assert ranked.index("pkg/sessions.py") < ranked.index("tests/test_sessions.py")
+
+
+def test_issue_with_no_identifiers_gives_a_ranking_without_error(index: RepoIndex) -> None:
+    for problem in ["", "   ", "It does not work at all, please help!!", "??? ... !!!", "é à ü 日本語"]:
+        ranked = index.rank(problem)
+        assert all(index.exists(c.path) for c in ranked)
+        assert index.repo_map(ranked, max_tokens=800)
+
+
+def test_paths_in_the_issue_that_do_not_exist_are_ignored(index: RepoIndex) -> None:
+    ranked = index.rank("The crash is in pkg/nothere.py and lib/gone/sessions_old.py, see merge_settings")
+    assert "pkg/nothere.py" not in paths(ranked)
+    assert paths(ranked)[0] == "pkg/sessions.py"
+    assert not index.exists("pkg/nothere.py")
+    assert index.nearest("pkg/session.py")[0] == "pkg/sessions.py"
+    assert index.nearest("src/pkg/sessions.py")[0] == "pkg/sessions.py"
+    assert index.nearest("") == [] or all(index.exists(p) for p in index.nearest(""))
+
+
+def test_binary_huge_and_symlinked_files_are_listed_but_never_read(index: RepoIndex) -> None:
+    ranked = paths(index.rank(f"merge_settings compute_total {SECRET} PNG"))
+    for path in ("data/logo.bin", "data/huge.txt", "leak.txt", "pkg/alias.py"):
+        assert path in index.paths
+        assert path not in ranked
+        assert not index.infos[path].readable
+    assert "not shown" in index.view("data/logo.bin", [], 1000)
+    assert "not shown" in index.view("data/huge.txt", [], 1000)
+    leak = index.view("leak.txt", [], 1000)
+    assert "symlink" in leak and SECRET not in leak
+    assert SECRET not in index.repo_map(index.rank(SECRET))
+    assert all(o.path not in ("leak.txt", "pkg/alias.py") for o in index.options(["pkg/sessions.py"], ["merge_settings"]))
+
+
+def test_non_utf8_source_is_indexed_and_shown_with_replacements(index: RepoIndex) -> None:
+    assert "pkg/latin.py" in paths(index.rank("parse_caf_menu is wrong"))
+    view = index.view("pkg/latin.py", [], 1000)
+    assert "def parse_caf" in view and "\ufffd" in view
+
+
+def test_small_file_is_shown_whole_with_line_numbers(index: RepoIndex) -> None:
+    view = index.view("pkg/models.py", [], 2000)
+    assert "    8|         return merge_settings(headers, {})" in view
+    assert "skeleton" not in view
+
+
+def test_large_file_is_a_skeleton_with_bodies_only_for_focus(index: RepoIndex) -> None:
+    text = index.read_text("pkg/big.py")
+    assert text is not None and len(text.splitlines()) > 400
+    view = index.view("pkg/big.py", ["Ledger.compute_total"], 2500)
+    assert "skeleton" in view
+    assert count_tokens(view) <= 2500
+    # The focus body in full, with its line numbers.
+    assert "result += entry  # BUG: None is not skipped" in view
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if "BUG: None" in ln)
+    assert f"{line:>5}|" in view
+    # Other functions: signature and line range, not their bodies.
+    assert "def helper_3(value):" in view and "filler line" not in view
+
+
+def test_skeleton_shrinks_to_any_budget(index: RepoIndex) -> None:
+    for budget in (300, 600, 1200):
+        view = index.view("pkg/big.py", ["compute_total", "helper_1", "helper_2"], budget)
+        assert count_tokens(view) <= budget
+        assert view.startswith("# pkg/big.py")
+
+
+def test_views_within_share_one_budget(index: RepoIndex) -> None:
+    files = ["pkg/big.py", "pkg/sessions.py", "pkg/models.py", "pkg/util.py"]
+    views = views_within(index, files, ["compute_total"], 2000)
+    assert [p for p, _ in views] == files
+    assert sum(count_tokens(v) for _, v in views) <= 2000
+    # The small files fit whole; the big one gets what they leave.
+    assert "skeleton" not in dict(views)["pkg/models.py"]
+
+
+def test_repo_map_fits_and_folds(tmp_path: Path) -> None:
+    extra = {f"pkg/sub{i}/mod{j}.py": f"def func_{i}_{j}():\n    return {j}\n" for i in range(20) for j in range(15)}
+    wt = make_repo(tmp_path, extra=extra, awkward=False)
+    index = RepoIndex.build(wt, tmp_path / "cache")
+    ranked = index.rank("func_3_4 returns the wrong value", k=10)
+    assert ranked[0].path == "pkg/sub3/mod4.py"
+    text = index.repo_map(ranked, max_tokens=600)
+    assert count_tokens(text) <= 600
+    assert "pkg/sub3/mod4.py" in text
+    assert "sub7/ [15]" in text  # an unrelated folder, folded with its count
+    roomy = index.repo_map(ranked, max_tokens=6000)
+    assert "func_3_4()" in roomy
+
+
+def test_options_offer_imports_tests_config_and_callers(index: RepoIndex) -> None:
+    opts = {o.path: o.why for o in index.options(["pkg/sessions.py"], ["merge_settings"])}
+    assert opts["pkg/util.py"] == "imported by pkg/sessions.py"
+    assert opts["tests/test_sessions.py"] == "tests of pkg/sessions.py"
+    assert opts["pkg/models.py"] == "calls merge_settings"
+    assert opts["setup.cfg"] == "config"
+    assert "pkg/sessions.py" not in opts
+
+
+def test_index_is_cached_per_commit(wt, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    first = RepoIndex.build(wt, cache)
+    from fixgraph import localize
+
+    def no_reads(self, entries):  # noqa: ANN001
+        raise AssertionError("the second build read files instead of the cache")
+
+    monkeypatch.setattr(localize._WorktreeSource, "read_many", no_reads)
+    monkeypatch.setattr(localize._WorktreeSource, "entries", no_reads)
+    second = RepoIndex.build(wt, cache)
+    assert second.paths == first.paths
+    assert second.rank("merge_settings") == first.rank("merge_settings")
+
+
+def test_bare_repository_gives_the_same_index(wt, tmp_path: Path) -> None:
+    bare = tmp_path / "bare.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(wt.path), str(bare)], check=True)
+    from_git = RepoIndex.build_from_git(bare, wt.base, tmp_path / "cache2")
+    from_wt = RepoIndex.build(wt, tmp_path / "cache3")
+    problem = "Ledger.compute_total does not skip None; merge_settings too"
+    assert from_git.rank(problem) == from_wt.rank(problem)
+    assert from_git.view("pkg/big.py", ["compute_total"], 1500) == from_wt.view("pkg/big.py", ["compute_total"], 1500)
+    assert not from_git.infos["leak.txt"].readable
+
+
+def test_parse_problem_reads_code_shaped_names() -> None:
+    q = parse_problem("Using `Dataset.to_stacked_array` from xarray.core.dataset fails:\n"
+                      '  File "x/y/sessions.py", line 3, in merge_settings\n')
+    assert "to_stacked_array" in q.idents and "Dataset" in q.idents
+    assert "xarray.core.dataset" in q.dotted
+    assert q.frames == [("x/y/sessions.py", "merge_settings")]
