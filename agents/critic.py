@@ -53,10 +53,8 @@ def critic(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
         notes.append("the unsafe-patch guard blocks this patch")
     findings += guard_findings
 
-    lint_new: list[Finding] = []
     if settings.static:
         result = static.analyze_patch(wt, patch, settings=settings, cache_dir=ctx.cache_dir)
-        lint_new = result.all_new
         if result.status == "cannot_analyze":
             verdict = "CannotAnalyze"
             notes.append(f"static analysis could not run: {result.reason}")
@@ -74,7 +72,7 @@ def critic(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
             findings += [Finding(source="llm", rule=e.type, message=e.reasoning, file=e.location, severity="error")
                          for e in check.errors]
 
-    code_quality, quality_detail = quality.code_quality(wt, patch, lint_new=lint_new)
+    code_quality, quality_detail = quality.code_quality(wt, patch)
     crash = ""
     if verdict == "Unsafe":
         score = ScoreParts(fix_score=0.0, kind="none", code_quality=code_quality,

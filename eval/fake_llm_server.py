@@ -1,0 +1,157 @@
+"""A loopback OpenAI-compatible server with scripted replies, for tests and offline benchmarks.
+
+It answers ``POST /v1/chat/completions`` as the OpenAI API does: when the request offers tools,
+it replies with a tool call whose name is the (first) tool's and whose arguments come from the
+script for that name; ``usage`` is reported on every reply. Every request (headers included) is
+kept in ``requests`` so tests can check what went over the wire (header names lowercased).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+# (tool name, request body) -> tool arguments
+Responder = Callable[[str, dict[str, Any]], dict[str, Any]]
+
+
+class ScriptResponder:
+    """Replies per tool name from queues; the last reply of a queue repeats."""
+
+    def __init__(self, script: dict[str, list[dict[str, Any]]]):
+        self.script = {k: list(v) for k, v in script.items()}
+        self.lock = threading.Lock()
+
+    def __call__(self, tool: str, body: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            queue = self.script.get(tool)
+            if not queue:
+                raise KeyError(f"no scripted reply for {tool}")
+            return queue.pop(0) if len(queue) > 1 else queue[0]
+
+
+def completion(model: str, tool: str | None, args: dict[str, Any] | None, text: str = "",
+               usage: tuple[int, int] = (120, 30)) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if tool is not None:
+        message["tool_calls"] = [{"id": f"call_{next(_ids)}", "type": "function",
+                                  "function": {"name": tool, "arguments": json.dumps(args)}}]
+    return {
+        "id": f"chatcmpl-{next(_ids)}", "object": "chat.completion", "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": "tool_calls" if tool else "stop"}],
+        "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
+    }
+
+
+_ids = itertools.count(1)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that gave up (a timeout test) closes the socket under us; that is expected.
+        pass
+
+
+class FakeLLMServer:
+    """``with FakeLLMServer(responder) as srv: ChatOpenAI(base_url=srv.base_url, ...)``."""
+
+    def __init__(self, responder: Responder, usage: tuple[int, int] = (120, 30), port: int = 0):
+        self.responder = responder
+        self.usage = usage
+        self.requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:  # keep test output clean
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                length = int(self.headers.get("Content-Length", 0))
+                raw = self.rfile.read(length)
+                try:
+                    body = json.loads(raw)
+                except json.JSONDecodeError:
+                    self._send(400, {"error": {"message": "invalid JSON", "type": "invalid_request_error"}})
+                    return
+                with server._lock:
+                    server.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
+                if not self.path.rstrip("/").endswith("/chat/completions"):
+                    self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+                    return
+                server.handle(self, body)
+
+            def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.handler_cls = Handler
+        self.httpd = _QuietServer(("127.0.0.1", port), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def handle(self, handler: Any, body: dict[str, Any]) -> None:
+        """Answer one chat completion; subclasses inject faults here."""
+        tools = body.get("tools") or []
+        tool = tools[0]["function"]["name"] if tools else None
+        try:
+            args = self.responder(tool or "text", body)
+        except KeyError as exc:
+            handler._send(400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
+            return
+        handler._send(200, completion(body.get("model", "fake"), tool, args, usage=self.usage))
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> FakeLLMServer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self) -> FakeLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main() -> None:  # pragma: no cover - manual use: serve the calc fixture's script
+    import argparse
+
+    from eval.fixtures import calc_script
+
+    p = argparse.ArgumentParser(description="Serve scripted chat completions on 127.0.0.1.")
+    p.add_argument("--port", type=int, default=0)
+    args = p.parse_args()
+    srv = FakeLLMServer(ScriptResponder(calc_script()), port=args.port).start()
+    print(srv.base_url, flush=True)
+    try:
+        srv.thread.join()
+    except KeyboardInterrupt:
+        srv.stop()
+
+
+if __name__ == "__main__":
+    main()

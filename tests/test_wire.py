@@ -1,0 +1,43 @@
+"""The real ChatOpenAI client over HTTP against a loopback OpenAI-compatible server."""
+
+from __future__ import annotations
+
+from eval.fake_llm_server import FakeLLMServer, ScriptResponder
+from eval.fixtures import calc_script
+from fixgraph.config import Price
+from fixgraph.runner import run_tasks
+from tests.conftest import TEST_KEY, read_record
+
+
+def test_chatopenai_on_the_wire_structured_output_auth_and_usage(calc, cfg_factory):
+    mirrors, inst = calc
+    with FakeLLMServer(ScriptResponder(calc_script(first_attempt_broken=True)), usage=(1000, 200)) as srv:
+        cfg = cfg_factory("redo", **{"llm.base_url": srv.base_url,
+                                     "llm.models": {"planner": "m-small", "explorer": "m-small",
+                                                    "coder": "m-big", "critic": "m-small"},
+                                     "llm.prices": {"m-small": Price(input=1.0, output=2.0).model_dump(),
+                                                    "m-big": Price(input=10.0, output=20.0).model_dump()}})
+        summary = run_tasks([inst], cfg, run_id="wire", repos=mirrors, progress=False)
+        requests = list(srv.requests)
+    assert summary.patched == 1
+    rec = read_record(cfg, "wire", inst.instance_id)
+    assert [a["verdict"] for a in rec["attempts"]] == ["Unsafe", "Safe"]
+    # Auth header and base_url: every request reached this server with the configured key.
+    assert requests and all(r["headers"].get("authorization") == f"Bearer {TEST_KEY}" for r in requests)
+    assert all(r["path"] == "/v1/chat/completions" for r in requests)
+    # Structured output went over the wire as a forced tool call with the pydantic schema.
+    names = [r["body"]["tools"][0]["function"]["name"] for r in requests]
+    assert names[:2] == ["Plan", "ExploreStep"] and names.count("CodeChange") == 2
+    assert {r["body"]["model"] for r in requests if r["body"]["tools"][0]["function"]["name"] == "CodeChange"} == {"m-big"}
+    # Token accounting from the server's usage blocks, cost from the price table.
+    calls = len(requests)
+    usage = rec["usage"]
+    assert usage["calls"] == calls
+    assert usage["input_tokens"] == 1000 * calls and usage["output_tokens"] == 200 * calls
+    big = names.count("CodeChange")
+    expected = (big * (1000 * 10 + 200 * 20) + (calls - big) * (1000 * 1 + 200 * 2)) / 1e6
+    assert abs(usage["dollars"] - expected) < 1e-9
+    assert usage["by_node"]["coder"]["calls"] == big
+    # The key never lands in the record or the prediction.
+    text = (cfg.runs_dir / "wire" / "records" / f"{inst.instance_id}.json").read_text()
+    assert TEST_KEY not in text
