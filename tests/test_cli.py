@@ -53,3 +53,57 @@ def test_unknown_config_and_bad_eval_mode(tmp_path):
     assert proc.returncode == 2 and "unknown config 'nosuch'" in proc.stderr
     proc = run_graph([], tmp_path, {"OPENAI_API_KEY": "k", "EVAL_MODE": "maybe"})
     assert proc.returncode == 2 and "EVAL_MODE must be true or false" in proc.stderr
+
+
+def test_ctrl_c_keeps_finished_tasks_and_the_next_run_resumes(tmp_path):
+    import json
+    import signal
+    import threading
+
+    from eval.fake_llm_server import FakeLLMServer, ScriptResponder
+    from eval.fixtures import calc_script, make_calc_repo, write_dataset
+
+    mirrors = tmp_path / "mirrors"
+    insts = [make_calc_repo(mirrors, name="calc"), make_calc_repo(mirrors, name="calc2")]
+    ds = write_dataset(tmp_path / "ds.jsonl", insts)
+    inner = ScriptResponder(calc_script(False))
+    plans = []
+    release = threading.Event()
+
+    def responder(tool, body):
+        if tool == "Plan":
+            plans.append(1)
+            if len(plans) == 2:  # the second task hangs until the test lets it go
+                release.wait(30)
+        return inner(tool, body)
+
+    args = ["--tasks", "all", "--dataset", str(ds), "--repos", str(mirrors), "--config", "baseline",
+            "--run-id", "cc", "--no-progress"]
+    with FakeLLMServer(responder) as srv:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "FIXGRAPH", "EVAL_MODE"))}
+        env.update(OPENAI_API_KEY="k", OPENAI_BASE_URL=srv.base_url, EVAL_MODE="true",
+                   FIXGRAPH_CACHE_DIR=str(tmp_path / "cache"))
+        proc = subprocess.Popen([sys.executable, str(ROOT / "graph.py"), *args], cwd=tmp_path, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        records = tmp_path / "runs" / "cc" / "records"
+        deadline = time.monotonic() + 60
+        while len(plans) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(plans) == 2, "the second task never started"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        release.set()
+        assert proc.returncode == 130, err
+        assert "interrupted" in err and "Traceback" not in err
+        done = sorted(p.stem for p in records.glob("*.json"))
+        assert done == ["fixture__calc-1"]
+        first_diff = (tmp_path / "predictions" / "fixture__calc-1.diff").read_bytes()
+
+        again = subprocess.run([sys.executable, str(ROOT / "graph.py"), *args], cwd=tmp_path, env=env,
+                               capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "1 already done" in again.stdout
+    assert sorted(p.stem for p in records.glob("*.json")) == ["fixture__calc-1", "fixture__calc2-1"]
+    assert (tmp_path / "predictions" / "fixture__calc-1.diff").read_bytes() == first_diff
+    lines = (tmp_path / "predictions" / "cc.jsonl").read_text().splitlines()
+    assert sorted(json.loads(ln)["instance_id"] for ln in lines) == ["fixture__calc-1", "fixture__calc2-1"]
