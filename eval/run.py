@@ -1,0 +1,261 @@
+"""Run several configs on the same tasks, then score each with the official harness.
+
+    python -m eval.run --configs baseline,static,redo --tasks stratified50 \\
+        [--dataset PATH] [--repos DIR] [--workers N] [--run-prefix P] [--runs-dir runs] [--modal]
+
+Each config gets its own run id, ``<prefix>-<config>``, and its own folder ``runs/<run_id>/``
+(records, checkpoints, and ``predictions/`` with the ``.diff`` files and the official JSONL), so
+configs never overwrite each other. Running the same command again resumes: finished tasks are
+skipped and a task in flight restarts from its last checkpoint. A run id already holding a run of
+another config (or of the same config with different settings) is refused.
+
+Configs run one after another, each with ``--workers`` tasks at a time. Then, per config, the
+predictions go to ``python -m swebench.harness.run_evaluation`` when a Docker engine answers (or
+with ``--modal``); otherwise the exact commands, and the sb-cli alternative, are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from dotenv import load_dotenv
+
+from eval.rundata import RUN_META, read_json
+from fixgraph.config import ConfigError, RunConfig, load_config
+from fixgraph.dataset import HUB_DATASET, DatasetError, load_dataset_any, select
+from fixgraph.records import atomic_write
+from fixgraph.workspace import WorkspaceError
+
+SB_CLI_SUBSET = "swe-bench_lite"
+# Settings that say where things are or how to reach a server, not how the pipeline behaves:
+# a resumed run may change them (a new server port, another cache) and still be the same run.
+NOT_IDENTITY: dict[str, Any] = {
+    "llm": {"base_url", "api_key", "timeout_s", "max_retries"},
+    "budget": {"run_dollars"},
+    "tests": {"env_dir"},
+    "github": True, "cache_dir": True, "predictions_dir": True, "runs_dir": True,
+}
+
+# The harness is a subprocess; tests replace this to see the command without a Docker engine.
+HarnessRunner = Callable[[Sequence[str]], int]
+
+
+def _run_subprocess(cmd: Sequence[str]) -> int:
+    return subprocess.run(list(cmd), check=False).returncode
+
+
+HARNESS_RUNNER: HarnessRunner = _run_subprocess
+
+
+class RunIdError(Exception):
+    """A run id is already taken by something else; one line for the user."""
+
+
+# ---- run ids ------------------------------------------------------------------------------
+
+
+def identity(cfg: RunConfig) -> dict[str, Any]:
+    """The settings that make two runs comparable, flattened to dotted keys."""
+    return _flatten(cfg.model_dump(mode="json", exclude=NOT_IDENTITY))
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value and key != "prices":
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def claim_run_id(runs_dir: Path, run_id: str, cfg: RunConfig, task_ids: list[str]) -> None:
+    """Record which config ``run_id`` belongs to, or refuse when it belongs to another."""
+    run_dir = runs_dir / run_id
+    meta = read_json(run_dir / RUN_META)
+    mine = identity(cfg)
+    if isinstance(meta, dict):
+        theirs = meta.get("config")
+        if theirs != cfg.name:
+            raise RunIdError(f"run id {run_id!r} already holds a run of config {theirs!r}, not {cfg.name!r}; "
+                             "pick another --run-prefix")
+        old = meta.get("settings") or {}
+        changed = sorted(k for k in set(old) | set(mine) if old.get(k) != mine.get(k))
+        if changed:
+            first = changed[0]
+            more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+            raise RunIdError(f"run id {run_id!r} holds config {cfg.name!r} with other settings: {first} was "
+                             f"{old.get(first)!r}, is {mine.get(first)!r}{more}; pick another --run-prefix")
+    # A run started by graph.py under this id has records but no run.json: check those too.
+    for rec_path in sorted((run_dir / "records").glob("*.json")):
+        rec = read_json(rec_path)
+        if isinstance(rec, dict) and rec.get("config") not in (None, cfg.name):
+            raise RunIdError(f"run id {run_id!r} already has records of config {rec.get('config')!r} "
+                             f"({rec_path.name}), not {cfg.name!r}; pick another --run-prefix")
+    if isinstance(meta, dict):
+        tasks = list(dict.fromkeys([*(meta.get("tasks") or []), *task_ids]))
+        created = meta.get("created_at")
+    else:
+        tasks, created = task_ids, dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    atomic_write(run_dir / RUN_META, json.dumps(
+        {"run_id": run_id, "config": cfg.name, "settings": mine, "tasks": tasks, "created_at": created},
+        indent=2, sort_keys=True) + "\n")
+
+
+# ---- the official harness -------------------------------------------------------------------
+
+
+def docker_answers() -> bool:
+    """True when a Docker engine answers a ping (DOCKER_HOST or the default socket)."""
+    try:
+        import docker  # the harness's own dependency
+
+        client = docker.from_env(timeout=5)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:  # no socket, no permission, no engine: all mean "not here"
+        return False
+
+
+def harness_command(preds: Path, run_id: str, *, dataset: str, workers: int, report_dir: Path,
+                    modal: bool, python: str = "python") -> list[str]:
+    cmd = [python, "-m", "swebench.harness.run_evaluation", "-d", dataset, "-p", str(preds),
+           "-id", run_id, "--max_workers", str(workers), "--report_dir", str(report_dir)]
+    return cmd + (["--modal", "true"] if modal else [])
+
+
+def sb_cli_commands(preds: Path, run_id: str, report_dir: Path) -> list[list[str]]:
+    return [["sb-cli", "submit", SB_CLI_SUBSET, "test", "--predictions_path", str(preds), "--run_id", run_id],
+            ["sb-cli", "get-report", SB_CLI_SUBSET, "test", run_id, "-o", str(report_dir)]]
+
+
+def score_runs(runs: list[tuple[str, Path]], runs_dir: Path, *, dataset: str, workers: int, modal: bool,
+               engine: bool) -> int:
+    """Send each run's predictions to the harness, or print how to. Returns the number of failures."""
+    failures = 0
+    ready = [(run_id, preds) for run_id, preds in runs if preds.is_file()]
+    for run_id, preds in runs:
+        if not preds.is_file():
+            print(f"{run_id}: no predictions file ({preds}); nothing to score", file=sys.stderr)
+    if not ready:
+        return failures
+    if engine or modal:
+        from eval.ingest import DEFAULT_LOGS, ingest_run
+        from eval.rundata import load_run
+
+        for run_id, preds in ready:
+            cmd = harness_command(preds, run_id, dataset=dataset, workers=workers,
+                                  report_dir=runs_dir / run_id, modal=modal, python=sys.executable)
+            print(f"{run_id}: {shlex.join(cmd)}", flush=True)
+            code = HARNESS_RUNNER(cmd)
+            if code != 0:
+                failures += 1
+                print(f"{run_id}: the harness exited with {code}", file=sys.stderr)
+                continue
+            run = load_run(runs_dir / run_id)
+            if run is not None:
+                res = ingest_run(run, [DEFAULT_LOGS], [Path.cwd()])
+                print(f"{run_id}: {res.with_harness} of {res.total} tasks have harness results")
+        print(f"next: python -m eval.dashboard {runs_dir} -o dashboard.html")
+        return failures
+    print("\nNo Docker engine answers here, so the official harness was not run. To score these runs,")
+    print("on a machine with Docker, from this folder:")
+    for run_id, preds in ready:
+        print("  " + shlex.join(harness_command(preds, run_id, dataset=dataset, workers=workers,
+                                                report_dir=runs_dir / run_id, modal=False)))
+    print("or on Modal: add --modal true to each command above; or hosted, with sb-cli (needs SWEBENCH_API_KEY):")
+    for run_id, preds in ready:
+        for cmd in sb_cli_commands(preds, run_id, runs_dir / run_id):
+            print("  " + shlex.join(cmd))
+    print(f"then: python -m eval.ingest {runs_dir} && python -m eval.dashboard {runs_dir} -o dashboard.html")
+    return failures
+
+
+# ---- command line ---------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m eval.run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--configs", default="baseline,static,redo",
+                   help="comma-separated config names (configs/<name>.toml) or TOML paths")
+    p.add_argument("--tasks", default="stratified50", help="manifest name, 'all', or comma-separated ids")
+    p.add_argument("--dataset", type=Path, default=None, help=f"SWE-bench JSONL (default: {HUB_DATASET} from the hub)")
+    p.add_argument("--repos", type=Path, default=None, help="folder of local repository mirrors")
+    p.add_argument("--workers", type=int, default=1, help="tasks run at once")
+    p.add_argument("--run-prefix", default="cmp", help="run ids are <prefix>-<config> (default cmp)")
+    p.add_argument("--runs-dir", type=Path, default=None, help="default: the first config's runs_dir")
+    p.add_argument("--modal", action="store_true", help="run the harness on Modal (passes --modal true)")
+    p.add_argument("--no-harness", action="store_true", help="only run the configs")
+    p.add_argument("--harness-dataset", default=HUB_DATASET)
+    p.add_argument("--harness-workers", type=int, default=4)
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+def fail(message: str) -> int:
+    print(f"eval.run: error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    load_dotenv(override=False)
+    try:
+        names = [n.strip() for n in args.configs.split(",") if n.strip()]
+        if not names:
+            raise ConfigError("--configs is empty")
+        if args.workers < 1:
+            raise ConfigError("--workers must be at least 1")
+        if args.repos is not None and not args.repos.is_dir():
+            raise ConfigError(f"--repos {args.repos} is not a folder")
+        cfgs = [load_config(name) for name in names]
+        cfgs[0].require_llm()
+        seen: dict[str, str] = {}
+        for name, cfg in zip(names, cfgs, strict=True):
+            if cfg.name in seen:
+                raise RunIdError(f"configs {seen[cfg.name]!r} and {name!r} are both named {cfg.name!r}, so they "
+                                 f"would share the run id {args.run_prefix}-{cfg.name}; rename one (name = ...)")
+            seen[cfg.name] = name
+        runs_dir: Path = args.runs_dir or cfgs[0].runs_dir
+        instances = select(load_dataset_any(args.dataset, cfgs[0].cache_dir), args.tasks)
+        task_ids = [i.instance_id for i in instances]
+        plan = []
+        for cfg in cfgs:
+            run_id = f"{args.run_prefix}-{cfg.name}"
+            claim_run_id(runs_dir, run_id, cfg, task_ids)
+            plan.append((run_id, cfg.model_copy(update={"predictions_dir": runs_dir / run_id / "predictions",
+                                                        "runs_dir": runs_dir})))
+    except (ConfigError, DatasetError, RunIdError) as exc:
+        return fail(str(exc))
+
+    from fixgraph.runner import run_tasks
+
+    scored: list[tuple[str, Path]] = []
+    for run_id, cfg in plan:
+        print(f"{run_id}: config {cfg.name}, {len(instances)} tasks, {args.workers} at a time", flush=True)
+        try:
+            summary = run_tasks(instances, cfg, run_id=run_id, repos=args.repos, workers=args.workers,
+                                progress=not args.no_progress)
+        except WorkspaceError as exc:
+            return fail(str(exc))
+        print(summary.line(), flush=True)
+        scored.append((run_id, Path(summary.predictions)))
+    if args.no_harness:
+        return 0
+    failures = score_runs(scored, runs_dir, dataset=args.harness_dataset, workers=args.harness_workers,
+                          modal=args.modal, engine=False if args.modal else docker_answers())
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

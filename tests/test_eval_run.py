@@ -1,0 +1,175 @@
+"""eval.run: several configs on the same fixture tasks against a loopback LLM, run ids, the harness step."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import eval.run as evrun
+from eval import dashboard
+from eval.fake_llm_server import FakeLLMServer
+from fixgraph.config import ConfigError, load_config
+from tests import dashboard_fixture as fx
+from tests.eval_run_helpers import config_files, jsonl_lines, llm_env, make_tasks, responder
+
+
+@pytest.fixture()
+def llm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.chdir(tmp_path)  # the harness's logs/ and any .env are looked up here
+    with FakeLLMServer(responder()) as srv:
+        for key, value in llm_env(srv.base_url).items():
+            monkeypatch.setenv(key, value)
+        yield srv
+
+
+def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+# ---- bad input ------------------------------------------------------------------------------
+
+
+def test_config_with_unknown_key_is_rejected_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = tmp_path / "mine.toml"
+    bad.write_text('name = "mine"\nmax_attempts = 2\n\n[critic]\nenabled = true\nretry_budget = 3\n')
+    with pytest.raises(ConfigError, match=r"unknown key 'critic\.retry_budget'"):
+        load_config(str(bad), env={})
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    assert evrun.main(["--configs", f"baseline,{bad}", "--tasks", "x", "--runs-dir", str(tmp_path / "runs")]) == 2
+    assert "critic.retry_budget" in one_error_line(capsys)
+    assert not (tmp_path / "runs").exists()  # nothing written before the settings were checked
+
+
+def test_same_run_id_with_another_config_is_refused(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    base = load_config("baseline", env={})
+    evrun.claim_run_id(runs, "x-baseline", base, ["a"])
+    evrun.claim_run_id(runs, "x-baseline", base, ["a", "b"])  # the same config resumes
+    assert json.loads((runs / "x-baseline" / "run.json").read_text())["tasks"] == ["a", "b"]
+    # Where a server is and how long to wait for it may change between a run and its resume.
+    moved = load_config("baseline", env={"OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "FIXGRAPH_LLM_TIMEOUT": "5"})
+    evrun.claim_run_id(runs, "x-baseline", moved, ["a"])
+
+    with pytest.raises(evrun.RunIdError, match=r"holds a run of config 'baseline', not 'static'"):
+        evrun.claim_run_id(runs, "x-baseline", load_config("static", env={}), ["a"])
+    tweaked = load_config("baseline", env={}, overrides={"max_attempts": 2})
+    with pytest.raises(evrun.RunIdError, match=r"max_attempts was 1, is 2"):
+        evrun.claim_run_id(runs, "x-baseline", tweaked, ["a"])
+    # A run started by graph.py under this id has records and no run.json.
+    (runs / "y-baseline" / "records").mkdir(parents=True)
+    (runs / "y-baseline" / "records" / "a.json").write_text(json.dumps({"instance_id": "a", "config": "redo"}))
+    with pytest.raises(evrun.RunIdError, match=r"records of config 'redo'"):
+        evrun.claim_run_id(runs, "y-baseline", base, ["a"])
+
+
+def test_cli_refuses_a_taken_run_id_in_one_line(llm, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mirrors, dataset, _ = make_tasks(tmp_path, 1)
+    runs = tmp_path / "runs"
+    evrun.claim_run_id(runs, "x-baseline", load_config("baseline", env={}, overrides={"max_attempts": 2}), ["a"])
+    code = evrun.main(["--configs", "baseline", "--tasks", "all", "--dataset", str(dataset), "--repos", str(mirrors),
+                       "--run-prefix", "x", "--runs-dir", str(runs), "--no-progress"])
+    assert code == 2
+    assert "run id 'x-baseline'" in one_error_line(capsys)
+    assert not (runs / "x-baseline" / "records").exists()
+    # Two configs named alike in one command would share a run id.
+    copy = tmp_path / "other" / "baseline.toml"
+    copy.parent.mkdir()
+    copy.write_text('name = "baseline"\nmax_attempts = 3\n')
+    assert evrun.main(["--configs", f"baseline,{copy}", "--tasks", "all", "--dataset", str(dataset)]) == 2
+    assert "both named 'baseline'" in one_error_line(capsys)
+
+
+# ---- the runs and the harness step ------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_three_configs_same_tasks_then_harness(llm, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    mirrors, dataset, ids = make_tasks(tmp_path, 2)
+    runs = tmp_path / "runs"
+    configs = config_files(tmp_path, ["baseline", "static", "redo"])
+    argv = ["--configs", ",".join(configs), "--tasks", "all", "--dataset", str(dataset), "--repos", str(mirrors),
+            "--workers", "2", "--run-prefix", "t", "--runs-dir", str(runs), "--no-progress"]
+    monkeypatch.setattr(evrun, "docker_answers", lambda: False)
+    assert evrun.main(argv) == 0
+    out = capsys.readouterr().out
+
+    for config in ("baseline", "static", "redo"):
+        run_id = f"t-{config}"
+        preds = runs / run_id / "predictions"
+        lines = jsonl_lines(preds / f"{run_id}.jsonl")
+        assert sorted(lines) == sorted(ids)  # one prediction per task, per config
+        for iid in ids:
+            rec = json.loads((runs / run_id / "records" / f"{iid}.json").read_text())
+            assert rec["config"] == config and rec["final"] and rec["status"] == "patched"
+            assert json.loads(lines[iid])["model_patch"] == (preds / f"{iid}.diff").read_text()
+            assert "- 1" in (preds / f"{iid}.diff").read_text()
+        assert json.loads((runs / run_id / "run.json").read_text())["config"] == config
+        # No Docker here: the exact harness command and the sb-cli alternative are printed.
+        assert (f"python -m swebench.harness.run_evaluation -d SWE-bench/SWE-bench_Lite "
+                f"-p {preds / f'{run_id}.jsonl'} -id {run_id}") in out
+        assert f"sb-cli submit swe-bench_lite test --predictions_path {preds / f'{run_id}.jsonl'} --run_id {run_id}" in out
+    # Each config's predictions stay in its own run folder.
+    assert sorted(p.name for p in runs.glob("*/predictions/*.jsonl")) == ["t-baseline.jsonl", "t-redo.jsonl",
+                                                                           "t-static.jsonl"]
+    assert not Path("predictions").exists()
+    # The baseline makes one attempt with no Critic; redo's Critic ran the tests.
+    base = json.loads((runs / "t-baseline" / "records" / f"{ids[0]}.json").read_text())
+    redo = json.loads((runs / "t-redo" / "records" / f"{ids[0]}.json").read_text())
+    assert base["n_attempts"] == 1 and base["fix_score"]["kind"] == "none"
+    assert redo["fix_score"]["kind"] == "tests"
+
+    # Again, with a Docker engine that answers: nothing reruns, and each config's predictions go to
+    # the harness (here a stand-in that writes reports where and as the harness does), then ingest.
+    calls: list[list[str]] = []
+
+    def harness(cmd: list[str]) -> int:
+        calls.append(list(cmd))
+        run_id = cmd[cmd.index("-id") + 1]
+        preds = [json.loads(ln) for ln in Path(cmd[cmd.index("-p") + 1]).read_text().splitlines()]
+        config = run_id.split("-", 1)[1]
+        for p in preds:
+            folder = Path("logs/run_evaluation") / run_id / p["model_name_or_path"].replace("/", "__") / p["instance_id"]
+            folder.mkdir(parents=True, exist_ok=True)
+            resolved = config != "baseline" or p["instance_id"] == ids[0]
+            (folder / "report.json").write_text(json.dumps(fx.harness_report(p["instance_id"], resolved), indent=4))
+        return 0
+
+    monkeypatch.setattr(evrun, "docker_answers", lambda: True)
+    monkeypatch.setattr(evrun, "HARNESS_RUNNER", harness)
+    assert evrun.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "2 already done, 0 run now" in out
+    assert [c[c.index("-id") + 1] for c in calls] == ["t-baseline", "t-static", "t-redo"]
+    assert all(c[1:4] == ["-m", "swebench.harness.run_evaluation", "-d"] and "--modal" not in c for c in calls)
+    for config in ("baseline", "static", "redo"):
+        for iid in ids:
+            rec = json.loads((runs / f"t-{config}" / "records" / f"{iid}.json").read_text())
+            assert rec["harness"]["resolved"] is (config != "baseline" or iid == ids[0])
+
+    page = tmp_path / "dash.html"
+    assert dashboard.main([str(runs), "-o", str(page)]) == 0
+    assert "50.0% (1/2)" in page.read_text() and "100.0% (2/2)" in page.read_text()
+
+
+def test_modal_flag_passes_modal_true(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    preds = tmp_path / "runs" / "m-redo" / "predictions" / "m-redo.jsonl"
+    preds.parent.mkdir(parents=True)
+    preds.write_text(json.dumps({"instance_id": "a", "model_name_or_path": "m", "model_patch": ""}) + "\n")
+    calls: list[list[str]] = []
+    monkeypatch.setattr(evrun, "HARNESS_RUNNER", lambda cmd: calls.append(list(cmd)) or 0)
+    monkeypatch.chdir(tmp_path)
+    assert evrun.score_runs([("m-redo", preds)], tmp_path / "runs", dataset="SWE-bench/SWE-bench_Lite",
+                            workers=2, modal=True, engine=False) == 0
+    assert calls and calls[0][-2:] == ["--modal", "true"]
+    assert calls[0][calls[0].index("-p") + 1] == str(preds)
+
+
+def test_docker_check_is_false_without_an_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    assert evrun.docker_answers() is False
