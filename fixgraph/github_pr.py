@@ -45,8 +45,11 @@ MARKER = "<!-- fixgraph -->"
 TokenSource = Callable[[], "str | None"]
 
 
-class PushRejected(Exception):
-    """The remote refused the branch; the message is one line, already redacted."""
+class RemoteGitError(Exception):
+    """A clone, fetch or push failed; the message is one line, already redacted."""
+
+
+PushRejected = RemoteGitError
 
 
 def branch_name(number: int, title: str) -> str:
@@ -89,13 +92,13 @@ def git_env() -> dict[str, str]:
     return {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "SSH_ASKPASS": "true"}
 
 
-def run_git(repo: git.Repo, url: str, token: str | None, *args: str, secrets: list[str]) -> str:
-    """Run ``git <args>`` in ``repo`` against ``url`` with credentials; errors come out redacted."""
+def run_git(cmd: git.Git, url: str, token: str | None, *args: str, secrets: list[str]) -> str:
+    """Run ``git <args>`` (in ``cmd``'s directory) against ``url`` with credentials; errors redacted."""
     with git_auth(url, token) as auth:
         try:
-            return repo.git.execute(["git", *auth, *args], env=git_env())  # type: ignore[call-overload]
+            return cmd.execute(["git", *auth, *args], env=git_env())  # type: ignore[call-overload]
         except git.GitCommandError as exc:
-            raise PushRejected(redact(_git_reason(exc), secrets + [token or ""])) from None
+            raise RemoteGitError(redact(_git_reason(exc), secrets + [token or ""])) from None
 
 
 def _git_reason(exc: git.GitCommandError) -> str:
@@ -118,8 +121,8 @@ class FileChange:
 
 
 def files_changed(patch: str) -> list[FileChange]:
-    from unidiff import PatchSet
     from unidiff.errors import UnidiffParseError
+    from unidiff.patch import PatchSet
 
     try:
         files = PatchSet(patch)
@@ -217,27 +220,64 @@ def render_body(outcome: Outcome, cfg: RunConfig, issue_number: int) -> str:
     return redact(body.rstrip() + "\n\n" + MARKER + "\n", cfg.secrets())
 
 
-class GitHubPublisher:
-    """One issue's publisher: built by the bot per job, called once by the PR agent node."""
+def issue_number_of(instance_id: str) -> int | None:
+    """``owner__name-123`` -> 123 (the bot's and SWE-bench's instance id scheme)."""
+    tail = instance_id.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else None
 
-    def __init__(self, cfg: RunConfig, repo: Repository, issue_number: int, issue_title: str,
-                 token: TokenSource, push_url: str | None = None):
+
+class GitHubPublisher:
+    """The PR agent's GitHub publisher.
+
+    The bot builds one per job with the issue in hand. Built with the config alone (``graph.py``
+    with EVAL_MODE=false), it works out the repository and issue from each task's instance.
+    """
+
+    def __init__(self, cfg: RunConfig, repo: Repository | None = None, issue_number: int | None = None,
+                 issue_title: str | None = None, token: TokenSource | None = None, push_url: str | None = None):
         self.cfg = cfg
+        self._fixed = repo is not None
+        self.token: TokenSource = token or (lambda: None)
+        self.push_url_given = push_url
+        if repo is not None:
+            self._bind(repo, issue_number or 0, issue_title or "", self.token)
+
+    def _bind(self, repo: Repository, number: int, title: str, token: TokenSource) -> None:
         self.repo = repo
-        self.number = issue_number
-        self.title = issue_title
+        self.number = number
+        self.title = title
         self.token = token
-        self.push_url = push_url or cfg.github.push_remote or repo.clone_url
-        self.branch = branch_name(issue_number, issue_title)
-        self.head_owner = cfg.github.fork_owner or repo.owner.login
+        self.push_url = self.push_url_given or self.cfg.github.push_remote or repo.clone_url
+        self.branch = branch_name(number, title)
+        self.head_owner = self.cfg.github.fork_owner or repo.owner.login
+
+    def _for_task(self, outcome: Outcome) -> GitHubPublisher | str:
+        """Standalone use: a publisher bound to the task's repository and issue (or why not).
+
+        A new object per task, so one publisher shared by parallel tasks holds no per-task state.
+        """
+        from bot.client import GitHubAccess
+
+        number = issue_number_of(outcome.instance.instance_id)
+        if number is None:
+            return f"instance id {outcome.instance.instance_id!r} does not end with an issue number"
+        try:
+            session = GitHubAccess(self.cfg).session(repo=outcome.instance.repo)
+            repo = session.gh.get_repo(outcome.instance.repo)
+            title = repo.get_issue(number).title
+        except GithubException as exc:
+            return f"GitHub refused access to {outcome.instance.repo}#{number} ({exc.status})"
+        return GitHubPublisher(self.cfg, repo, number, title, session.token, self.push_url_given)
 
     def _secrets(self) -> list[str]:
         return self.cfg.secrets() + [self.token() or ""]
 
     def _fail(self, error: str, **extra: Any) -> dict[str, Any]:
         log.warning("issue #%s: %s", self.number, redact(error, self._secrets()))
-        return {"kind": "github_pr", "ok": False, "branch": self.branch,
-                "error": redact(error, self._secrets()), **extra}
+        # kind "none": the runner counts the task as not patched, and "reason" is what the bot says.
+        error = redact(error, self._secrets())
+        return {"kind": "none", "publisher": "github_pr", "ok": False, "branch": self.branch,
+                "reason": error, "error": error, **extra}
 
     def commit(self, wt: Worktree, outcome: Outcome) -> str:
         """A commit of the patch on the base commit, detached: no local branch to clash with later."""
@@ -258,12 +298,12 @@ class GitHubPublisher:
         return wt.repo.head.commit.hexsha
 
     def push(self, wt: Worktree, sha: str) -> None:
-        run_git(wt.repo, self.push_url, self.token(), "push", "--force", "--porcelain", self.push_url,
+        run_git(wt.repo.git, self.push_url, self.token(), "push", "--force", "--porcelain", self.push_url,
                 f"{sha}:refs/heads/{self.branch}", secrets=self.cfg.secrets())
 
     def delete_branch(self, wt: Worktree) -> None:
-        with contextlib.suppress(PushRejected):
-            run_git(wt.repo, self.push_url, self.token(), "push", self.push_url, f":refs/heads/{self.branch}",
+        with contextlib.suppress(RemoteGitError):
+            run_git(wt.repo.git, self.push_url, self.token(), "push", self.push_url, f":refs/heads/{self.branch}",
                     secrets=self.cfg.secrets())
 
     def open_pr(self) -> PullRequest | None:
@@ -273,6 +313,11 @@ class GitHubPublisher:
         return None
 
     def publish(self, outcome: Outcome) -> dict[str, Any]:
+        if not self._fixed:
+            bound = self._for_task(outcome)
+            if isinstance(bound, str):
+                return {"kind": "none", "publisher": "github_pr", "ok": False, "reason": bound, "error": bound}
+            return bound.publish(outcome)
         if not outcome.patch.strip():
             return self._fail(f"no patch to propose ({outcome.stop_reason or 'the pipeline produced none'})")
         wt = outcome.worktree
@@ -288,7 +333,7 @@ class GitHubPublisher:
             return self._fail(f"GitHub refused to list pull requests ({exc.status})")
         try:
             self.push(wt, sha)
-        except PushRejected as exc:
+        except RemoteGitError as exc:
             return self._fail(f"push of {self.branch} was rejected: {exc}", commit=sha)
         body = render_body(outcome, self.cfg, self.number)
         reasons = draft_reasons(outcome, self.cfg.critic.fix_score_threshold)

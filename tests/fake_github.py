@@ -231,6 +231,12 @@ class FakeGitHub:
                 if not isinstance(body, dict) or not body.get("body"):
                     return 422, {}, {"message": "Validation Failed"}
                 return 201, {}, self._add_comment(full_name, number, body["body"], "fixgraph-bot[bot]", "NONE")
+        if rest == "/issues" and method == "GET":
+            wanted = {x for x in q.get("labels", "").split(",") if x}
+            state = q.get("state", "open")
+            return 200, {}, [i for i in self.issues[full_name].values()
+                             if (state == "all" or i["state"] == state)
+                             and wanted <= {lb["name"] for lb in i["labels"]}]
         if rest == "/issues/comments" and method == "GET":
             since = q.get("since", "")
             return 200, {}, [c for c in self.comments[full_name] if c["created_at"] >= since]
@@ -492,3 +498,34 @@ def reject_pushes(bare: Path, message: str = "GH006: Protected branch update fai
 
 def show(bare: Path, ref: str, path: str) -> str:
     return _git(bare, "show", f"{ref}:{path}")
+
+
+# ---- webhook payloads as GitHub sends them ------------------------------------------------
+
+def _repo_payload(full_name: str) -> dict[str, Any]:
+    owner, name = full_name.split("/")
+    return {"id": 1, "name": name, "full_name": full_name, "owner": {"login": owner, "type": "User"}}
+
+
+def labeled_payload(full_name: str, number: int, label: str = "fixgraph", sender: str = "alice",
+                    installation: int | None = None, title: str = "an issue") -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "action": "labeled", "label": {"name": label, "color": "ededed"},
+        "issue": {"number": number, "title": title, "body": "", "labels": [{"name": label}],
+                  "user": {"login": sender, "type": "User"}},
+        "repository": _repo_payload(full_name), "sender": {"login": sender, "type": "User"}}
+    if installation is not None:
+        payload["installation"] = {"id": installation}
+    return payload
+
+
+def comment_payload(full_name: str, number: int, body: str, user: str = "alice", association: str = "OWNER",
+                    installation: int | None = None) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "action": "created",
+        "issue": {"number": number, "title": "an issue", "body": "", "user": {"login": "alice", "type": "User"}},
+        "comment": {"id": 5, "body": body, "user": {"login": user, "type": "User"}, "author_association": association},
+        "repository": _repo_payload(full_name), "sender": {"login": user, "type": "User"}}
+    if installation is not None:
+        payload["installation"] = {"id": installation}
+    return payload

@@ -1,0 +1,129 @@
+"""What starts a job: a webhook delivery (or a polled event) turned into a :class:`Trigger`.
+
+Pure functions over payloads, so the rules (signature, allowlist, who may trigger, the bot's own
+comments) are tested without a server.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import hmac
+from dataclasses import dataclass
+from typing import Any
+
+from fixgraph.config import GitHubSettings
+from fixgraph.github_pr import MARKER
+
+# GitHub's author_association values for people with write access or membership.
+TRUSTED_ASSOCIATIONS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
+
+
+@dataclass(frozen=True)
+class Trigger:
+    repo: str
+    number: int
+    reason: str  # label | comment
+    sender: str
+    installation_id: int | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.repo.lower()}#{self.number}"
+
+
+@dataclass(frozen=True)
+class Ignored:
+    reason: str
+
+
+def verify_signature(secret: str, body: bytes, header: str | None) -> bool:
+    """``X-Hub-Signature-256`` is ``sha256=<hex HMAC of the raw body>``; compared in constant time."""
+    if not secret or not header or not header.startswith("sha256="):
+        return False
+    expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, header.removeprefix("sha256="))
+
+
+def sign(secret: str, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def repo_allowed(repo: str, allowlist: tuple[str, ...]) -> bool:
+    """An empty allowlist allows nothing: the bot acts only where it was told to."""
+    return any(fnmatch.fnmatch(repo.lower(), pattern.lower()) for pattern in allowlist)
+
+
+def is_own_comment(body: str | None, login: str | None, gh: GitHubSettings) -> bool:
+    if body and MARKER in body:
+        return True
+    return bool(gh.bot_login and login and login.lower() == gh.bot_login.lower())
+
+
+def is_command(body: str | None, command: str) -> bool:
+    words = (body or "").strip().split()
+    return bool(words) and words[0] == command
+
+
+def may_command(login: str, association: str | None, gh: GitHubSettings) -> bool:
+    if (association or "").upper() in TRUSTED_ASSOCIATIONS:
+        return True
+    return login.lower() in {u.lower() for u in gh.allowed_users}
+
+
+def comment_trigger(repo: str, number: int, body: str | None, login: str, association: str | None,
+                    gh: GitHubSettings, installation_id: int | None = None) -> Trigger | Ignored:
+    if is_own_comment(body, login, gh):
+        return Ignored("the bot's own comment")
+    if not is_command(body, gh.command):
+        return Ignored("comment is not a command")
+    if not may_command(login, association, gh):
+        return Ignored(f"{login} may not trigger fixgraph ({association or 'no association'})")
+    if not repo_allowed(repo, gh.allowlist):
+        return Ignored(f"{repo} is not in the allowlist")
+    return Trigger(repo, number, "comment", login, installation_id)
+
+
+def label_trigger(repo: str, number: int, label: str, login: str, gh: GitHubSettings,
+                  installation_id: int | None = None) -> Trigger | Ignored:
+    if label.lower() != gh.label.lower():
+        return Ignored(f"label {label!r} is not {gh.label!r}")
+    if not repo_allowed(repo, gh.allowlist):
+        return Ignored(f"{repo} is not in the allowlist")
+    return Trigger(repo, number, "label", login, installation_id)
+
+
+def _get(payload: dict[str, Any], *path: str) -> Any:
+    node: Any = payload
+    for key in path:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(key)
+    return node
+
+
+def from_webhook(event: str, payload: Any, gh: GitHubSettings) -> Trigger | Ignored:
+    """The trigger a delivery carries, or why it carries none."""
+    if not isinstance(payload, dict):
+        return Ignored("payload is not a JSON object")
+    action = payload.get("action")
+    repo = _get(payload, "repository", "full_name")
+    number = _get(payload, "issue", "number")
+    sender = _get(payload, "sender", "login") or ""
+    installation = _get(payload, "installation", "id")
+    installation = installation if isinstance(installation, int) else None
+    if event not in ("issues", "issue_comment"):
+        return Ignored(f"event {event!r} is not handled")
+    if not isinstance(repo, str) or not isinstance(number, int):
+        return Ignored("payload has no repository or issue number")
+    if _get(payload, "issue", "pull_request") is not None:
+        return Ignored("the issue is a pull request")
+    if event == "issues":
+        if action != "labeled":
+            return Ignored(f"issues action {action!r} is not handled")
+        return label_trigger(repo, number, str(_get(payload, "label", "name") or ""), sender, gh, installation)
+    if action != "created":
+        return Ignored(f"issue_comment action {action!r} is not handled")
+    return comment_trigger(repo, number, _get(payload, "comment", "body"),
+                           str(_get(payload, "comment", "user", "login") or sender),
+                           _get(payload, "comment", "author_association"), gh, installation)

@@ -1,0 +1,87 @@
+"""The job queue: bounded concurrency, one job per issue at a time.
+
+A trigger for an issue whose job is queued or running, or that was queued less than
+``dedupe_window_s`` ago, is dropped: a label added twice quickly, or a webhook redelivered,
+gives one job.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+from bot.events import Trigger
+
+log = logging.getLogger("fixgraph.bot")
+
+
+class JobQueue:
+    def __init__(self, handler: Callable[[Trigger], None], workers: int = 2, dedupe_window_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.handler = handler
+        self.dedupe_window_s = dedupe_window_s
+        self.clock = clock
+        self._queue: queue.Queue[Trigger | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._active: set[str] = set()
+        self._last_submit: dict[str, float] = {}
+        self.accepted: list[Trigger] = []
+        self._threads = [threading.Thread(target=self._work, name=f"fixgraph-job-{i}", daemon=True)
+                         for i in range(max(1, workers))]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, trigger: Trigger) -> bool:
+        """Queue ``trigger``; False when a job for the same issue is in flight or was just queued."""
+        now = self.clock()
+        with self._lock:
+            last = self._last_submit.get(trigger.key)
+            if trigger.key in self._active or (last is not None and now - last < self.dedupe_window_s):
+                log.info("job for %s already queued or just done; %s trigger dropped", trigger.key, trigger.reason)
+                return False
+            self._active.add(trigger.key)
+            self._last_submit[trigger.key] = now
+            self.accepted.append(trigger)
+        self._queue.put(trigger)
+        log.info("queued %s (%s by %s)", trigger.key, trigger.reason, trigger.sender)
+        return True
+
+    def _work(self) -> None:
+        while True:
+            trigger = self._queue.get()
+            if trigger is None:
+                return
+            try:
+                self.handler(trigger)
+            except Exception as exc:  # one bad job must not kill the worker thread
+                log.error("job %s crashed: %s", trigger.key, type(exc).__name__)
+            finally:
+                with self._changed:
+                    self._active.discard(trigger.key)
+                    self._changed.notify_all()
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._active)
+
+    def wait_idle(self, timeout: float | None = 60.0) -> bool:
+        """Block until no job is queued or running; False on timeout (None: no timeout)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while self._active:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._changed.wait(left)
+        return True
+
+    def close(self, wait: bool = True) -> None:
+        for _ in self._threads:
+            self._queue.put(None)
+        if wait:
+            for t in self._threads:
+                t.join()

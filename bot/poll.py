@@ -1,0 +1,110 @@
+"""Polling, for teams that cannot expose a webhook: the same triggers, read from the REST API.
+
+Each cycle reads the repository's issue events newer than the last one seen (``labeled`` with the
+bot's label) and issue comments created since the last cycle (the command). Cursors are kept in
+``<cache_dir>/bot/poll-<owner>+<name>.json`` so a restart neither replays history nor misses what
+happened while it was down. On the very first cycle there is no cursor: open issues that carry
+the label and have no comment from the bot yet are picked up, nothing older.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from github.GithubException import GithubException
+
+from bot.client import GitHubAccess
+from bot.events import Ignored, Trigger, comment_trigger, label_trigger
+from fixgraph.config import RunConfig
+from fixgraph.github_pr import MARKER
+from fixgraph.records import atomic_write
+
+log = logging.getLogger("fixgraph.bot")
+
+
+def _iso(when: dt.datetime) -> str:
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Poller:
+    def __init__(self, cfg: RunConfig, access: GitHubAccess, repo: str, submit: Callable[[Trigger], bool],
+                 state_dir: Path | None = None):
+        self.cfg = cfg
+        self.access = access
+        self.repo_name = repo
+        self.submit = submit
+        self.state_path = (state_dir or cfg.cache_dir / "bot") / f"poll-{repo.replace('/', '+')}.json"
+
+    def _load(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.state_path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def _save(self, state: dict[str, Any]) -> None:
+        atomic_write(self.state_path, json.dumps(state, indent=2) + "\n")
+
+    def poll_once(self) -> list[Trigger]:
+        """One cycle; returns the triggers it found (each also handed to ``submit``)."""
+        gh = self.cfg.github
+        started = dt.datetime.now(dt.UTC)
+        repo = self.access.session(repo=self.repo_name).gh.get_repo(self.repo_name)
+        state = self._load()
+        found: list[Trigger | Ignored] = []
+        newest_event = state["event_id"] if state else 0
+        for event in repo.get_issues_events():  # newest first
+            if state is not None and event.id <= state["event_id"]:
+                break
+            newest_event = max(newest_event, event.id)
+            if state is None:
+                break  # first cycle: only the cursor; the backlog comes from open labeled issues below
+            if event.event == "labeled" and event.label is not None and event.issue.pull_request is None:
+                found.append(label_trigger(self.repo_name, event.issue.number, event.label.name,
+                                           event.actor.login if event.actor else "", gh))
+        if state is None:
+            for issue in repo.get_issues(state="open", labels=[gh.label]):
+                if issue.pull_request is None and not any(MARKER in (c.body or "") for c in issue.get_comments()):
+                    found.append(label_trigger(self.repo_name, issue.number, gh.label, issue.user.login, gh))
+        newest_comment = state["comment_id"] if state else 0
+        if state is not None:
+            since = dt.datetime.fromisoformat(state["comments_since"].replace("Z", "+00:00"))
+            for c in repo.get_issues_comments(sort="created", direction="asc", since=since):
+                if c.id <= state["comment_id"]:
+                    continue
+                newest_comment = max(newest_comment, c.id)
+                number = int(c.issue_url.rstrip("/").rsplit("/", 1)[1])
+                found.append(comment_trigger(self.repo_name, number, c.body, c.user.login,
+                                             c.author_association, gh))
+        triggers = []
+        for item in found:
+            if isinstance(item, Ignored):
+                log.debug("poll %s: ignored: %s", self.repo_name, item.reason)
+                continue
+            # Events come newest-first; a label added twice is two events, one job.
+            if item.key not in {t.key for t in triggers}:
+                triggers.append(item)
+        # The cursor moves only after the whole cycle read cleanly, so a failed cycle is redone.
+        # Comments are also matched by id, so the overlap only absorbs clock skew with GitHub.
+        since_next = started - dt.timedelta(minutes=2)
+        self._save({"event_id": newest_event, "comment_id": newest_comment, "comments_since": _iso(since_next)})
+        for t in triggers:
+            self.submit(t)
+        return triggers
+
+    def run(self, stop: threading.Event, interval: float | None = None) -> None:
+        interval = interval or self.cfg.github.poll_interval_s
+        while not stop.is_set():
+            try:
+                self.poll_once()
+            except GithubException as exc:
+                log.warning("poll %s: GitHub answered %s; trying again in %.0fs", self.repo_name, exc.status, interval)
+            except OSError as exc:
+                log.warning("poll %s: cannot reach GitHub (%s); trying again in %.0fs", self.repo_name,
+                            type(exc).__name__, interval)
+            stop.wait(interval)
