@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
@@ -14,17 +14,17 @@ from fixgraph.context import TaskContext
 from fixgraph.llm import BudgetExceeded, InvalidReply, LLMFailure
 from fixgraph.state import TaskState
 
-NodeFn = Callable[[TaskState, Runtime[TaskContext]], dict[str, Any]]
+F = TypeVar("F", bound=Callable[..., dict[str, Any]])
 
 
 def messages(role: str, template: str, **variables: object) -> list[BaseMessage]:
     return [SystemMessage(render("system", role=role)), HumanMessage(render(template, **variables))]
 
 
-def stops_cleanly(node: str) -> Callable[[NodeFn], NodeFn]:
+def stops_cleanly(node: str) -> Callable[[F], F]:
     """A spent budget or a failed LLM call ends the task with what it has, and says why."""
 
-    def wrap(fn: NodeFn) -> NodeFn:
+    def wrap(fn: F) -> F:
         @functools.wraps(fn)
         def inner(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
             try:
@@ -36,7 +36,7 @@ def stops_cleanly(node: str) -> Callable[[NodeFn], NodeFn]:
             except LLMFailure as exc:
                 return {"stop_reason": f"failed in {node}: {exc}", "failed": str(exc)}
 
-        return inner
+        return cast(F, inner)
 
     return wrap
 

@@ -20,9 +20,9 @@ from scoring import fix_score, guard, llm_check, quality, static, tests
 def _fmt(f: Finding) -> str:
     where = f.get("file", "")
     if f.get("line"):
-        where += f":{f['line']}"
+        where += f":{f.get('line')}"
     if f.get("symbol"):
-        where += f" in {f['symbol']}"
+        where += f" in {f.get('symbol')}"
     rule = f.get("rule", "")
     return f"- [{f.get('source', '')}{'/' + rule if rule else ''}] {where}: {f.get('message', '')}"
 

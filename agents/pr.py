@@ -29,18 +29,19 @@ def pr_agent(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
     ctx = runtime.context
     attempts = list(state.get("attempts", []))
     # A patch the Critic never saw (the budget ran out mid-loop) is still the best we have.
-    if state.get("patch") and not any(a.get("patch") == state["patch"] for a in attempts):
-        attempts.append(AttemptRecord(number=len(attempts) + 1, patch=state["patch"], verdict="Unchecked",
+    patch = state.get("patch", "")
+    if patch and not any(a.get("patch") == patch for a in attempts):
+        attempts.append(AttemptRecord(number=len(attempts) + 1, patch=patch, verdict="Unchecked",
                                       findings=[], score={"kind": "none"}))
     chosen = choose(attempts, ctx.cfg.critic.guard == "block")
     if chosen is None:
         reason = state.get("stop_reason") or "no attempt produced a deliverable patch"
         return {"published": {"kind": "none", "reason": reason}, "stop_reason": reason}
     ctx.worktree.reset()
-    ctx.worktree.apply(chosen["patch"])
+    ctx.worktree.apply(chosen.get("patch", ""))
     outcome = Outcome(
         instance=ctx.instance,
-        patch=chosen["patch"],
+        patch=chosen.get("patch", ""),
         explanation=chosen.get("explanation", ""),
         verdict=chosen.get("verdict", ""),
         score=chosen.get("score", {}),

@@ -54,7 +54,7 @@ def choose(instances: list[Instance], seed: int = SEED) -> list[tuple[Instance, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
     p.add_argument("--seed", type=int, default=SEED)
     args = p.parse_args(argv)

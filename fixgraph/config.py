@@ -56,12 +56,12 @@ class LLMSettings(_Strict):
     api_key: SecretStr | None = None
     models: Models = Models()
     temperature: float = 0.0
-    timeout_s: float = Field(120.0, gt=0)
+    timeout_s: float = Field(default=120.0, gt=0)
     # Retries are the OpenAI client's own: only connection errors, timeouts, 408/409/429 and 5xx,
     # with exponential backoff that honours Retry-After.
-    max_retries: int = Field(4, ge=0, le=10)
+    max_retries: int = Field(default=4, ge=0, le=10)
     # One re-ask when a reply is not valid structured output, then the task fails with the reason.
-    structured_reasks: int = Field(1, ge=0, le=3)
+    structured_reasks: int = Field(default=1, ge=0, le=3)
     use_responses_api: bool = False
     prices: dict[str, Price] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
 
@@ -69,21 +69,21 @@ class LLMSettings(_Strict):
 class Budget(_Strict):
     """Per-task and per-run spending caps; a task over budget ends cleanly with what it has."""
 
-    task_tokens: int = Field(400_000, gt=0)
-    task_dollars: float = Field(2.0, gt=0)
-    run_dollars: float | None = Field(None, gt=0)
+    task_tokens: int = Field(default=400_000, gt=0)
+    task_dollars: float = Field(default=2.0, gt=0)
+    run_dollars: float | None = Field(default=None, gt=0)
 
 
 class ExplorerSettings(_Strict):
-    max_files: int = Field(8, ge=1)
-    max_iterations: int = Field(3, ge=1)
-    token_budget: int = Field(24_000, ge=1000)
+    max_files: int = Field(default=8, ge=1)
+    max_iterations: int = Field(default=3, ge=1)
+    token_budget: int = Field(default=24_000, ge=1000)
     # Files bigger than this many lines are shown as a skeleton with bodies only for suspects.
-    skeleton_over_lines: int = Field(400, ge=50)
-    max_planner_reruns: int = Field(2, ge=0)
-    candidates_shown: int = Field(30, ge=1)
+    skeleton_over_lines: int = Field(default=400, ge=50)
+    max_planner_reruns: int = Field(default=2, ge=0)
+    candidates_shown: int = Field(default=30, ge=1)
     # The Planner's repository map (ranked candidates and folded tree) fits in this many tokens.
-    map_tokens: int = Field(6000, ge=500)
+    map_tokens: int = Field(default=6000, ge=500)
 
 
 class CriticSettings(_Strict):
@@ -91,23 +91,27 @@ class CriticSettings(_Strict):
     static: bool = True
     pyflakes: bool = True
     llm_check: bool = True
-    llm_check_calls: int = Field(1, ge=1, le=5)
+    llm_check_calls: int = Field(default=1, ge=1, le=5)
     tests: bool = True
     guard: Literal["block", "warn", "off"] = "warn"
     # The pyright command (a name on PATH or a path); the static phase fails loudly without it.
     pyright: str = "pyright"
-    static_timeout_s: float = Field(300.0, gt=0)
-    fix_score_threshold: float = Field(0.8, ge=0.0, le=1.0)
+    static_timeout_s: float = Field(default=300.0, gt=0)
+    fix_score_threshold: float = Field(default=0.8, ge=0.0, le=1.0)
 
 
 class TestSettings(_Strict):
     backend: Literal["venv", "docker", "local"] = "venv"
-    timeout_s: float = Field(900.0, gt=0)
-    cpu_s: int = Field(1800, gt=0)
-    memory_mb: int = Field(4096, gt=0)
+    timeout_s: float = Field(default=900.0, gt=0)
+    cpu_s: int = Field(default=1800, gt=0)
+    memory_mb: int = Field(default=4096, gt=0)
     network_isolation: bool = True
-    locals_repr_chars: int = Field(200, ge=20)
+    locals_repr_chars: int = Field(default=200, ge=20)
     env_dir: Path | None = None
+    # Building a (repo, version) virtualenv: wall-clock cap for the whole build.
+    build_timeout_s: float = Field(default=1800.0, gt=0)
+    # Docker backend: registry namespace of the official SWE-bench instance images.
+    docker_namespace: str = "swebench"
 
 
 class GitHubSettings(_Strict):
@@ -121,7 +125,7 @@ class GitHubSettings(_Strict):
     allowlist: tuple[str, ...] = ()
     # Push to this remote URL instead of the issue's repository (a fork, or a local bare repo).
     push_remote: str | None = None
-    max_concurrent_jobs: int = Field(2, ge=1)
+    max_concurrent_jobs: int = Field(default=2, ge=1)
     # The bot (bot/, fixgraph/github_pr.py).
     # The installation to use when an event does not name one (polling as a GitHub App).
     app_installation_id: int | None = None
@@ -134,15 +138,15 @@ class GitHubSettings(_Strict):
     fork_owner: str | None = None
     commit_name: str = "fixgraph"
     commit_email: str = "fixgraph@users.noreply.github.com"
-    timeout_s: float = Field(30.0, gt=0)
+    timeout_s: float = Field(default=30.0, gt=0)
     # Pauses between API calls that GitHub asks integrators to keep (PyGithub's throttle).
-    request_pause_s: float = Field(0.25, ge=0)
-    write_pause_s: float = Field(1.0, ge=0)
+    request_pause_s: float = Field(default=0.25, ge=0)
+    write_pause_s: float = Field(default=1.0, ge=0)
     # Longest wait on a rate limit (Retry-After or the reset time) before giving up on a call.
-    rate_limit_max_wait_s: float = Field(900.0, ge=0)
-    poll_interval_s: float = Field(60.0, gt=0)
+    rate_limit_max_wait_s: float = Field(default=900.0, ge=0)
+    poll_interval_s: float = Field(default=60.0, gt=0)
     webhook_host: str = "127.0.0.1"
-    webhook_port: int = Field(8080, ge=0, le=65535)
+    webhook_port: int = Field(default=8080, ge=0, le=65535)
 
     @field_validator("allowlist", "allowed_users", mode="before")
     @classmethod
@@ -156,8 +160,8 @@ class GitHubSettings(_Strict):
 class RunConfig(_Strict):
     name: str = "redo"
     eval_mode: bool = True
-    max_attempts: int = Field(3, ge=1, le=10)
-    recursion_limit: int = Field(80, ge=10)
+    max_attempts: int = Field(default=3, ge=1, le=10)
+    recursion_limit: int = Field(default=80, ge=10)
     llm: LLMSettings = LLMSettings()
     budget: Budget = Budget()
     explorer: ExplorerSettings = ExplorerSettings()

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.errors import GraphRecursionError
 
@@ -29,6 +30,7 @@ from fixgraph.dataset import Instance
 from fixgraph.llm import LLM, Meter, ModelFactory, RunMeter, default_factory
 from fixgraph.publish import DiffPublisher, Publisher
 from fixgraph.records import RunStore
+from fixgraph.state import TaskState
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree
 
 
@@ -102,7 +104,8 @@ def run_task(instance: Instance, cfg: RunConfig, *, publisher: Publisher, repo_c
     key = f"{store.run_id}__{instance.instance_id}" if store else f"adhoc__{instance.instance_id}"
     wt: Worktree | None = None
     saver = _checkpointer(store.checkpoint_path if store else None)
-    thread = {"configurable": {"thread_id": instance.instance_id}, "recursion_limit": cfg.recursion_limit}
+    thread: RunnableConfig = {"configurable": {"thread_id": instance.instance_id},
+                              "recursion_limit": cfg.recursion_limit}
     values: dict[str, Any] = {}
     failed = ""
     resumed = False
@@ -116,7 +119,8 @@ def run_task(instance: Instance, cfg: RunConfig, *, publisher: Publisher, repo_c
         ctx = TaskContext(cfg=cfg, instance=instance, worktree=wt,
                           llm=LLM(model_factory or default_factory(cfg), meter, cfg.llm.structured_reasks),
                           publisher=publisher, cache_dir=cfg.cache_dir.resolve())
-        start_state = None if resumed else {"instance_id": instance.instance_id, "problem": instance.problem_statement}
+        start_state: TaskState | None = None if resumed else TaskState(
+            instance_id=instance.instance_id, problem=instance.problem_statement)
         values = graph.invoke(start_state, thread, context=ctx)
     except GraphRecursionError:
         failed = f"recursion limit {cfg.recursion_limit} reached"
@@ -127,8 +131,8 @@ def run_task(instance: Instance, cfg: RunConfig, *, publisher: Publisher, repo_c
         values = {**values, "traceback": traceback.format_exc(limit=8)}
     if failed and saver is not None:
         with contextlib.suppress(Exception):
-            values = {**(saver.get_tuple(thread).checkpoint["channel_values"] if saver.get_tuple(thread) else {}),
-                      **values}
+            saved = saver.get_tuple(thread)
+            values = {**(saved.checkpoint["channel_values"] if saved else {}), **values}
     record = build_record(instance, cfg, values, seconds=time.monotonic() - t0, started=started,
                           failed=failed, resumed=resumed)
     if "traceback" in values:

@@ -72,4 +72,5 @@ class ScriptedChatModel(BaseChatModel):
             reply = reply(messages)
         if isinstance(reply, dict):
             reply = tool_reply(name, reply)
+        assert isinstance(reply, AIMessage), f"a scripted reply must be an AIMessage or a dict, not {type(reply)}"
         return ChatResult(generations=[ChatGeneration(message=reply)])

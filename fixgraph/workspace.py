@@ -184,7 +184,7 @@ class Worktree:
 
 
 def _check_patch_paths(wt: Worktree, patch: str) -> None:
-    from unidiff import PatchSet
+    from unidiff.patch import PatchSet
     from unidiff.errors import UnidiffParseError
 
     try:

@@ -1,0 +1,111 @@
+"""The pipeline's own overhead per task on real SWE-bench Lite instances, LLM time excluded.
+
+The LLM is an oracle that replays the gold patch (eval/oracle.py), so every node runs for real
+(ranking, reading, edits, pyright, tests, records) on a fetched mirror. Reference, measured in the
+same run: the bare work any harness does for the task (a worktree at the base commit, the gold
+patch applied, the instance's tests run once through the same test runner).
+
+    python -m eval.pipeline_bench --dataset ../shared/data/swebench_lite.jsonl --repos MIRRORS \
+        --instances pallets__flask-4992 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from eval.oracle import oracle_script
+from fixgraph.config import ConfigError, load_config
+from fixgraph.dataset import DatasetError, load_jsonl, select
+from fixgraph.runner import run_tasks
+from fixgraph.scripted import ScriptedChatModel
+from fixgraph.workspace import RepoCache, WorkspaceError, find_mirror
+
+DEFAULT_INSTANCES = "pallets__flask-4992,psf__requests-2317"
+
+
+class TimedModel(ScriptedChatModel):
+    """The scripted model, timing itself: its time is the 'LLM time' the figure leaves out."""
+
+    clock: list[float] = []
+
+    def _generate(self, *args: Any, **kwargs: Any):  # type: ignore[override]
+        t0 = time.perf_counter()
+        try:
+            return super()._generate(*args, **kwargs)
+        finally:
+            self.clock.append(time.perf_counter() - t0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
+    p.add_argument("--repos", type=Path, required=True, help="folder of mirrors (<owner>+<name>/repo)")
+    p.add_argument("--instances", default=DEFAULT_INSTANCES)
+    p.add_argument("--config", default="redo")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--cache-dir", type=Path, help="default: a temporary folder")
+    args = p.parse_args(argv)
+    try:
+        instances = select(load_jsonl(args.dataset), args.instances)
+        instances = [i for i in instances if find_mirror(args.repos.resolve(), i.repo)]
+        if not instances:
+            raise DatasetError(f"none of {args.instances} has a mirror under {args.repos}")
+        with tempfile.TemporaryDirectory(prefix="fixgraph-bench-") as tmp:
+            cache = args.cache_dir or Path(tmp) / "cache"
+            cfg = load_config(args.config, env={"OPENAI_API_KEY": "oracle"}, overrides={
+                "cache_dir": str(cache), "predictions_dir": str(Path(tmp) / "predictions"),
+                "runs_dir": str(Path(tmp) / "runs")})
+            return _bench(instances, cfg, args)
+    except (ConfigError, DatasetError, WorkspaceError) as exc:
+        print(f"pipeline_bench: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _bench(instances, cfg, args) -> int:  # noqa: ANN001
+    from scoring.tests import make_runner
+
+    repo_cache = RepoCache(cfg.cache_dir, args.repos)
+    overhead: dict[str, list[float]] = {i.instance_id: [] for i in instances}
+    bare: dict[str, list[float]] = {i.instance_id: [] for i in instances}
+    print(f"config {cfg.name}; {len(instances)} instance(s); {args.runs} measured runs after one warm-up")
+    for run in range(args.runs + 1):
+        for inst in instances:
+            # Reference: worktree, gold patch, the tests once.
+            t0 = time.perf_counter()
+            wt = repo_cache.worktree(inst.repo, inst.base_commit, f"bare-{inst.instance_id}")
+            wt.apply(inst.patch)
+            outcome = make_runner(cfg.tests, cfg.cache_dir.resolve()).run(inst, wt, inst.patch)
+            repo_cache.remove_worktree(inst.repo, wt)
+            t_bare = time.perf_counter() - t0
+
+            model = TimedModel(script=oracle_script(inst))
+            model.clock.clear()
+            t0 = time.perf_counter()
+            summary = run_tasks([inst], cfg, run_id=f"bench{run}", repos=args.repos,
+                                model_factory=lambda role, m=model: m, progress=False)
+            total = time.perf_counter() - t0
+            llm = sum(model.clock)
+            tag = "warm-up" if run == 0 else f"run {run}"
+            print(f"{tag:8s} {inst.instance_id:28s} total {total:6.2f}s llm {llm:5.3f}s "
+                  f"overhead {total - llm:6.2f}s bare {t_bare:6.2f}s patched={summary.patched} "
+                  f"tests_runnable={outcome.runnable}{'' if outcome.runnable else ' (' + outcome.reason + ')'}")
+            if run:
+                overhead[inst.instance_id].append(total - llm)
+                bare[inst.instance_id].append(t_bare)
+    med = statistics.median([statistics.median(v) for v in overhead.values()])
+    ref = statistics.median([statistics.median(v) for v in bare.values()])
+    for iid in overhead:
+        print(f"{iid}: median overhead {statistics.median(overhead[iid]):.2f}s, "
+              f"bare {statistics.median(bare[iid]):.2f}s")
+    print(f"overhead_per_task_s={med:.2f} bare_task_s={ref:.2f} ratio={med / ref if ref else float('nan'):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
