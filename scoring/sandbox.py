@@ -87,10 +87,13 @@ def netns_prefix() -> tuple[str, ...] | None:
 
 
 def _limit_child(cpu_s: int, memory_mb: int) -> None:  # pragma: no cover - runs in the child
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
-    mem = memory_mb * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    mem = int(memory_mb) * 1024 * 1024
+    for which, soft, hard in ((resource.RLIMIT_CPU, int(cpu_s), int(cpu_s) + 5),
+                              (resource.RLIMIT_AS, mem, mem), (resource.RLIMIT_CORE, 0, 0)):
+        _, cur_hard = resource.getrlimit(which)
+        if cur_hard != resource.RLIM_INFINITY:  # an unprivileged process cannot raise its hard limit
+            soft, hard = min(soft, cur_hard), min(hard, cur_hard)
+        resource.setrlimit(which, (soft, hard))
 
 
 def run_isolated(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], limits: Limits) -> Completed:
@@ -106,7 +109,7 @@ def run_isolated(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], limits: 
                 stderr=subprocess.STDOUT, start_new_session=True,
                 preexec_fn=functools.partial(_limit_child, limits.cpu_s, limits.memory_mb),
             )
-        except OSError as exc:
+        except (OSError, subprocess.SubprocessError) as exc:
             return Completed(127, f"cannot start {cmd[0]}: {exc}", 0.0, False, prefix is not None)
         try:
             rc = proc.wait(timeout=limits.timeout_s)

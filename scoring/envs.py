@@ -1,0 +1,204 @@
+"""A virtualenv per (repo, version), built once from swebench's install specs and cached.
+
+The build follows swebench's own recipe where a virtualenv can: the spec's Python (the closest
+interpreter this machine has: the same minor version, else the nearest newer, else the nearest
+older), its ``packages`` (a requirements file of the repo, or package names), its
+``pip_packages``, then ``pre_install`` and ``install`` run in a checkout of the instance's
+``environment_setup_commit``. Conda-only parts (``environment.yml``) are left out; the
+``pip_packages`` carry what those repos need. Files the install step creates in the checkout
+(compiled extensions, ``_version.py``, egg-info) are listed and copied into each test run's fresh
+working copy, whose own sources come first on ``sys.path``.
+
+A failed build is cached too (``env.json`` says why) so it is not retried on every attempt;
+delete the env's folder to retry.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from fixgraph.config import TestSettings
+from fixgraph.dataset import Instance
+from fixgraph.records import atomic_write, file_lock
+from fixgraph.workspace import Worktree
+from scoring.sandbox import Limits, run_isolated, scrubbed_env
+from scoring.specs import repo_specs, requirements_paths
+from scoring.tests import EnvError, TestEnv, _materialize
+
+# Build-time settings passed through to pip: certificates, proxies, pip's own configuration.
+_BUILD_PASSTHROUGH = re.compile(r"^(PIP_\w+|SSL_CERT_FILE|SSL_CERT_DIR|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|"
+                                r"https?_proxy|HTTPS?_PROXY|no_proxy|NO_PROXY)$")
+_SKIP_ARTIFACT_DIRS = {"__pycache__", ".git", ".eggs", ".tox", "build", ".pytest_cache"}
+_MAX_ARTIFACT_BYTES = 50_000_000
+
+
+def _version_tuple(text: str) -> tuple[int, int] | None:
+    m = re.match(r"^(\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def installed_pythons() -> dict[tuple[int, int], str]:
+    """Interpreters on this machine by (major, minor): pyenv's, uv's, and those on PATH."""
+    found: dict[tuple[int, int], str] = {}
+    pyenv_root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    candidates = sorted(glob.glob(f"{pyenv_root}/versions/*/bin/python3.*"))
+    candidates += sorted(glob.glob(os.path.expanduser("~/.local/share/uv/python/*/bin/python3.*")))
+    for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/local/bin", "/usr/bin"]:
+        if "shims" in d:  # pyenv's shims resolve per directory; the real binaries are above
+            continue
+        candidates += sorted(glob.glob(f"{d}/python3.*"))
+    for path in candidates:
+        m = re.search(r"python(\d)\.(\d+)$", path)
+        if m and os.access(path, os.X_OK):
+            found.setdefault((int(m.group(1)), int(m.group(2))), path)
+    return found
+
+
+def best_python(wanted: str, available: dict[tuple[int, int], str] | None = None) -> tuple[str, str] | None:
+    """(path, "X.Y") of the closest interpreter to ``wanted``; None when there is none."""
+    available = installed_pythons() if available is None else available
+    target = _version_tuple(wanted)
+    if not available or target is None:
+        return None
+    if target in available:
+        return available[target], f"{target[0]}.{target[1]}"
+    same_major = [v for v in available if v[0] == target[0]]
+    newer = sorted(v for v in same_major if v > target)
+    older = sorted((v for v in same_major if v < target), reverse=True)
+    pick = (newer or older or [None])[0]
+    if pick is None:
+        return None
+    return available[pick], f"{pick[0]}.{pick[1]}"
+
+
+def _build_env(home: Path, venv: Path) -> dict[str, str]:
+    extra = {k: v for k, v in os.environ.items()
+             if _BUILD_PASSTHROUGH.match(k) and not re.search(r"://[^/\s]*@", v)}
+    extra["VIRTUAL_ENV"] = str(venv)
+    return scrubbed_env(home, extra, [str(venv / "bin")])
+
+
+class VenvEnvs:
+    def __init__(self, root: Path, cache_dir: Path, settings: TestSettings):
+        self.root = root.resolve()
+        self.cache_dir = cache_dir.resolve()
+        self.settings = settings
+
+    def env_path(self, instance: Instance) -> Path:
+        return self.root / f"{instance.repo_slug}__{instance.version}"
+
+    def get(self, instance: Instance, wt: Worktree) -> TestEnv:
+        spec = repo_specs(self.cache_dir, instance.repo, instance.version) if instance.version else None
+        if spec is None:
+            raise EnvError(f"swebench has no install specs for {instance.repo} version {instance.version!r}")
+        path = self.env_path(instance)
+        with file_lock(path.with_suffix(".lock")):
+            meta_path = path / "env.json"
+            meta: dict[str, Any] | None = None
+            if meta_path.is_file():
+                try:
+                    meta = json.loads(meta_path.read_text())
+                except json.JSONDecodeError:
+                    meta = None
+            if meta is None:
+                meta = self._build(instance, wt, spec, path)
+                atomic_write(meta_path, json.dumps(meta, indent=1))
+        if not meta.get("ok"):
+            raise EnvError(meta.get("reason", "unknown build failure"))
+        venv = path / "venv"
+        return TestEnv(python=str(venv / "bin" / "python"), spec=spec, path_prefix=[str(venv / "bin")],
+                       artifacts_root=path / "src", artifacts=list(meta.get("artifacts", [])),
+                       key=f"venv-{instance.repo_slug}-{instance.version}-py{meta.get('python_version')}",
+                       extra_env={"VIRTUAL_ENV": str(venv)})
+
+    def _build(self, instance: Instance, wt: Worktree, spec: dict[str, Any], path: Path) -> dict[str, Any]:
+        start = time.monotonic()
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        log: list[str] = []
+        meta: dict[str, Any] = {"ok": False, "repo": instance.repo, "version": instance.version,
+                                "wanted_python": spec.get("python")}
+
+        def fail(reason: str) -> dict[str, Any]:
+            meta.update(reason=reason, seconds=round(time.monotonic() - start, 1),
+                        log_tail="".join(log)[-4000:])
+            return meta
+
+        picked = best_python(str(spec.get("python", "3")))
+        if picked is None:
+            return fail(f"no Python {spec.get('python')} (or a close version) on this machine")
+        python, version = picked
+        meta.update(python=python, python_version=version)
+        venv, src, home = path / "venv", path / "src", path / "home"
+        home.mkdir()
+        limits = Limits(self.settings.build_timeout_s, self.settings.build_timeout_s * 2, 8192,
+                        network_isolation=False)  # installing needs the package index
+        env = _build_env(home, venv)
+
+        def step(argv: list[str], cwd: Path, what: str) -> bool:
+            done = run_isolated(argv, cwd, env, limits)
+            log.append(f"$ {' '.join(argv)}\n{done.output[-20000:]}\n")
+            if done.returncode != 0:
+                tail = [ln for ln in done.output.strip().splitlines() if ln.strip()][-1:] or ["no output"]
+                meta["failed_step"] = what
+                meta["step_error"] = tail[0][:300]
+                return False
+            return True
+
+        if not step([python, "-m", "venv", str(venv)], path, "venv"):
+            return fail(f"venv with Python {version} failed: {meta['step_error']}")
+        vpy = str(venv / "bin" / "python")
+        step([vpy, "-m", "pip", "install", "-q", "--upgrade", "pip", "setuptools<70", "wheel"], path, "pip")
+        commit = instance.environment_setup_commit or instance.base_commit
+        err = _materialize(wt, commit, src)
+        if err and commit != instance.base_commit:
+            shutil.rmtree(src, ignore_errors=True)
+            err = _materialize(wt, instance.base_commit, src)
+        if err:
+            return fail(err)
+        pkgs = str(spec.get("packages", "")).strip()
+        if pkgs == "requirements.txt":
+            for rel in requirements_paths(self.cache_dir, instance.repo):
+                if (src / rel).is_file() and not step([vpy, "-m", "pip", "install", "-q", "-r", rel], src, "requirements"):
+                    return fail(f"installing {rel} failed: {meta['step_error']}")
+        elif pkgs == "environment.yml":
+            log.append("[fixgraph] environment.yml is conda's; relying on pip_packages\n")
+        elif pkgs:
+            if not step([vpy, "-m", "pip", "install", "-q", *pkgs.split()], src, "packages"):
+                return fail(f"installing {pkgs} failed: {meta['step_error']}")
+        if spec.get("pip_packages") and not step([vpy, "-m", "pip", "install", "-q", *spec["pip_packages"]], src,
+                                                 "pip_packages"):
+            return fail(f"installing pip_packages failed: {meta['step_error']}")
+        before = _file_set(src)
+        for cmd in spec.get("pre_install", []):
+            step(["bash", "-c", cmd], src, "pre_install")
+        install = spec.get("install")
+        if install and not step(["bash", "-c", install], src, "install"):
+            return fail(f"install step failed ({install}): {meta['step_error']}")
+        meta.update(ok=True, reason="", artifacts=sorted(_file_set(src) - before),
+                    seconds=round(time.monotonic() - start, 1), log_tail="".join(log)[-4000:])
+        return meta
+
+
+def _file_set(root: Path) -> set[str]:
+    out: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in _SKIP_ARTIFACT_DIRS]
+        for name in filenames:
+            if name.endswith((".pyc", ".o")):
+                continue
+            full = Path(dirpath) / name
+            try:
+                if full.stat().st_size > _MAX_ARTIFACT_BYTES:
+                    continue
+            except OSError:
+                continue
+            out.add(str(full.relative_to(root)))
+    return out
