@@ -153,7 +153,8 @@ def config_view(index: int, run: Run) -> ConfigView:
             view.fix_values.append(value)
             view.fix_semantic += int(kind == "semantic")
         view.status[str(rec.get("status") or "unknown")] += 1
-        usage = rec.get("usage") if isinstance(rec.get("usage"), dict) else {}
+        raw_usage = rec.get("usage")
+        usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
         view.tokens.append(_num(usage.get("input_tokens")) + _num(usage.get("output_tokens")))
         view.dollars.append(_num(usage.get("dollars")))
         view.seconds.append(_num(rec.get("seconds")))
@@ -456,7 +457,7 @@ def render(runs_dir: Path, out: Path, baseline: str = "baseline", wanted: str | 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.dashboard", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m eval.dashboard", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("runs_dir", type=Path, metavar="RUNS_DIR")
     parser.add_argument("-o", "--output", type=Path, default=Path("dashboard.html"))
     parser.add_argument("--baseline", default="baseline", help="config name or run id to compare against")

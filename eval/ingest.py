@@ -89,13 +89,14 @@ def ingest_run(run: Run, roots: list[Path], summary_dirs: list[Path]) -> RunInge
         for key in ("unresolved_ids", "empty_patch_ids", "error_ids", "completed_ids"):
             unresolved |= {str(i) for i in data.get(key) or []}
         resolved = {str(i) for i in data["resolved_ids"]}
+        errors = {str(i) for i in data.get("error_ids") or []}
         for iid in sorted(resolved | unresolved):
             if iid not in run.records:
                 result.skipped.append(iid)
                 _warn(f"{result.summary}: instance {iid} is not in run {run.run_id}; skipped")
                 continue
             harness[iid] = {"resolved": iid in resolved, "report": None, "source": "summary",
-                            "error": iid in set(map(str, data.get("error_ids") or []))}
+                            "error": iid in errors}
         atomic_write(run.path / "harness_summary.json", json.dumps(data, indent=2, sort_keys=True) + "\n")
 
     for iid, (path, entry) in sorted(reports.items()):
@@ -137,7 +138,7 @@ def _warn(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.ingest", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m eval.ingest", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("runs_dir", type=Path, metavar="RUNS_DIR")
     parser.add_argument("--harness-logs", type=Path, action="append", default=None, metavar="DIR",
                         help="the harness's logs (logs/run_evaluation, or the folder holding it); "

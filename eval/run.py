@@ -185,7 +185,7 @@ def score_runs(runs: list[tuple[str, Path]], runs_dir: Path, *, dataset: str, wo
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m eval.run", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m eval.run", description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--configs", default="baseline,static,redo",
                    help="comma-separated config names (configs/<name>.toml) or TOML paths")
     p.add_argument("--tasks", default="stratified50", help="manifest name, 'all', or comma-separated ids")
