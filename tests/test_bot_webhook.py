@@ -6,7 +6,6 @@ runs in test_bot_e2e.py.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import subprocess
@@ -20,16 +19,14 @@ from typing import Any
 
 import pytest
 
-from bot.client import GitHubAccess, scrub_environ
-from bot.events import sign
-from bot.jobs import JobQueue
-from bot.server import make_server
-from bot.worker import NO_BODY, Worker
-from fixgraph.config import RunConfig, load_config
+from bot.client import scrub_environ
+from bot.worker import NO_BODY
+from fixgraph.config import RunConfig
 from fixgraph.dataset import Instance
 from fixgraph.github_pr import MARKER
 from fixgraph.publish import Outcome, Publisher
 from fixgraph.workspace import RepoCache
+from tests.bot_harness import TOKEN, Bot
 from tests.fake_github import (
     FakeGitHub,
     comment_payload,
@@ -39,17 +36,6 @@ from tests.fake_github import (
     reject_pushes,
     show,
 )
-
-TOKEN = "ghp_webhookSECRETtoken987654321"
-SECRET = "hook-secret-abc"
-
-
-def bot_config(fake: FakeGitHub, tmp: Path, **overrides: Any) -> RunConfig:
-    env = {"GITHUB_TOKEN": TOKEN, "GITHUB_BASE_URL": fake.base_url, "GITHUB_WEBHOOK_SECRET": SECRET,
-           "FIXGRAPH_ALLOWLIST": "acme/*", "OPENAI_API_KEY": "sk-test-key", "EVAL_MODE": "false"}
-    return load_config("redo", env=env, overrides={
-        "github.request_pause_s": 0, "github.write_pause_s": 0, "cache_dir": str(tmp / "cache"),
-        "runs_dir": str(tmp / "runs"), "predictions_dir": str(tmp / "preds"), **overrides})
 
 
 class StandInPipeline:
@@ -76,39 +62,6 @@ class StandInPipeline:
         published = publisher.publish(out)
         return {"instance_id": instance.instance_id, "published": published, "verdict": "Safe",
                 "fix_score": score, "stop_reason": "done", "failed": ""}
-
-
-class Bot:
-    def __init__(self, fake: FakeGitHub, tmp: Path, pipeline: StandInPipeline, **overrides: Any):
-        self.cfg = bot_config(fake, tmp, **overrides)
-        self.worker = Worker(self.cfg, GitHubAccess(self.cfg), RepoCache(self.cfg.cache_dir), run_fn=pipeline)
-        self.jobs = JobQueue(self.worker, workers=2)
-        self.server = make_server(self.cfg.github, self.jobs.submit, "127.0.0.1", 0)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/webhook"
-
-    def post(self, event: str, payload: Any = None, *, raw: bytes | None = None, secret: str | None = SECRET,
-             signature: str | None = None) -> tuple[int, dict[str, Any] | None]:
-        body = raw if raw is not None else json.dumps(payload).encode()
-        headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": "d-1", "Content-Type": "application/json"}
-        if signature is not None:
-            headers["X-Hub-Signature-256"] = signature
-        elif secret is not None:
-            headers["X-Hub-Signature-256"] = sign(secret, body)
-        req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                data = resp.read()
-                return resp.status, json.loads(data) if data else None
-        except urllib.error.HTTPError as exc:
-            data = exc.read()
-            return exc.code, json.loads(data) if data else None
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.jobs.close()
 
 
 @pytest.fixture
