@@ -99,7 +99,7 @@ class VenvEnvs:
         if spec is None:
             raise EnvError(f"swebench has no install specs for {instance.repo} version {instance.version!r}")
         path = self.env_path(instance)
-        with file_lock(path.with_suffix(".lock")):
+        with file_lock(path.parent / f"{path.name}.lock"):
             meta_path = path / "env.json"
             meta: dict[str, Any] | None = None
             if meta_path.is_file():

@@ -148,3 +148,58 @@ class SymbolMap:
             if inner is not None:
                 hit.setdefault(inner.qualname, inner)
         return sorted(hit.values(), key=lambda s: s.start)
+
+
+FOCUS_ANY = "_fixgraph_any"
+FOCUS_TAIL = f"\nimport typing as _fixgraph_typing\n{FOCUS_ANY}: _fixgraph_typing.Any = None\n"
+
+
+def focus(source: str, keep: set[str]) -> str | None:
+    """``source`` with the body of every function not in ``keep`` (qualnames) reduced to
+    ``return <Any>``, line numbers unchanged, so that a type checker spends its time on the
+    functions that matter. A stubbed method still assigns (to Any) every ``self.<attr>`` its body
+    assigned, so the class keeps its attributes. None when ``source`` does not parse.
+
+    Functions nested in a kept function are kept with it; a function holding a kept one is kept.
+    """
+    symbols = SymbolMap(source)
+    if symbols.tree is None:
+        return None
+    lines = source.splitlines()
+    replaced: list[tuple[int, int, str]] = []
+    for sc in symbols.scopes:
+        node = sc.node
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        name = sc.qualname
+        if name in keep or any(k.startswith(name + ".") for k in keep) or any(name.startswith(k + ".") for k in keep):
+            continue
+        if any(r[0] <= node.lineno <= r[1] for r in replaced):
+            continue  # inside a function already stubbed
+        first = node.body[0].lineno
+        last = node.end_lineno or first
+        if first <= node.lineno or any(getattr(d, "lineno", 0) >= first for d in node.decorator_list):
+            continue  # a one-line def: nothing to gain
+        body_line = lines[first - 1]
+        indent = body_line[: len(body_line) - len(body_line.lstrip())]
+        if not indent or "\t" in indent:
+            continue
+        selfname = node.args.args[0].arg if node.args.args else None
+        attrs: list[str] = []
+        if selfname:
+            for sub in ast.walk(node):
+                targets: list[ast.AST] = []
+                if isinstance(sub, ast.Assign):
+                    targets = list(sub.targets)
+                elif isinstance(sub, ast.AugAssign | ast.AnnAssign):
+                    targets = [sub.target]
+                for t in targets:
+                    for el in ast.walk(t):
+                        if (isinstance(el, ast.Attribute) and isinstance(el.value, ast.Name)
+                                and el.value.id == selfname and el.attr not in attrs):
+                            attrs.append(el.attr)
+        stmts = [f"{selfname}.{a} = {FOCUS_ANY}" for a in attrs] + [f"return {FOCUS_ANY}"]
+        replaced.append((first, last, indent + "; ".join(stmts)))
+    for first, last, text in sorted(replaced, reverse=True):
+        lines[first - 1: last] = [text] + [""] * (last - first)
+    return "\n".join(lines) + "\n" + FOCUS_TAIL

@@ -29,6 +29,7 @@ declared types make them mostly noise. They are still returned in ``all_new`` fo
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
@@ -44,7 +45,15 @@ from fixgraph.config import CriticSettings
 from fixgraph.records import atomic_write
 from fixgraph.state import Finding
 from fixgraph.workspace import Worktree
-from scoring.patchinfo import PatchParseError, SymbolMap, base_content, check_applied, parse_patch
+from scoring.patchinfo import (
+    FileChange,
+    PatchParseError,
+    SymbolMap,
+    base_content,
+    check_applied,
+    focus,
+    parse_patch,
+)
 
 ANALYZER_VERSION = "1"  # bump when keys or rules change, to invalidate the base-side cache
 
@@ -90,7 +99,7 @@ PYRIGHT_CONFIG: dict[str, Any] = {
     "enableTypeIgnoreComments": True,
 }
 
-BEFORE_PREFIX = "_fixgraph_before_"
+SIDE_PREFIX = "_fixgraph_"
 
 
 class StaticAnalysisUnavailable(Exception):
@@ -208,7 +217,7 @@ def run_pyflakes(source: str, filename: str) -> list[Diag]:
 
 # ---- differential --------------------------------------------------------------------------
 
-_QUOTED_PATH = re.compile(r'"[^"]*?' + BEFORE_PREFIX + r'([^"]*)"')
+_SIDE_NAME = re.compile(SIDE_PREFIX + r"(before|after)_")
 _LINE_REF = re.compile(r"\b(line|lines)\s+\d+(\s*-\s*\d+)?")
 _COLUMN = re.compile(r"\bcolumn\s+\d+")
 _ADDR = re.compile(r"0x[0-9a-fA-F]+")
@@ -220,7 +229,7 @@ def normalize(message: str, module_name: str = "") -> str:
     object addresses, the name of the base-side copy; and only its first line (pyright's detail
     lines repeat inferred types that drift with unrelated edits)."""
     first = message.split("\n", 1)[0]
-    first = first.replace(BEFORE_PREFIX, "")
+    first = _SIDE_NAME.sub("", first)
     first = _LINE_REF.sub(r"\1 N", first)
     first = _COLUMN.sub("column N", first)
     first = _ADDR.sub("0xADDR", first)
@@ -275,14 +284,39 @@ def _relative_import_diags(after: list[Diag]) -> list[Diag]:
 # ---- the phase -----------------------------------------------------------------------------
 
 
-def _cache_path(cache_dir: Path, wt: Worktree, path: str, version: str, context: str) -> Path:
-    key = hashlib.sha256("\x00".join([ANALYZER_VERSION, version, wt.base, path, context,
+def _cache_path(cache_dir: Path, wt: Worktree, path: str, version: str, content: str, context: str) -> Path:
+    key = hashlib.sha256("\x00".join([ANALYZER_VERSION, version, wt.base, path, content, context,
                                       json.dumps(PYRIGHT_CONFIG, sort_keys=True)]).encode()).hexdigest()[:24]
     return cache_dir / "static-before" / wt.base[:12] / f"{key}.json"
 
 
-def _sidecar(path: Path) -> Path:
-    return path.with_name(BEFORE_PREFIX + path.name)
+def _sidecar(path: Path, side: str) -> Path:
+    return path.with_name(f"{SIDE_PREFIX}{side}_{path.name}")
+
+
+def _functions(symbols: SymbolMap) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    return {s.qualname: s.node for s in symbols.scopes if isinstance(s.node, ast.FunctionDef | ast.AsyncFunctionDef)}
+
+
+def keep_set(change: FileChange, before: SymbolMap, after: SymbolMap) -> set[str]:
+    """The functions whose bodies pyright must check on both sides: those the patch changes, and
+    those that refer to a function whose signature the patch changes (its callers may now be
+    wrong)."""
+    keep = {s.qualname for s in after.functions_touching(change.added)}
+    keep |= {s.qualname for s in before.functions_touching(change.removed | change.anchors)}
+    old, new = _functions(before), _functions(after)
+    changed_names = {q.rsplit(".", 1)[-1] for q in keep & old.keys() & new.keys()
+                     if ast.dump(old[q].args) != ast.dump(new[q].args)}
+    changed_names |= {q.rsplit(".", 1)[-1] for q in old.keys() - new.keys()}  # removed or renamed
+    if changed_names:
+        for funcs in (old, new):
+            for q, node in funcs.items():
+                for sub in ast.walk(node):
+                    ref = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else None
+                    if ref in changed_names:
+                        keep.add(q)
+                        break
+    return keep
 
 
 def analyze_patch(wt: Worktree, patch: str, *, settings: CriticSettings, cache_dir: Path) -> StaticResult:
@@ -325,58 +359,71 @@ def analyze_patch(wt: Worktree, patch: str, *, settings: CriticSettings, cache_d
         befores[c.path] = before
         afters[c.path] = after
 
-    # The base side of a file depends on the other touched files only through imports; when the
-    # patch touches several, that context is part of the cache key.
-    others = {c.path: hashlib.sha256("".join(sorted(afters[o.path] for o in py if o.path != c.path))
-                                     .encode()).hexdigest()[:12] if len(py) > 1 else "" for c in py}
-    cached: dict[str, list[Diag]] = {}
+    # What pyright checks: copies of both sides beside the real file (so relative imports resolve
+    # as they do for it), with the bodies of functions the patch does not concern stubbed out.
+    checked: dict[tuple[str, str], str] = {}
+    syms: dict[tuple[str, str], SymbolMap] = {}
     for c in py:
-        if befores[c.path] is None:
-            cached[c.path] = []
+        sym_b, sym_a = SymbolMap(befores[c.path]), SymbolMap(afters[c.path])
+        syms[(c.path, "before")], syms[(c.path, "after")] = sym_b, sym_a
+        keep = keep_set(c, sym_b, sym_a)
+        checked[(c.path, "after")] = focus(afters[c.path], keep) or afters[c.path]
+        if befores[c.path] is not None:
+            checked[(c.path, "before")] = focus(befores[c.path] or "", keep) or ""
+
+    # The base side of a file depends on the other touched files through imports; when the patch
+    # touches several, their content is part of the cache key.
+    context = hashlib.sha256("\x00".join(sorted(afters[c.path] for c in py)).encode()).hexdigest()[:12] \
+        if len(py) > 1 else ""
+    pyright_before: dict[str, list[Diag]] = {}
+    for c in py:
+        if (c.path, "before") not in checked:
+            pyright_before[c.path] = []
             continue
-        cp = _cache_path(cache_dir, wt, c.path, version, others[c.path])
+        cp = _cache_path(cache_dir, wt, c.path, version, checked[(c.path, "before")], context)
         if cp.is_file():
             try:
-                cached[c.path] = [Diag(*row) for row in json.loads(cp.read_text())]
+                pyright_before[c.path] = [Diag(*row) for row in json.loads(cp.read_text())]
             except (json.JSONDecodeError, TypeError):
                 pass
 
-    to_check: list[Path] = [wt.path / c.path for c in py]
-    sidecars: dict[str, Path] = {}
+    sidecars: dict[tuple[str, str], Path] = {}
     try:
-        for c in py:
-            if c.path in cached:
+        for (path, side), text in checked.items():
+            if side == "before" and path in pyright_before:
                 continue
-            side = _sidecar(wt.path / c.path)
-            if side.exists():
-                return done("cannot_analyze", [], f"{side.name} already exists in the worktree")
-            side.write_text(befores[c.path] or "", encoding="utf-8")
-            sidecars[c.path] = side
-            to_check.append(side)
-        results = run_pyright(cmd, wt.path, to_check, cache_dir / "pyright", settings.static_timeout_s)
+            target = _sidecar(wt.path / path, side)
+            if target.exists():
+                return done("cannot_analyze", [], f"{target.name} already exists in the worktree")
+            target.write_text(text, encoding="utf-8")
+            sidecars[(path, side)] = target
+        results = run_pyright(cmd, wt.path, list(sidecars.values()), cache_dir / "pyright",
+                              settings.static_timeout_s) if sidecars else {}
     finally:
-        for side in sidecars.values():
-            side.unlink(missing_ok=True)
+        for target in sidecars.values():
+            target.unlink(missing_ok=True)
+
+    def diags_of(path: str, side: str, text: str | None) -> list[Diag]:
+        last = len((text or "").splitlines())
+        found = results.get(sidecars[(path, side)].resolve(), []) if (path, side) in sidecars else []
+        return _relative_import_diags([d for d in found if d.line <= last])
 
     all_new: list[Finding] = []
     new: list[Finding] = []
     for c in py:
-        sym_before = SymbolMap(befores[c.path])
-        sym_after = SymbolMap(afters[c.path])
-        if c.path in sidecars:
-            # Only pyright's side is cached: pyflakes is in-process and fast.
-            cached[c.path] = _relative_import_diags(results.get(sidecars[c.path].resolve(), []))
-            atomic_write(_cache_path(cache_dir, wt, c.path, version, others[c.path]),
-                         json.dumps([d.to_json() for d in cached[c.path]]))
-        before_diags = list(cached[c.path])
-        if settings.pyflakes and befores[c.path] is not None:
-            before_diags += run_pyflakes(befores[c.path] or "", c.path)
-        after_diags = _relative_import_diags(results.get((wt.path / c.path).resolve(), []))
+        if c.path not in pyright_before:
+            pyright_before[c.path] = diags_of(c.path, "before", befores[c.path])
+            atomic_write(_cache_path(cache_dir, wt, c.path, version, checked[(c.path, "before")], context),
+                         json.dumps([d.to_json() for d in pyright_before[c.path]]))
+        before_diags = list(pyright_before[c.path])
+        after_diags = diags_of(c.path, "after", afters[c.path])
         if settings.pyflakes:
+            if befores[c.path] is not None:
+                before_diags += run_pyflakes(befores[c.path] or "", c.path)
             after_diags += run_pyflakes(afters[c.path], c.path)
-        fresh = introduced(before_diags, after_diags, sym_before, sym_after)
+        fresh = introduced(before_diags, after_diags, syms[(c.path, "before")], syms[(c.path, "after")])
         for d in _dedupe(fresh):
-            f = _finding(d, c.path, sym_after)
+            f = _finding(d, c.path, syms[(c.path, "after")])
             all_new.append(f)
             if is_evidence(d):
                 new.append(f)

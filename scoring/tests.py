@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -155,7 +156,9 @@ class SubprocessRunner:
             out.reason = before.error
             out.log_tail = _tail(before.log)
             return out
-        if not before.statuses:
+        if not any(t in before.statuses for t in instance.FAIL_TO_PASS + instance.PASS_TO_PASS):
+            # None of the instance's tests was reported: a collection error, an environment that
+            # cannot import the package, a hang. Nothing here can say whether a patch works.
             out.reason = _nothing_collected(before)
             out.log_tail = _tail(before.log)
             out.timed_out = before.timed_out
@@ -295,8 +298,10 @@ def _tail(log: str) -> str:
 def _nothing_collected(run: _Run) -> str:
     if run.timed_out:
         return "nothing collected: the test command timed out"
-    last = [ln for ln in run.log.strip().splitlines() if ln.strip()][-1:] or ["no output"]
-    return f"nothing collected ({last[0][:200]})"
+    lines = [ln for ln in run.log.strip().splitlines() if ln.strip() and not ln.startswith("[fixgraph]")]
+    errors = [ln for ln in lines if re.match(r"^E\s+\w*(Error|Exception)", ln)]
+    last = (errors or lines)[-1:] or ["no output"]
+    return f"nothing collected ({last[0].strip()[:200]})"
 
 
 def _git(work: Path, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:

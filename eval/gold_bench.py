@@ -1,0 +1,179 @@
+"""Gold and empty patches through the test runner, over Lite instances whose repos are local.
+
+    python -m eval.gold_bench --dataset ../shared/data/swebench_lite.jsonl --repos DIR [--limit N]
+
+For each selected instance it runs the gold patch and an empty patch through the runner the
+Critic uses (``scoring.tests.make_runner``) and prints, per repo: how many instances could run
+their tests here, the gold patch's mean test_pass_rate and no_regression (1.0 expected where
+tests run), the empty patch's mean test_pass_rate (0 expected) and seconds per run (median).
+Every gold result below 1.0 is listed with the tests behind it. Per-instance results go to
+``--out`` (JSONL); a rerun skips instances already there. Last line:
+``runnable=<share of instances whose tests ran> gold_fix_score=<mean on those>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from fixgraph.config import TestSettings
+from fixgraph.dataset import DatasetError, Instance, load_jsonl
+from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, find_mirror
+from scoring import fix_score
+from scoring.quality import code_quality
+from scoring.tests import PASSING, TestOutcome, make_runner
+
+
+def pick(instances: list[Instance], mirrors: Path, limit: int | None, only: set[str]) -> list[Instance]:
+    """Instances with a local mirror; per repo the commonest versions first, so envs are shared."""
+    by_repo: dict[str, list[Instance]] = defaultdict(list)
+    for inst in instances:
+        if only and inst.repo not in only and inst.repo.split("/")[1] not in only:
+            continue
+        if find_mirror(mirrors, inst.repo) is not None:
+            by_repo[inst.repo].append(inst)
+    out: list[Instance] = []
+    for repo in sorted(by_repo):
+        group = by_repo[repo]
+        counts = Counter(i.version for i in group)
+        group.sort(key=lambda i: (-counts[i.version], i.version, i.instance_id))
+        out.extend(group[:limit] if limit else group)
+    return out
+
+
+def run_one(inst: Instance, cache: RepoCache, runner: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {"instance_id": inst.instance_id, "repo": inst.repo, "version": inst.version}
+    try:
+        wt = cache.worktree(inst.repo, inst.base_commit, f"goldbench-{inst.instance_id}")
+    except WorkspaceError as exc:
+        return {**row, "runnable": False, "reason": str(exc)}
+    try:
+        wt.apply(inst.patch)
+    except PatchError as exc:
+        return {**row, "runnable": False, "reason": f"gold patch: {exc}"}
+    gold_patch = wt.diff()
+    quality, _ = code_quality(wt, gold_patch, inst.patch)
+    start = time.monotonic()
+    gold: TestOutcome = runner.run(inst, wt, gold_patch)
+    gold_secs = time.monotonic() - start
+    wt.reset()
+    start = time.monotonic()
+    empty: TestOutcome = runner.run(inst, wt, "")
+    empty_secs = time.monotonic() - start
+    cache.remove_worktree(inst.repo, wt)
+    parts = fix_score.compute(gold, quality, None)
+    row.update(runnable=gold.runnable, reason=gold.reason, seconds_gold=round(gold_secs, 1),
+               seconds_empty=round(empty_secs, 1), code_quality=quality, network_isolated=gold.network_isolated)
+    if gold.runnable:
+        row.update(
+            gold_fix_score=parts["fix_score"], gold_test_pass_rate=parts["test_pass_rate"],
+            gold_no_regression=parts["no_regression"],
+            empty_test_pass_rate=fix_score.test_pass_rate(empty) if empty.runnable else None,
+            f2p_not_passing={t: s for t, s in gold.fail_to_pass.items() if s not in PASSING},
+            p2p_regressed={t: s for t, s in gold.pass_to_pass_after.items()
+                           if s not in PASSING and gold.pass_to_pass_before.get(t) in PASSING},
+            notes=gold.notes,
+        )
+    else:
+        row["log_tail"] = gold.log_tail[-600:]
+    return row
+
+
+def _mean(xs: list[float]) -> str:
+    return f"{statistics.fmean(xs):.3f}" if xs else "-"
+
+
+def report(rows: list[dict[str, Any]]) -> list[str]:
+    lines = ["repo                      insts  runnable  gold_tpr  gold_noreg  empty_tpr  s/run(median)"]
+    by_repo: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_repo[r["repo"]].append(r)
+    for repo in sorted(by_repo):
+        rs = by_repo[repo]
+        ok = [r for r in rs if r["runnable"]]
+        secs = [r["seconds_gold"] for r in rs if "seconds_gold" in r] + [r["seconds_empty"] for r in rs if "seconds_empty" in r]
+        empties = [r["empty_test_pass_rate"] for r in ok if r.get("empty_test_pass_rate") is not None]
+        lines.append(f"{repo:<25} {len(rs):>5}  {len(ok):>8}  {_mean([r['gold_test_pass_rate'] for r in ok]):>8}  "
+                     f"{_mean([r['gold_no_regression'] for r in ok]):>10}  {_mean(empties):>9}  "
+                     f"{statistics.median(secs) if secs else 0:>12.1f}")
+    lines.append("")
+    lines.append("not runnable here (reason):")
+    reasons = Counter((r["repo"], r["reason"][:150]) for r in rows if not r["runnable"])
+    for (repo, reason), n in sorted(reasons.items()):
+        lines.append(f"  {repo}: {n} x {reason}")
+    lines.append("gold results below 1.0 (tests behind them):")
+    for r in rows:
+        if r["runnable"] and (r["gold_test_pass_rate"] < 1.0 or r["gold_no_regression"] < 1.0):
+            f2p = ", ".join(f"{t} {s}" for t, s in list(r["f2p_not_passing"].items())[:3])
+            p2p = ", ".join(f"{t} {s}" for t, s in list(r["p2p_regressed"].items())[:3])
+            lines.append(f"  {r['instance_id']}: tpr={r['gold_test_pass_rate']:.2f} noreg={r['gold_no_regression']:.2f}"
+                         f" | F2P not passing: {f2p or '-'} | P2P regressed: {p2p or '-'}")
+    ok = [r for r in rows if r["runnable"]]
+    share = len(ok) / len(rows) if rows else 0.0
+    lines.append(f"runnable={share:.3f} gold_fix_score={_mean([r['gold_fix_score'] for r in ok])}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m eval.gold_bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dataset", type=Path, required=True)
+    ap.add_argument("--repos", type=Path, required=True, help="folder of local repo mirrors")
+    ap.add_argument("--limit", type=int, default=None, help="at most N instances per repo")
+    ap.add_argument("--only", default="", help="comma-separated repos (owner/name or name) to include")
+    ap.add_argument("--backend", choices=["venv", "local", "docker"], default="venv")
+    ap.add_argument("--timeout", type=float, default=900.0, help="wall-clock seconds per test run")
+    ap.add_argument("--cache-dir", type=Path, default=Path(".cache/fixgraph"))
+    ap.add_argument("--out", type=Path, default=Path("runs/gold_bench.jsonl"))
+    args = ap.parse_args(argv)
+    if not args.repos.is_dir():
+        print(f"error: --repos {args.repos} is not a directory", file=sys.stderr)
+        return 2
+    if args.limit is not None and args.limit < 1:
+        print("error: --limit must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        instances = load_jsonl(args.dataset)
+    except DatasetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    chosen = pick(instances, args.repos, args.limit, only)
+    if not chosen:
+        print(f"error: no instance of {args.dataset} has a mirror under {args.repos}", file=sys.stderr)
+        return 2
+    done: dict[str, dict[str, Any]] = {}
+    if args.out.is_file():
+        for line in args.out.read_text().splitlines():
+            try:
+                row = json.loads(line)
+                done[row["instance_id"]] = row
+            except (json.JSONDecodeError, KeyError):
+                continue
+    settings = TestSettings(backend=args.backend, timeout_s=args.timeout)
+    runner = make_runner(settings, args.cache_dir)
+    cache = RepoCache(args.cache_dir, args.repos)
+    rows: list[dict[str, Any]] = []
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    for i, inst in enumerate(chosen, 1):
+        if inst.instance_id in done:
+            rows.append(done[inst.instance_id])
+            continue
+        row = run_one(inst, cache, runner)
+        rows.append(row)
+        with args.out.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        status = (f"tpr={row['gold_test_pass_rate']:.2f} noreg={row['gold_no_regression']:.2f} "
+                  f"empty={row.get('empty_test_pass_rate')}") if row["runnable"] else f"not runnable: {row['reason'][:120]}"
+        print(f"[{i}/{len(chosen)}] {inst.instance_id}: {status}", file=sys.stderr, flush=True)
+    print("\n".join(report(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

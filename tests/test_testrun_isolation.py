@@ -1,0 +1,143 @@
+"""Isolation of test processes: scrubbed environment, no network, wall-clock kill, crash context."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from scoring.sandbox import netns_prefix
+from scoring.tests import make_runner
+from tests.testrun_helpers import CALC, apply_to, calc_instance, diff_for, local_settings
+
+FIXED = CALC.replace("return a - b", "return a + b")
+F2P = "tests/test_calc.py::test_add"
+
+
+def test_test_process_sees_no_api_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak-123")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_must_not_leak")
+    extra = ("\n\ndef test_env():\n    import os\n"
+             "    assert os.environ.get('OPENAI_API_KEY') is None\n"
+             "    assert os.environ.get('GITHUB_TOKEN') is None\n"
+             "    assert 'leak' not in repr(dict(os.environ))\n")
+    inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P, "tests/test_calc.py::test_env"])
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
+    out = make_runner(local_settings(), tmp_path / "cache").run(inst, wt, patch)
+    assert out.runnable, out.reason
+    assert out.fail_to_pass["tests/test_calc.py::test_env"] == "PASSED"
+
+
+def _listener() -> tuple[socket.socket, int]:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(5)
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+                conn.close()
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    return srv, srv.getsockname()[1]
+
+
+def _socket_case(tmp_path: Path, isolate: bool) -> str:
+    srv, port = _listener()
+    try:
+        extra = ("\n\ndef test_socket():\n    import socket\n"
+                 f"    socket.create_connection(('127.0.0.1', {port}), timeout=5).close()\n")
+        inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P, "tests/test_calc.py::test_socket"])
+        patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
+        out = make_runner(local_settings(network_isolation=isolate), tmp_path / "cache").run(inst, wt, patch)
+        assert out.runnable, out.reason
+        assert out.network_isolated is isolate
+        return out.fail_to_pass["tests/test_calc.py::test_socket"]
+    finally:
+        srv.close()
+
+
+@pytest.mark.skipif(netns_prefix() is None, reason="no network namespaces on this kernel")
+def test_socket_to_loopback_fails_in_a_network_namespace(tmp_path: Path) -> None:
+    assert _socket_case(tmp_path, isolate=True) == "FAILED"
+
+
+def test_socket_to_loopback_works_without_isolation(tmp_path: Path) -> None:
+    # The control: the same test passes when isolation is off, so the failure above is the netns.
+    assert _socket_case(tmp_path, isolate=False) == "PASSED"
+
+
+def test_sleeping_test_is_killed_with_its_children(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    extra = ("\n\ndef test_sleep():\n    import subprocess, time\n"
+             "    p = subprocess.Popen(['sleep', '300'])\n"
+             f"    open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+             "    time.sleep(300)\n")
+    inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P])
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
+    start = time.monotonic()
+    out = make_runner(local_settings(timeout_s=4.0), tmp_path / "cache").run(inst, wt, patch)
+    assert time.monotonic() - start < 30
+    assert not out.runnable
+    assert out.timed_out
+    assert "timed out" in out.reason
+    pid = int(pidfile.read_text())
+    assert _gone(pid)  # the test's own child went with the process group
+
+
+def _gone(pid: int, wait_s: float = 5.0) -> bool:
+    """Dead, or a zombie waiting for init to reap it."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z"):
+                return True
+        except (OSError, IndexError):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_patch_that_hangs_scores_zero(tmp_path: Path) -> None:
+    hangs = CALC.replace("    return a - b", "    while True:\n        pass")
+    inst, wt, _ = calc_instance(tmp_path)
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, hangs))
+    out = make_runner(local_settings(timeout_s=4.0), tmp_path / "cache").run(inst, wt, patch)
+    assert out.runnable  # the tests ran before the patch; the patch is what hangs
+    assert out.timed_out
+    assert out.fail_to_pass[F2P] == "MISSING"
+
+
+def test_crash_context_names_exception_frames_and_locals(tmp_path: Path) -> None:
+    crashing = CALC.replace("    return a - b", "    total = [a]\n    return total + b")
+    inst, wt, _ = calc_instance(tmp_path)
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, crashing))
+    out = make_runner(local_settings(locals_repr_chars=20), tmp_path / "cache").run(inst, wt, patch)
+    assert out.runnable
+    assert out.fail_to_pass[F2P] == "FAILED"
+    assert "TypeError" in out.crash
+    assert 'can only concatenate list (not "int") to list' in out.crash
+    assert "calc.py:3 in add" in out.crash
+    assert "return total + b" in out.crash
+    assert "total = [2]" in out.crash and "b = 3" in out.crash
+
+
+def test_crash_locals_are_truncated(tmp_path: Path) -> None:
+    crashing = CALC.replace("    return a - b", "    big = 'x' * 5000\n    return big + a")
+    inst, wt, _ = calc_instance(tmp_path)
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, crashing))
+    out = make_runner(local_settings(locals_repr_chars=40), tmp_path / "cache").run(inst, wt, patch)
+    line = next(ln for ln in out.crash.splitlines() if ln.strip().startswith("big ="))
+    assert len(line.strip()) <= len("big = ") + 40
+    assert line.strip().endswith("...")
