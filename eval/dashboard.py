@@ -257,7 +257,12 @@ def select_runs(runs: list[Run], wanted: str | None) -> list[Run]:
     return [by_id[i] for i in ids]
 
 
-def pick_baseline(views: list[ConfigView], name: str) -> ConfigView:
+def pick_baseline(views: list[ConfigView], name: str | None) -> ConfigView:
+    if name is None:
+        # Not asked for one: the config called baseline, else (no such config) the first run.
+        if not any(v.name == "baseline" for v in views):
+            return views[0]
+        name = "baseline"
     by_run = [v for v in views if v.run_id == name]
     if by_run:
         return by_run[0]
@@ -296,7 +301,7 @@ def _diff_file(run: Run, rec: dict[str, Any]) -> Path | None:
     return None
 
 
-def build_context(runs: list[Run], baseline: str, out: Path, seed: int) -> dict[str, Any]:
+def build_context(runs: list[Run], baseline: str | None, out: Path, seed: int) -> dict[str, Any]:
     views = [config_view(i, r) for i, r in enumerate(runs)]
     base = pick_baseline(views, baseline)
     # The baseline reads first everywhere; colours stay tied to the run, not the position.
@@ -447,7 +452,7 @@ def _script_json(data: Any) -> str:
     return json.dumps(data, sort_keys=True).replace("</", "<\\/")
 
 
-def render(runs_dir: Path, out: Path, baseline: str = "baseline", wanted: str | None = None,
+def render(runs_dir: Path, out: Path, baseline: str | None = None, wanted: str | None = None,
            seed: int = 0) -> str:
     runs = select_runs(load_runs(runs_dir), wanted)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
@@ -460,7 +465,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.dashboard", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("runs_dir", type=Path, metavar="RUNS_DIR")
     parser.add_argument("-o", "--output", type=Path, default=Path("dashboard.html"))
-    parser.add_argument("--baseline", default="baseline", help="config name or run id to compare against")
+    parser.add_argument("--baseline", default=None,
+                        help="config name or run id to compare against (default: the config named "
+                             "baseline, else the first run)")
     parser.add_argument("--runs", default=None, help="comma-separated run ids to show (default: all)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     args = parser.parse_args(argv)

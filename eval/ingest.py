@@ -49,12 +49,23 @@ def logs_root(path: Path) -> Path:
     return path
 
 
-def find_reports(roots: list[Path], run_id: str) -> dict[str, tuple[Path, dict[str, Any]]]:
-    """instance_id -> (path, the report's entry for it), from every model folder of the run."""
+def find_reports(roots: list[Path], run_id: str,
+                 models: set[str] | None = None) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """instance_id -> (path, the report's entry for it).
+
+    ``models`` are the harness folder names of the run's ``model_name_or_path``: a report under
+    another model folder means the harness run id was reused for other predictions, so it is not
+    this run's verdict.
+    """
     found: dict[str, tuple[Path, dict[str, Any]]] = {}
     for root in roots:
         for path in sorted((root / run_id).glob("*/*/report.json")):
             iid = path.parent.name
+            model = path.parent.parent.name
+            if models and model not in models:
+                _warn(f"{path}: harness run id {run_id!r} also holds predictions of model {model!r}, not "
+                      f"this run's ({', '.join(sorted(models))}); skipped: use one harness run id per run")
+                continue
             data = read_json(path)
             entry = data.get(iid) if isinstance(data, dict) else None
             if not isinstance(entry, dict) or "resolved" not in entry:
@@ -79,7 +90,9 @@ def find_summary(dirs: list[Path], run_id: str) -> tuple[Path, dict[str, Any]] |
 
 def ingest_run(run: Run, roots: list[Path], summary_dirs: list[Path]) -> RunIngest:
     result = RunIngest(run_id=run.run_id, total=len(run.records))
-    reports = find_reports(roots, run.run_id)
+    models = {str(r["model_name_or_path"]).replace("/", "__") for r in run.records.values()
+              if r.get("model_name_or_path")}
+    reports = find_reports(roots, run.run_id, models)
     summary = find_summary([run.path, *summary_dirs], run.run_id)
     harness: dict[str, dict[str, Any]] = {}
 
@@ -155,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     roots = [logs_root(p) for p in (args.harness_logs or [DEFAULT_LOGS])]
     summary_dirs = list(args.summaries or [Path.cwd(), *{r.parent.parent for r in roots}])
+    known = {run.run_id for run in runs}
+    for root in roots:
+        if root.is_dir():
+            for other in sorted(p.name for p in root.iterdir() if p.is_dir() and p.name not in known):
+                _warn(f"{root / other}: harness results for run id {other!r}, which {args.runs_dir} does not have; skipped")
     any_found = False
     for run in runs:
         res = ingest_run(run, roots, summary_dirs)

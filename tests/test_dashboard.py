@@ -282,3 +282,34 @@ def test_baseline_choice_errors(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert dashboard.main([str(runs), "-o", str(tmp_path / "d.html"), "--baseline", "nope"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'nope'" in err[0]
+
+
+def test_ingest_refuses_reports_of_another_model_under_the_same_run_id(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = fx.build(tmp_path, configs=("redo",), with_quick=False, stray_report=False)
+    # The harness run id t-redo reused for some other model's predictions, and a run id no run has.
+    other = tmp_path / "logs" / "run_evaluation" / "t-redo" / "someone__else" / "pallets__flask-4045"
+    other.mkdir(parents=True)
+    (other / "report.json").write_text(json.dumps(fx.harness_report("pallets__flask-4045", True), indent=4))
+    ghost = tmp_path / "logs" / "run_evaluation" / "t-ghost" / "fixgraph__redo" / "pallets__flask-4045"
+    ghost.mkdir(parents=True)
+    (ghost / "report.json").write_text(json.dumps(fx.harness_report("pallets__flask-4045", True), indent=4))
+    assert ingest.main([str(runs), "--harness-logs", str(tmp_path / "logs")]) == 0
+    err = capsys.readouterr().err
+    assert "also holds predictions of model 'someone__else'" in err
+    assert "run id 't-ghost'" in err
+    rec = json.loads((runs / "t-redo" / "records" / "pallets__flask-4045.json").read_text())
+    assert rec["harness"]["resolved"] is False  # its own report, not the other model's
+    assert rec["harness"]["source"] == "report.json"
+
+
+def test_single_config_page_and_default_baseline(tmp_path: Path) -> None:
+    runs = fx.build(tmp_path, configs=(), stray_report=False)  # only "quick", no harness
+    out = tmp_path / "d.html"
+    assert dashboard.main([str(runs), "-o", str(out)]) == 0
+    html = out.read_text()
+    assert "Only one config: nothing to compare." in html
+    assert "Baseline: <strong>quick</strong>" in html
+    cells = Cells()
+    cells.feed(html)
+    assert cells.get("config-table", "t-quick", "resolved") == "n/a"
