@@ -194,6 +194,12 @@ class FakeGitHub:
         m = re.fullmatch(r"/app/installations/(\d+)/access_tokens", path)
         if m and method == "POST":
             return self._access_token(int(m.group(1)), headers)
+        m = re.fullmatch(r"/repos/([^/]+/[^/]+)/installation", path)
+        if m and method == "GET" and self._app_claims(headers) is not None:
+            iid = self.installations.get(m.group(1))
+            if iid is None:
+                return 404, {}, {"message": "Not Found"}
+            return 200, {}, {"id": iid, "app_id": self.app_id, "account": {"login": m.group(1).split("/")[0]}}
         if not self.authorized(headers):
             return 401, {}, {"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"}
         m = re.fullmatch(r"/repos/([^/]+/[^/]+)(/.*)?", path)
@@ -211,11 +217,6 @@ class FakeGitHub:
         q = {k: v[0] for k, v in query.items()}
         if rest == "" and method == "GET":
             return 200, {}, repo
-        if rest == "/installation" and method == "GET":
-            iid = self.installations.get(full_name)
-            if iid is None:
-                return 404, {}, {"message": "Not Found"}
-            return 200, {}, {"id": iid, "app_id": self.app_id, "account": repo["owner"]}
         m = re.fullmatch(r"/issues/(\d+)", rest)
         if m and method == "GET":
             issue = self.issues[full_name].get(int(m.group(1)))
@@ -303,16 +304,20 @@ class FakeGitHub:
                                f"refs/heads/{branch}"], capture_output=True, text=True)
         return proc.stdout.strip() or None
 
-    def _access_token(self, installation_id: int, headers: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+    def _app_claims(self, headers: dict[str, str]) -> dict[str, Any] | None:
+        """The App JWT's claims when it is signed by the App's key and names the App, else None."""
         scheme, _, cred = headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or self.app_public_key is None:
-            return 401, {}, {"message": "A JSON web token could not be decoded"}
+            return None
         try:
             claims = jwt.decode(cred, self.app_public_key, algorithms=["RS256"])
-        except jwt.PyJWTError as exc:
-            return 401, {}, {"message": f"'Expiration time' claim ('exp') is invalid or {exc}"}
-        if str(claims.get("iss")) != str(self.app_id):
-            return 401, {}, {"message": "Integration not found"}
+        except jwt.PyJWTError:
+            return None
+        return claims if str(claims.get("iss")) == str(self.app_id) else None
+
+    def _access_token(self, installation_id: int, headers: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+        if self._app_claims(headers) is None:
+            return 401, {}, {"message": "A JSON web token could not be decoded"}
         if installation_id not in self.installations.values():
             return 404, {}, {"message": "Not Found"}
         token = f"ghs_installation{next(self.ids)}x{installation_id}"
