@@ -45,6 +45,9 @@ class JobQueue:
                 return False
             self._active.add(trigger.key)
             self._last_submit[trigger.key] = now
+            # Forget issues whose window has passed, so a long-running bot does not grow this forever.
+            for key in [k for k, t in self._last_submit.items() if now - t >= self.dedupe_window_s]:
+                del self._last_submit[key]
             self.accepted.append(trigger)
         self._queue.put(trigger)
         log.info("queued %s (%s by %s)", trigger.key, trigger.reason, trigger.sender)

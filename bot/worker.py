@@ -116,9 +116,17 @@ class Worker:
         self.handle(trigger)
 
     def handle(self, trigger: Trigger) -> dict[str, Any] | None:
-        session = self.access.session(trigger.installation_id, trigger.repo)
-        repo = session.gh.get_repo(trigger.repo)
-        issue = repo.get_issue(trigger.number)
+        try:
+            session = self.access.session(trigger.installation_id, trigger.repo)
+            repo = session.gh.get_repo(trigger.repo)
+            issue = repo.get_issue(trigger.number)
+        except GithubException as exc:
+            # Nowhere to comment: the issue (or our access to it) is what failed.
+            log.warning("%s: GitHub answered %s; job dropped", trigger.key, exc.status)
+            return None
+        return self._run(trigger, session, repo, issue)
+
+    def _run(self, trigger: Trigger, session: Session, repo: Repository, issue: Issue) -> dict[str, Any] | None:
         if issue.pull_request is not None:
             log.info("%s is a pull request; ignored", trigger.key)
             return None

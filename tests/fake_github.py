@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import os
 import re
 import subprocess
 import threading
@@ -350,7 +351,7 @@ class FakeGitHub:
         env = {"GIT_PROJECT_ROOT": str(self.root), "GIT_HTTP_EXPORT_ALL": "1", "PATH_INFO": path,
                "QUERY_STRING": query, "REQUEST_METHOD": method, "REMOTE_USER": "x-access-token",
                "REMOTE_ADDR": "127.0.0.1", "CONTENT_TYPE": headers.get("content-type", ""),
-               "CONTENT_LENGTH": str(len(body)), "PATH": "/usr/bin:/bin"}
+               "CONTENT_LENGTH": str(len(body)), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         if headers.get("content-encoding"):
             env["HTTP_CONTENT_ENCODING"] = headers["content-encoding"]
         if headers.get("git-protocol"):
@@ -468,7 +469,7 @@ TEST = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
 
 def _git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1"}).stdout.strip()
+                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1"}).stdout.strip()
 
 
 def make_fixture_repo(where: Path) -> tuple[Path, str]:

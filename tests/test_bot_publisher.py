@@ -198,3 +198,16 @@ def test_body_renders_without_tests_or_findings(fake: FakeGitHub, setup: tuple[P
     out.attempts = []
     body = render_body(out, config(fake), 7)
     assert "No findings" in body and "No score" in body and "No tests ran" in body
+
+
+def test_standalone_publisher_finds_repo_and_issue_from_the_instance(fake: FakeGitHub,
+                                                                     setup: tuple[Path, str, Worktree]) -> None:
+    # graph.py with EVAL_MODE=false builds GitHubPublisher(cfg) once for the whole run.
+    bare, sha, wt = setup
+    pub = GitHubPublisher(config(fake))
+    result = pub.publish(outcome_for(wt, sha))
+    assert result["ok"] and result["branch"] == "fixgraph/7-add-subtracts", result
+    assert fake.open_pulls("acme/calc")[0]["title"] == "Fix #7: add() subtracts!"
+    out = outcome_for(wt, sha)
+    out.instance = out.instance.model_copy(update={"instance_id": "acme__calc"})
+    assert "does not end with an issue number" in GitHubPublisher(config(fake)).publish(out)["reason"]

@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 
 from bot.client import scrub_environ
+from bot.events import Trigger
+from bot.jobs import JobQueue
 from bot.worker import NO_BODY
 from fixgraph.config import RunConfig
 from fixgraph.dataset import Instance
@@ -265,3 +267,39 @@ def test_token_never_leaks(bot: Bot, fake: FakeGitHub, monkeypatch: pytest.Monke
 def test_healthz(bot: Bot) -> None:
     with urllib.request.urlopen(bot.url.replace("/webhook", "/healthz"), timeout=5) as resp:
         assert resp.status == 200
+
+
+def test_missing_issue_drops_the_job_quietly(bot: Bot, fake: FakeGitHub, pipeline: StandInPipeline) -> None:
+    assert bot.post("issues", labeled_payload("acme/calc", 99))[0] == 202
+    assert bot.jobs.wait_idle(30)
+    assert pipeline.instances == [] and bot.jobs.pending() == 0
+    assert [s.status for s in fake.requests if s.path.endswith("/issues/99")] == [404]
+
+
+def test_job_queue_bounds_concurrency_and_dedupes_by_issue() -> None:
+    running, peak, lock = [0], [0], threading.Lock()
+    release = threading.Event()
+
+    def job(_: Trigger) -> None:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        release.wait(5)
+        with lock:
+            running[0] -= 1
+
+    now = [0.0]
+    q = JobQueue(job, workers=2, dedupe_window_s=10, clock=lambda: now[0])
+    try:
+        assert all(q.submit(Trigger("a/b", n, "label", "x")) for n in (1, 2, 3))
+        assert not q.submit(Trigger("A/b", 1, "comment", "y"))  # same issue, in flight
+        time.sleep(0.3)
+        assert peak[0] == 2 and q.pending() == 3
+        release.set()
+        assert q.wait_idle(10)
+        assert not q.submit(Trigger("a/b", 1, "label", "x"))  # done, but inside the window
+        now[0] = 11.0
+        assert q.submit(Trigger("a/b", 1, "label", "x"))  # a later, deliberate re-trigger
+        assert q.wait_idle(10)
+    finally:
+        q.close()
