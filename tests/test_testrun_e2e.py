@@ -1,0 +1,44 @@
+"""Crash context end to end: a patch that crashes the tests, and what the Coder sees next."""
+
+from __future__ import annotations
+
+from eval.fixtures import BUGGY_LINE, calc_script
+from fixgraph.runner import run_tasks
+from fixgraph.scripted import ScriptedChatModel
+from tests.conftest import read_record
+
+# Clean for pyright (``values`` is untyped) and for the scripted runtime check, but a TypeError
+# inside the repository's code as soon as the test calls it.
+CRASHING_LINE = "    return sum([values]) / len(values)\n"
+
+
+def test_type_error_in_the_tests_reaches_the_coders_next_prompt(calc, cfg_factory):
+    mirrors, inst = calc
+    cfg = cfg_factory("redo", **{"tests.locals_repr_chars": 40})
+    script = calc_script(first_attempt_broken=False)
+    script["CodeChange"].insert(0, {"edits": [{"path": "calc/ops.py", "search": BUGGY_LINE,
+                                               "replace": CRASHING_LINE}],
+                                    "explanation": "Sum the values."})
+    model = ScriptedChatModel(script=script)
+    summary = run_tasks([inst], cfg, run_id="crash", repos=mirrors, model_factory=lambda role: model,
+                        progress=False)
+    assert summary.finished == 1
+
+    rec = read_record(cfg, "crash", inst.instance_id)
+    first, second = rec["attempts"][:2]
+    assert first["verdict"] == "Safe"  # nothing static saw it: only running the tests does
+    assert first["score"]["kind"] == "tests"
+    assert first["score"]["test_pass_rate"] == 0.0
+    crash = first["crash_context"]
+    assert "TypeError" in crash and "unsupported operand" in crash
+    assert "calc/ops.py:11 in mean" in crash
+    assert "values = [1, 2, 3]" in crash
+
+    prompts = model.prompts_for("CodeChange")
+    assert len(prompts) == 2
+    assert "values = [1, 2, 3]" not in prompts[0]
+    assert "TypeError" in prompts[1] and "values = [1, 2, 3]" in prompts[1]
+    assert "calc/ops.py:11 in mean" in prompts[1]
+
+    assert second["score"]["test_pass_rate"] == 1.0
+    assert second["crash_context"] == ""
