@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import signal
 import sys
 import threading
@@ -31,6 +32,11 @@ from fixgraph.workspace import RepoCache
 log = logging.getLogger("fixgraph.bot")
 
 
+# GitHub's token formats: installation tokens are minted at run time, so they are in no config to
+# redact by value; catch them by shape.
+TOKEN_SHAPES = re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})")
+
+
 class RedactingFormatter(logging.Formatter):
     """Every log line goes through redaction, whatever library logged it."""
 
@@ -39,7 +45,7 @@ class RedactingFormatter(logging.Formatter):
         self.secrets = secrets
 
     def format(self, record: logging.LogRecord) -> str:
-        return redact(super().format(record), self.secrets)
+        return TOKEN_SHAPES.sub("***", redact(super().format(record), self.secrets))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -32,6 +32,8 @@ def make_server(gh: GitHubSettings, submit: Callable[[Trigger], bool], host: str
     class Handler(BaseHTTPRequestHandler):
         server_version = "fixgraph-bot"
         protocol_version = "HTTP/1.1"
+        # A client that stops sending mid-request frees its thread after this many seconds.
+        timeout = 30
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
             log.debug("%s %s", self.address_string(), format % args)

@@ -19,7 +19,7 @@ from github.Issue import Issue
 from github.Repository import Repository
 
 from bot.client import GitHubAccess, Session
-from bot.events import Trigger, is_own_comment
+from bot.events import Trigger, is_command, is_own_comment
 from fixgraph.config import RunConfig
 from fixgraph.dataset import Instance
 from fixgraph.github_pr import MARKER, GitHubPublisher, RemoteGitError, run_git
@@ -98,8 +98,11 @@ class Worker:
                 raise CloneError(f"{name} has no branch {branch!r} to start from") from None
 
     def instance(self, repo: Repository, issue: Issue, base: str) -> Instance:
+        gh = self.cfg.github
+        # The bot's own comments and bare commands say nothing about the bug.
         comments = [(c.user.login, c.body or "") for c in issue.get_comments()
-                    if not is_own_comment(c.body, c.user.login, self.cfg.github) and (c.body or "").strip()]
+                    if (c.body or "").strip() and not is_own_comment(c.body, c.user.login, gh)
+                    and not is_command(c.body, gh.command)]
         owner, name = repo.full_name.split("/", 1)
         return Instance(instance_id=f"{owner}__{name}-{issue.number}", repo=repo.full_name, base_commit=base,
                         problem_statement=problem_statement(issue.title, issue.body, comments))

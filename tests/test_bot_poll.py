@@ -154,3 +154,14 @@ def test_app_without_key_is_a_config_error(tmp_path: Path) -> None:
     cfg = load_config("redo", env={"GITHUB_APP_ID": "5"})
     with pytest.raises(ConfigError, match="GITHUB_APP_PRIVATE_KEY is not"):
         GitHubAccess(cfg)
+
+
+def test_log_formatter_redacts_configured_secrets_and_token_shapes() -> None:
+    import logging
+
+    fmt = cli.RedactingFormatter(["my-webhook-secret"])
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "push with %s and %s failed (%s)",
+                               ("ghs_" + "a" * 36, "github_pat_" + "B1_" * 10, "my-webhook-secret"), None)
+    line = fmt.format(record)
+    assert "ghs_" not in line and "github_pat_" not in line and "my-webhook-secret" not in line
+    assert line.count("***") == 3

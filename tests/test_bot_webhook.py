@@ -147,11 +147,15 @@ def test_comment_command_from_allowed_user_triggers(bot: Bot, fake: FakeGitHub, 
     own = comment_payload("acme/calc", 7, f"/fixgraph is working\n{MARKER}", user="fixgraph-bot[bot]")
     assert bot.post("issue_comment", own)[0] == 204
     assert bot.jobs.accepted == []
+    fake.comment("acme/calc", 7, "/fixgraph please", user="carol", association="COLLABORATOR")
     status, reply = bot.post("issue_comment", comment_payload("acme/calc", 7, "/fixgraph please", user="carol",
                                                              association="COLLABORATOR"))
     assert status == 202 and reply and reply["queued"]
     assert bot.jobs.wait_idle(30)
     assert len(pipeline.instances) == 1 and len(fake.open_pulls("acme/calc")) == 1
+    # The command itself is not part of the problem; the other comments are.
+    assert "/fixgraph" not in pipeline.instances[0].problem_statement
+    assert "Same here on 3.12." in pipeline.instances[0].problem_statement
     assert "`/fixgraph`" in fake.comments_on("acme/calc", 7)[1]
 
 
