@@ -88,12 +88,16 @@ def critic(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
         score = fix_score.compute(outcome, code_quality, llm_score)
         if outcome is not None:
             crash = outcome.crash
-            failing = [t for t, s in outcome.fail_to_pass.items() if s != "PASSED"]
+            score["test_run"] = {  # type: ignore[typeddict-unknown-key]
+                "backend": outcome.backend, "runnable": outcome.runnable, "reason": outcome.reason,
+                "seconds": round(outcome.seconds, 1), "timed_out": outcome.timed_out,
+                "network_isolated": outcome.network_isolated}
+            failing = [t for t, s in outcome.fail_to_pass.items() if s not in tests.PASSING]
             if outcome.runnable and failing:
                 findings += [Finding(source="tests", rule="fail_to_pass", message=f"{t}: {outcome.fail_to_pass[t]}",
                                      severity="error") for t in failing[:10]]
             broken = [t for t, s in outcome.pass_to_pass_after.items()
-                      if s != "PASSED" and outcome.pass_to_pass_before.get(t) == "PASSED"]
+                      if s not in tests.PASSING and outcome.pass_to_pass_before.get(t) in tests.PASSING]
             findings += [Finding(source="tests", rule="regression", message=f"{t} passed before the patch and now fails",
                                  severity="error") for t in broken[:10]]
     score["quality_detail"] = quality_detail  # type: ignore[typeddict-unknown-key]
