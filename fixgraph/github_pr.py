@@ -257,7 +257,11 @@ class GitHubPublisher:
         A new object per task, so one publisher shared by parallel tasks holds no per-task state.
         """
         from bot.client import GitHubAccess
+        from bot.events import repo_allowed
 
+        # The same guard as the bot's: a batch of SWE-bench tasks must not open PRs upstream by accident.
+        if not repo_allowed(outcome.instance.repo, self.cfg.github.allowlist):
+            return f"{outcome.instance.repo} is not in FIXGRAPH_ALLOWLIST; no pull request opened"
         number = issue_number_of(outcome.instance.instance_id)
         if number is None:
             return f"instance id {outcome.instance.instance_id!r} does not end with an issue number"

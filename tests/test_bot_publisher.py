@@ -204,10 +204,12 @@ def test_standalone_publisher_finds_repo_and_issue_from_the_instance(fake: FakeG
                                                                      setup: tuple[Path, str, Worktree]) -> None:
     # graph.py with EVAL_MODE=false builds GitHubPublisher(cfg) once for the whole run.
     bare, sha, wt = setup
-    pub = GitHubPublisher(config(fake))
+    refused = GitHubPublisher(config(fake)).publish(outcome_for(wt, sha))
+    assert "not in FIXGRAPH_ALLOWLIST" in refused["reason"] and fake.requests == []
+    pub = GitHubPublisher(config(fake, **{"github.allowlist": ("acme/calc",)}))
     result = pub.publish(outcome_for(wt, sha))
     assert result["ok"] and result["branch"] == "fixgraph/7-add-subtracts", result
     assert fake.open_pulls("acme/calc")[0]["title"] == "Fix #7: add() subtracts!"
     out = outcome_for(wt, sha)
     out.instance = out.instance.model_copy(update={"instance_id": "acme__calc"})
-    assert "does not end with an issue number" in GitHubPublisher(config(fake)).publish(out)["reason"]
+    assert "does not end with an issue number" in pub.publish(out)["reason"]
