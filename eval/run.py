@@ -9,7 +9,8 @@ configs never overwrite each other. Running the same command again resumes: fini
 skipped and a task in flight restarts from its last checkpoint. A run id already holding a run of
 another config (or of the same config with different settings) is refused.
 
-Configs run one after another, each with ``--workers`` tasks at a time. Then, per config, the
+With ``--workers`` at least the number of configs, the configs run side by side and share the
+workers; with fewer, they run one after another with ``--workers`` tasks at a time. Then, per config, the
 predictions go to ``python -m swebench.harness.run_evaluation`` when a Docker engine answers (or
 with ``--modal``); otherwise the exact commands, and the sb-cli alternative, are printed.
 """
@@ -19,10 +20,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +33,9 @@ from dotenv import load_dotenv
 
 from eval.rundata import RUN_META, read_json
 from fixgraph.config import ConfigError, RunConfig, load_config
-from fixgraph.dataset import HUB_DATASET, DatasetError, load_dataset_any, select
+from fixgraph.dataset import HUB_DATASET, DatasetError, Instance, load_dataset_any, select
 from fixgraph.records import atomic_write
+from fixgraph.runner import RunSummary
 from fixgraph.workspace import WorkspaceError
 
 SB_CLI_SUBSET = "swe-bench_lite"
@@ -181,6 +185,70 @@ def score_runs(runs: list[tuple[str, Path]], runs_dir: Path, *, dataset: str, wo
     return failures
 
 
+# ---- running the configs ----------------------------------------------------------------------
+
+
+def worker_shares(workers: int, n_configs: int) -> list[int] | None:
+    """Workers per config when all configs run at once, or None to run them one after another.
+
+    Running them side by side (when there is at least one worker each) keeps the comparison fair:
+    the configs meet the same LLM server load, and a run stopped early leaves every config with
+    some tasks rather than the first config with all of them.
+    """
+    if n_configs < 2 or workers < n_configs:
+        return None
+    return [workers // n_configs + (i < workers % n_configs) for i in range(n_configs)]
+
+
+def run_configs(plan: list[tuple[str, RunConfig]], instances: list[Instance], *, repos: Path | None,
+                workers: int, progress: bool) -> list[RunSummary]:
+    from fixgraph.runner import run_tasks
+
+    shares = worker_shares(workers, len(plan))
+    if shares is None:
+        summaries = []
+        for run_id, cfg in plan:
+            print(f"{run_id}: config {cfg.name}, {len(instances)} tasks, {workers} at a time", flush=True)
+            summary = run_tasks(instances, cfg, run_id=run_id, repos=repos, workers=workers, progress=progress)
+            print(summary.line(), flush=True)
+            summaries.append(summary)
+        return summaries
+
+    for (run_id, cfg), share in zip(plan, shares, strict=True):
+        print(f"{run_id}: config {cfg.name}, {len(instances)} tasks, {share} at a time", flush=True)
+    pool = ThreadPoolExecutor(max_workers=len(plan), thread_name_prefix="config")
+    # One progress bar per run would fight over the terminal: count finished records instead.
+    futures = [pool.submit(run_tasks, instances, cfg, run_id=run_id, repos=repos, workers=share, progress=False)
+               for (run_id, cfg), share in zip(plan, shares, strict=True)]
+    last = ""
+    try:
+        pending = set(futures)
+        while pending:
+            _, pending = wait(pending, timeout=2.0, return_when=FIRST_COMPLETED)
+            line = ", ".join(f"{run_id} {_finished(cfg, run_id, instances)}/{len(instances)}" for run_id, cfg in plan)
+            if progress and line != last:
+                print(f"progress: {line}", file=sys.stderr, flush=True)
+                last = line
+    except KeyboardInterrupt:
+        print("\ninterrupted: finished tasks are kept and tasks in flight have checkpoints; "
+              "run the same command again to resume", file=sys.stderr, flush=True)
+        os._exit(130)  # the runs' threads cannot be stopped; every write they make is atomic
+    pool.shutdown(wait=True)
+    summaries = [f.result() for f in futures]
+    for summary in summaries:
+        print(summary.line(), flush=True)
+    return summaries
+
+
+def _finished(cfg: RunConfig, run_id: str, instances: list[Instance]) -> int:
+    records = cfg.runs_dir / run_id / "records"
+    done = 0
+    for inst in instances:
+        rec = read_json(records / f"{inst.instance_id}.json")
+        done += bool(isinstance(rec, dict) and rec.get("final"))
+    return done
+
+
 # ---- command line ---------------------------------------------------------------------------
 
 
@@ -238,18 +306,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DatasetError, RunIdError) as exc:
         return fail(str(exc))
 
-    from fixgraph.runner import run_tasks
-
-    scored: list[tuple[str, Path]] = []
-    for run_id, cfg in plan:
-        print(f"{run_id}: config {cfg.name}, {len(instances)} tasks, {args.workers} at a time", flush=True)
-        try:
-            summary = run_tasks(instances, cfg, run_id=run_id, repos=args.repos, workers=args.workers,
+    try:
+        summaries = run_configs(plan, instances, repos=args.repos, workers=args.workers,
                                 progress=not args.no_progress)
-        except WorkspaceError as exc:
-            return fail(str(exc))
-        print(summary.line(), flush=True)
-        scored.append((run_id, Path(summary.predictions)))
+    except WorkspaceError as exc:
+        return fail(str(exc))
+    scored = [(s.run_id, Path(s.predictions)) for s in summaries]
     if args.no_harness:
         return 0
     failures = score_runs(scored, runs_dir, dataset=args.harness_dataset, workers=args.harness_workers,

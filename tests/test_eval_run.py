@@ -94,10 +94,14 @@ def test_three_configs_same_tasks_then_harness(llm, tmp_path: Path, capsys: pyte
     runs = tmp_path / "runs"
     configs = config_files(tmp_path, ["baseline", "static", "redo"])
     argv = ["--configs", ",".join(configs), "--tasks", "all", "--dataset", str(dataset), "--repos", str(mirrors),
-            "--workers", "2", "--run-prefix", "t", "--runs-dir", str(runs), "--no-progress"]
+            "--workers", "3", "--run-prefix", "t", "--runs-dir", str(runs)]
     monkeypatch.setattr(evrun, "docker_answers", lambda: False)
     assert evrun.main(argv) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
+    # Three workers, three configs: the configs ran side by side, one worker each.
+    assert all(f"t-{c}: config {c}, 2 tasks, 1 at a time" in out for c in ("baseline", "static", "redo"))
+    assert "progress: t-baseline" in captured.err
 
     for config in ("baseline", "static", "redo"):
         run_id = f"t-{config}"
@@ -168,6 +172,13 @@ def test_modal_flag_passes_modal_true(tmp_path: Path, monkeypatch: pytest.Monkey
                             workers=2, modal=True, engine=False) == 0
     assert calls and calls[0][-2:] == ["--modal", "true"]
     assert calls[0][calls[0].index("-p") + 1] == str(preds)
+
+
+def test_worker_shares() -> None:
+    assert evrun.worker_shares(1, 3) is None and evrun.worker_shares(2, 3) is None
+    assert evrun.worker_shares(4, 1) is None
+    assert evrun.worker_shares(3, 3) == [1, 1, 1]
+    assert evrun.worker_shares(8, 3) == [3, 3, 2]
 
 
 def test_docker_check_is_false_without_an_engine(monkeypatch: pytest.MonkeyPatch) -> None:
