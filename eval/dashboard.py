@@ -86,6 +86,7 @@ class ConfigView:
     tasks: dict[str, dict[str, Any]]
     in_flight: int
     harness_n: int = 0
+    harness_errors: int = 0  # the harness could not evaluate these (counted unresolved, as it does)
     resolved: int = 0
     fix_values: list[float] = field(default_factory=list)
     fix_semantic: int = 0
@@ -148,6 +149,7 @@ def config_view(index: int, run: Run) -> ConfigView:
         if res is not None:
             view.harness_n += 1
             view.resolved += int(res)
+            view.harness_errors += int(bool(rec["harness"].get("error")))
         value, kind = fix_score_of(rec)
         if value is not None:
             view.fix_values.append(value)

@@ -313,3 +313,25 @@ def test_single_config_page_and_default_baseline(tmp_path: Path) -> None:
     cells = Cells()
     cells.feed(html)
     assert cells.get("config-table", "t-quick", "resolved") == "n/a"
+
+
+def test_ingest_from_a_run_summary_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Scored elsewhere (sb-cli's report, or only the harness's summary kept): the summary is enough."""
+    runs = fx.build(tmp_path, configs=(), with_quick=False, stray_report=False)
+    fx.write_run(runs, "redo", "t-redo")
+    resolved = sorted(i for i, r in fx.RESOLVED["redo"].items() if r)
+    summary = {"resolved_ids": resolved, "unresolved_ids": ["sympy__sympy-18057"],
+               "error_ids": ["pallets__flask-4045"], "completed_ids": [], "empty_patch_ids": [],
+               "submitted_ids": fx.TASKS + ["django__django-11099"]}
+    (runs / "t-redo" / "swe-bench_lite__test__t-redo.json").write_text(json.dumps(summary))
+    assert ingest.main([str(runs), "--harness-logs", str(tmp_path / "none"), "--summaries", str(tmp_path)]) == 0
+    for iid in fx.TASKS:
+        rec = json.loads((runs / "t-redo" / "records" / f"{iid}.json").read_text())
+        assert rec["harness"]["source"] == "summary"
+        assert rec["harness"]["resolved"] is bool(fx.RESOLVED["redo"][iid])
+    out = tmp_path / "d.html"
+    assert dashboard.main([str(runs), "-o", str(out)]) == 0
+    cells = Cells()
+    cells.feed(out.read_text())
+    assert cells.get("config-table", "t-redo", "resolved") == "75.0% (6/8)"
+    assert cells.get("config-table", "t-redo", "harness") == "complete (1 harness error, counted unresolved)"
