@@ -3,12 +3,16 @@ token and dollar accounting, and per-task and per-run budgets.
 
 Retries are the OpenAI client's own (``max_retries``): it retries only connection errors,
 timeouts, 408/409/429 and 5xx, with exponential backoff and jitter, and honours Retry-After.
-Everything else (400, 401, 404, 422) fails at once.
+Everything else (400, 401, 404, 422) fails at once. A 200 whose body is not a chat completion
+(truncated JSON, an HTML page from a proxy, null ``choices``) is retried here the same way, because
+the transport garbled the answer: re-asking would tell the model it erred when it did not.
 """
 
 from __future__ import annotations
 
+import random
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -22,6 +26,16 @@ from fixgraph.state import Usage
 
 T = TypeVar("T", bound=BaseModel)
 ModelFactory = Callable[[str], BaseChatModel]
+# Called with (tokens, dollars) after every charge, before the reply is used: a durable ledger.
+ChargeHook = Callable[[int, float], None]
+
+# What ChatOpenAI raises on a 200 whose body is not a usable chat completion.
+_MALFORMED: tuple[type[Exception], ...] = (ValueError, TypeError, openai.APIResponseValidationError)
+
+
+def backoff_s(retries_taken: int) -> float:
+    """The OpenAI client's own schedule: 0.5 s doubling up to 8 s, minus up to 25% jitter."""
+    return min(0.5 * 2.0 ** retries_taken, 8.0) * (1 - 0.25 * random.random())
 
 
 class BudgetExceeded(Exception):
@@ -84,10 +98,11 @@ class Meter:
     """One task's spending. Checked before every call, so a task overshoots by one call at most."""
 
     def __init__(self, budget: Budget, prices: dict[str, Price], run: RunMeter | None = None,
-                 start: Usage | None = None):
+                 start: Usage | None = None, on_charge: ChargeHook | None = None):
         self.budget = budget
         self.prices = prices
         self.run = run
+        self.on_charge = on_charge
         start = start or {}
         self.tokens = start.get("input_tokens", 0) + start.get("output_tokens", 0)
         self.dollars = start.get("dollars", 0.0)
@@ -103,8 +118,9 @@ class Meter:
 
     def charge(self, node: str, model: str, message: BaseMessage | None) -> Usage:
         meta = getattr(message, "usage_metadata", None) or {}
-        tin = int(meta.get("input_tokens", 0) or 0)
-        tout = int(meta.get("output_tokens", 0) or 0)
+        # A server cannot refund budget with negative counts.
+        tin = max(0, int(meta.get("input_tokens", 0) or 0))
+        tout = max(0, int(meta.get("output_tokens", 0) or 0))
         price = self.prices.get(model, Price())
         dollars = (tin * price.input + tout * price.output) / 1_000_000
         with self._lock:
@@ -112,6 +128,8 @@ class Meter:
             self.dollars += dollars
         if self.run is not None:
             self.run.add(dollars)
+        if self.on_charge is not None:
+            self.on_charge(tin + tout, dollars)
         return Usage(input_tokens=tin, output_tokens=tout, dollars=dollars, calls=1,
                      by_node={node: {"input_tokens": tin, "output_tokens": tout, "dollars": dollars, "calls": 1}})
 
@@ -123,10 +141,31 @@ def _model_name(model: BaseChatModel) -> str:
 class LLM:
     """What nodes call. Each call returns the parsed object and the usage it cost."""
 
-    def __init__(self, factory: ModelFactory, meter: Meter, reasks: int = 1):
+    def __init__(self, factory: ModelFactory, meter: Meter, reasks: int = 1, retries: int = 2):
         self.factory = factory
         self.meter = meter
         self.reasks = reasks
+        # For malformed 200 replies only; the client retries every other transient fault itself.
+        self.retries = retries
+
+    def _invoke(self, runnable: Any, convo: list[BaseMessage]) -> Any:
+        """One call, budget checked first; malformed replies retried with backoff, all else mapped."""
+        detail = ""
+        for retries_taken in range(self.retries + 1):
+            self.meter.check()
+            try:
+                return runnable.invoke(convo)
+            except openai.APIStatusError as exc:
+                raise LLMFailure(f"LLM server answered {exc.status_code}: {_short(exc.message)}") from None
+            except openai.APITimeoutError:
+                raise LLMFailure("LLM server timed out (after retries)") from None
+            except openai.APIConnectionError as exc:
+                raise LLMFailure(f"cannot reach the LLM server: {_short(str(exc))}") from None
+            except _MALFORMED as exc:
+                detail = f"{type(exc).__name__}: {_short(str(exc))}"
+                if retries_taken < self.retries:
+                    time.sleep(backoff_s(retries_taken))
+        raise LLMFailure(f"LLM server sent no readable reply in {self.retries + 1} tries: {detail}")
 
     def structured(self, role: str, node: str, schema: type[T],
                    messages: Sequence[BaseMessage]) -> tuple[T, Usage]:
@@ -136,15 +175,7 @@ class LLM:
         convo = list(messages)
         last_error = "no reply"
         for _ in range(self.reasks + 1):
-            self.meter.check()
-            try:
-                out = runnable.invoke(convo)
-            except openai.APIStatusError as exc:
-                raise LLMFailure(f"LLM server answered {exc.status_code}: {_short(exc.message)}") from None
-            except openai.APITimeoutError:
-                raise LLMFailure("LLM server timed out (after retries)") from None
-            except openai.APIConnectionError as exc:
-                raise LLMFailure(f"cannot reach the LLM server: {_short(str(exc))}") from None
+            out = self._invoke(runnable, convo)
             raw = out.get("raw") if isinstance(out, dict) else None
             from fixgraph.state import merge_usage
 

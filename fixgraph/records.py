@@ -5,6 +5,7 @@ Layout for a run id R:
   <predictions_dir>/<R>.jsonl                 official predictions, one line per task
   <runs_dir>/<R>/records/<instance_id>.json   everything else about the task
   <runs_dir>/<R>/checkpoints.sqlite           LangGraph checkpoints for tasks in flight
+  <runs_dir>/<R>/billed/<instance_id>.jsonl   one line per LLM call charged (survives a kill)
 """
 
 from __future__ import annotations
@@ -124,6 +125,43 @@ class RunStore:
                     rows.append(raw)
             rows.append(json.dumps(line))
             atomic_write(self.jsonl_path, "\n".join(rows) + "\n")
+
+    def billed_path(self, instance_id: str) -> Path:
+        return self.run_dir / "billed" / f"{instance_id}.jsonl"
+
+    def add_billed(self, instance_id: str, tokens: int, dollars: float) -> None:
+        """Append one charged call. One small O_APPEND write: a kill leaves it whole or absent."""
+        path = self.billed_path(instance_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        line = (json.dumps({"tokens": tokens, "dollars": dollars}) + "\n").encode()
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+    def billed(self, instance_id: str) -> dict[str, float]:
+        """Everything charged to a task in this run, including calls a killed process never checkpointed."""
+        out = {"tokens": 0, "dollars": 0.0, "calls": 0}
+        path = self.billed_path(instance_id)
+        if not path.is_file():
+            return out
+        for raw in path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(raw)
+            except json.JSONDecodeError:
+                continue
+            out["tokens"] += int(row.get("tokens", 0))
+            out["dollars"] += float(row.get("dollars", 0.0))
+            out["calls"] += 1
+        return out
+
+    def billed_dollars(self) -> float:
+        """The whole run's spending so far, from the ledgers."""
+        folder = self.run_dir / "billed"
+        if not folder.is_dir():
+            return 0.0
+        return sum(self.billed(p.stem)["dollars"] for p in folder.glob("*.jsonl"))
 
     def write_record(self, record: dict[str, Any]) -> None:
         record = {"record_version": RECORD_VERSION, "run_id": self.run_id, **record}

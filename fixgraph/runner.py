@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import os
 import sqlite3
 import statistics
@@ -27,7 +28,7 @@ from langgraph.errors import GraphRecursionError
 from fixgraph.config import RunConfig
 from fixgraph.context import TaskContext
 from fixgraph.dataset import Instance
-from fixgraph.llm import LLM, Meter, ModelFactory, RunMeter, default_factory
+from fixgraph.llm import LLM, ChargeHook, Meter, ModelFactory, RunMeter, default_factory
 from fixgraph.publish import DiffPublisher, Publisher
 from fixgraph.records import RunStore
 from fixgraph.state import TaskState
@@ -114,10 +115,19 @@ def run_task(instance: Instance, cfg: RunConfig, *, publisher: Publisher, repo_c
         graph = build_graph(saver)
         snapshot = graph.get_state(thread) if saver else None
         resumed = bool(snapshot and snapshot.values and snapshot.next)
-        meter = Meter(cfg.budget, cfg.llm.prices, run_meter,
-                      start=snapshot.values.get("usage") if snapshot and resumed else None)
+        start = snapshot.values.get("usage") if snapshot and resumed else None
+        on_charge: ChargeHook | None = None
+        if store is not None:
+            # The ledger counts calls a killed process made after its last checkpoint, so a resumed
+            # task's budget starts from what was really spent.
+            billed = store.billed(instance.instance_id)
+            if billed["calls"]:
+                start = {"input_tokens": int(billed["tokens"]), "dollars": billed["dollars"]}
+            on_charge = functools.partial(store.add_billed, instance.instance_id)
+        meter = Meter(cfg.budget, cfg.llm.prices, run_meter, start=start, on_charge=on_charge)
         ctx = TaskContext(cfg=cfg, instance=instance, worktree=wt,
-                          llm=LLM(model_factory or default_factory(cfg), meter, cfg.llm.structured_reasks),
+                          llm=LLM(model_factory or default_factory(cfg), meter, cfg.llm.structured_reasks,
+                                  retries=cfg.llm.max_retries),
                           publisher=publisher, cache_dir=cfg.cache_dir.resolve())
         start_state: TaskState | None = None if resumed else TaskState(
             instance_id=instance.instance_id, problem=instance.problem_statement)
@@ -138,6 +148,7 @@ def run_task(instance: Instance, cfg: RunConfig, *, publisher: Publisher, repo_c
     if "traceback" in values:
         record["traceback"] = values["traceback"]
     if store is not None:
+        record["billed"] = store.billed(instance.instance_id)
         store.write_record(record)
     if saver is not None:
         with contextlib.suppress(Exception):
@@ -195,7 +206,11 @@ def run_tasks(instances: list[Instance], cfg: RunConfig, *, run_id: str, repos: 
     summary = RunSummary(run_id=run_id, total=len(instances), predictions=str(store.jsonl_path))
     todo = [i for i in instances if not store.is_done(i.instance_id)]
     summary.skipped = len(instances) - len(todo)
-    spent = sum(float((r.get("usage") or {}).get("dollars", 0.0)) for r in store.records())
+    # A run killed between a task's record and its clean-up leaves that worktree behind.
+    repo_cache.remove_stale_worktrees(
+        f"{run_id}__", keep={f"{run_id}__{i.instance_id}".replace("/", "_") for i in todo})
+    spent = max(sum(float((r.get("usage") or {}).get("dollars", 0.0)) for r in store.records()),
+                store.billed_dollars())
     run_meter = RunMeter(cfg.budget.run_dollars, spent)
     bar = _Progress(len(instances), summary.skipped, enabled=progress)
     lock = threading.Lock()

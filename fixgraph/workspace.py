@@ -103,16 +103,39 @@ class RepoCache:
             if not (path / ".git").exists():
                 shutil.rmtree(path, ignore_errors=True)
                 bare.git.worktree("prune")
-                bare.git.worktree("add", "--detach", "--force", str(path), commit)
+                # Twice: a worktree whose "add" was killed stays locked ("initializing").
+                bare.git.worktree("add", "--detach", "--force", "--force", str(path), commit)
+            else:
+                # One task owns a worktree, so an index.lock in it was left by a killed process.
+                _remove_index_lock(path)
         wt = Worktree(path, commit)
         wt.reset()
         return wt
+
+    def remove_stale_worktrees(self, prefix: str, keep: set[str]) -> list[Path]:
+        """Remove worktrees named ``prefix...`` except ``keep``: leftovers of a killed run."""
+        removed = []
+        for path in sorted((self.cache_dir / "worktrees").glob(f"{prefix}*")):
+            if path.name in keep:
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        if removed:
+            for bare in (self.cache_dir / "repos").glob("*.git"):
+                with file_lock(bare.with_suffix(".lock")):
+                    # prune keeps locked entries, and a worktree whose "add" was killed is locked.
+                    for path in removed:
+                        subprocess.run(["git", "worktree", "unlock", str(path)], cwd=bare, capture_output=True,
+                                       env=_git_env())
+                    subprocess.run(["git", "worktree", "prune"], cwd=bare, capture_output=True, env=_git_env())
+        return removed
 
     def remove_worktree(self, repo: str, wt: Worktree) -> None:
         bare = git.Repo(self.bare_path(repo))
         with file_lock(self.bare_path(repo).with_suffix(".lock")):
             try:
-                bare.git.worktree("remove", "--force", str(wt.path))
+                # Twice, so a worktree left locked by a killed "add" goes too.
+                bare.git.worktree("remove", "--force", "--force", str(wt.path))
             except git.GitCommandError:
                 shutil.rmtree(wt.path, ignore_errors=True)
                 bare.git.worktree("prune")
@@ -181,6 +204,16 @@ class Worktree:
         if proc.returncode != 0:
             msg = proc.stderr.decode(errors="replace").strip().splitlines()
             raise PatchError(f"patch does not apply: {msg[0] if msg else 'git apply failed'}")
+
+
+def _remove_index_lock(path: Path) -> None:
+    gitfile = path / ".git"
+    try:
+        text = gitfile.read_text() if gitfile.is_file() else ""
+    except OSError:
+        return
+    gitdir = Path(text.split("gitdir:", 1)[1].strip()) if "gitdir:" in text else gitfile
+    (gitdir / "index.lock").unlink(missing_ok=True)
 
 
 def _check_patch_paths(wt: Worktree, patch: str) -> None:
