@@ -10,7 +10,6 @@ import datetime as dt
 import logging
 import shutil
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import git
@@ -170,7 +169,3 @@ class Worker:
         reason = published.get("reason") or record.get("failed") or record.get("stop_reason") or "no patch"
         return f"fixgraph gave up: {reason}."
 
-
-def make_worker(cfg: RunConfig, cache_dir: Path | None = None, **kwargs: Any) -> Worker:
-    access = GitHubAccess(cfg)
-    return Worker(cfg, access, RepoCache(cache_dir or cfg.cache_dir), **kwargs)
