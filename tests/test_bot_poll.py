@@ -165,3 +165,38 @@ def test_log_formatter_redacts_configured_secrets_and_token_shapes() -> None:
     line = fmt.format(record)
     assert "ghs_" not in line and "github_pat_" not in line and "my-webhook-secret" not in line
     assert line.count("***") == 3
+
+
+def test_serve_cli_answers_ping_and_stops_on_sigterm(tmp_path: Path) -> None:
+    import json
+    import re
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    from bot.events import sign
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB", "FIXGRAPH", "OPENAI"))}
+    env.update(GITHUB_TOKEN=TOKEN, GITHUB_WEBHOOK_SECRET=SECRET, FIXGRAPH_ALLOWLIST="acme/*",
+               OPENAI_API_KEY="sk-x", FIXGRAPH_WEBHOOK_PORT="0", FIXGRAPH_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    proc = subprocess.Popen([sys.executable, "-m", "bot", "serve"], cwd=tmp_path, env=env,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        m = re.search(r"listening on (http://[\d.]+:\d+)", line)
+        assert m, line
+        body = json.dumps({"zen": "Design for failure."}).encode()
+        req = urllib.request.Request(m.group(1) + "/webhook", data=body, method="POST", headers={
+            "X-GitHub-Event": "ping", "X-Hub-Signature-256": sign(SECRET, body)})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.status == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+        assert TOKEN not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
