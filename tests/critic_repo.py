@@ -30,6 +30,10 @@ def describe(c):
     return "circle of radius %s" % c.r
 
 
+def unit_area():
+    return Circle(1).area()
+
+
 def legacy(c):
     return undefined_helper(c)
 '''

@@ -1,0 +1,264 @@
+"""SWEDE-style benchmark of the Critic's runtime-error detection on real agents' patches.
+
+    python -m eval.critic_bench --predictions FILE [FILE ...] --dataset ../shared/data/swebench_lite.jsonl \\
+        --repos DIR [--limit N] [--llm] [--config NAME] [-o ROWS.jsonl]
+
+Labels follow SWEDE (Li et al., 2024): a prediction is positive (Unsafe) when its evaluation log
+shows a runtime error (``failure_kind == "runtime_error"``), negative when it was resolved or
+failed only on assertions; every other row is skipped, as are rows whose repository has no mirror
+under ``--repos``. Each patch is judged, in the same run and in alternating order, by
+
+- ``redo_static``: REDO's static phase as published (eval/redo_static.py), the reference;
+- ``ours_static``: this Critic's differential static phase (scoring/static.py), with an empty
+  cache at the start of the run;
+- with ``--llm``, ``ours_static+llm``: the full REDO pipeline, the LLM check on the patches the
+  static phase passes (a missing verdict counts as not flagged, and is reported).
+
+A patch that does not apply, or that a method cannot analyze, counts as not flagged for it.
+The last line is the headline:
+``F1=<ours> F1_redo_static=<reference> median_s=<ours> median_s_redo=<reference>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import git
+
+from eval.redo_static import redo_static
+from fixgraph.config import ConfigError, load_config
+from fixgraph.dataset import DatasetError, load_jsonl
+from fixgraph.llm import LLMFailure, RunMeter
+from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, find_mirror
+from scoring import llm_check, static
+from scoring.critic import InputError, load_predictions, make_llm
+
+POSITIVE = {"runtime_error"}
+NEGATIVE = {"resolved", "assertion_failure"}
+
+
+def label(row: dict[str, Any]) -> bool | None:
+    kind = row.get("failure_kind")
+    if kind in POSITIVE:
+        return True
+    if kind in NEGATIVE:
+        return False
+    return None
+
+
+@dataclass
+class Tally:
+    name: str
+    tp: int = 0
+    fp: int = 0
+    fn: int = 0
+    tn: int = 0
+    seconds: list[float] = field(default_factory=list)
+    not_analyzed: int = 0
+
+    def add(self, truth: bool, flagged: bool, seconds: float | None) -> None:
+        if truth and flagged:
+            self.tp += 1
+        elif flagged:
+            self.fp += 1
+        elif truth:
+            self.fn += 1
+        else:
+            self.tn += 1
+        if seconds is not None:
+            self.seconds.append(seconds)
+
+    @property
+    def rows(self) -> int:
+        return self.tp + self.fp + self.fn + self.tn
+
+    @property
+    def precision(self) -> float:
+        return self.tp / (self.tp + self.fp) if self.tp + self.fp else 0.0
+
+    @property
+    def recall(self) -> float:
+        return self.tp / (self.tp + self.fn) if self.tp + self.fn else 0.0
+
+    @property
+    def f1(self) -> float:
+        p, r = self.precision, self.recall
+        return 2 * p * r / (p + r) if p + r else 0.0
+
+    @property
+    def accuracy(self) -> float:
+        return (self.tp + self.tn) / self.rows if self.rows else 0.0
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.seconds) if self.seconds else 0.0
+
+    @property
+    def p95_s(self) -> float:
+        if not self.seconds:
+            return 0.0
+        ordered = sorted(self.seconds)
+        return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m eval.critic_bench", description=__doc__.split("\n")[0])
+    p.add_argument("--predictions", type=Path, nargs="+", required=True, help="labelled predictions JSONL file(s)")
+    p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
+    p.add_argument("--repos", type=Path, required=True, help="folder of repository mirrors (owner+name/repo)")
+    p.add_argument("--limit", type=int, default=0, help="judge only the first N labelled rows")
+    p.add_argument("--llm", action="store_true", help="add the LLM check (needs an OpenAI-compatible endpoint)")
+    p.add_argument("--config", default="redo", help="config for the Critic settings and the LLM")
+    p.add_argument("--cache-dir", type=Path, default=None,
+                   help="worktrees (default: a temporary folder); the static cache always starts empty")
+    p.add_argument("-o", "--output", type=Path, default=None, help="per-row results, JSON Lines")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    settings = cfg.critic
+    if args.llm:
+        cfg.require_llm()
+    cmd = static.pyright_command(settings)
+    static.pyright_version(cmd)
+    dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
+    if not args.repos.is_dir():
+        raise InputError(f"--repos: not a directory: {args.repos}")
+    rows: list[dict[str, Any]] = []
+    skipped = {"unlabelled": 0, "no mirror": 0, "not in dataset": 0}
+    for path in args.predictions:
+        for row in load_predictions(path):
+            inst = dataset.get(row["instance_id"])
+            if "failure_kind" not in row:
+                raise InputError(f"{path}: rows have no failure_kind label (use the labelled lite_predictions files)")
+            if label(row) is None:
+                skipped["unlabelled"] += 1
+            elif inst is None:
+                skipped["not in dataset"] += 1
+            elif find_mirror(args.repos, inst.repo) is None:
+                skipped["no mirror"] += 1
+            else:
+                rows.append(row)
+    if args.limit:
+        rows = rows[: args.limit]
+    if not rows:
+        raise InputError("no labelled rows with a mirror to judge")
+
+    work = Path(tempfile.mkdtemp(prefix="critic-bench-"))
+    cache_root = (args.cache_dir or work).resolve()
+    static_cache = work / "static"
+    repos = RepoCache(cache_root, mirrors=args.repos)
+    redo, ours, full = Tally("redo_static"), Tally("ours_static"), Tally("ours_static+llm")
+    no_verdict = 0
+    run_meter = RunMeter(cfg.budget.run_dollars)
+    out = args.output.open("w", encoding="utf-8") if args.output else None
+    print(f"judging {len(rows)} labelled rows (skipped: "
+          + ", ".join(f"{k} {v}" for k, v in skipped.items()) + ")", file=sys.stderr)
+    try:
+        for n, row in enumerate(rows, 1):
+            inst = dataset[row["instance_id"]]
+            truth = bool(label(row))
+            rec: dict[str, Any] = {"instance_id": inst.instance_id, "system": row.get("system", ""),
+                                   "label": truth}
+            try:
+                wt = repos.worktree(inst.repo, inst.base_commit, f"bench-{inst.repo_slug}")
+            except (WorkspaceError, git.GitCommandError) as exc:
+                # A mirror may lack some large blobs; such a commit cannot be checked out here.
+                skipped["cannot check out"] = skipped.get("cannot check out", 0) + 1
+                print(f"[{n}/{len(rows)}] {inst.instance_id}: skipped, cannot check out "
+                      f"({str(exc).strip().splitlines()[-1][:120]})", file=sys.stderr)
+                continue
+            try:
+                wt.apply(row.get("model_patch") or "")
+            except PatchError as exc:
+                rec["not_applied"] = str(exc)
+                for t in (redo, ours, full):
+                    t.add(truth, False, None)
+                    t.not_analyzed += 1
+                _emit(out, rec)
+                continue
+            patch = row["model_patch"]
+            try:
+                # Alternate which method runs first, so that neither always gets warm OS caches.
+                order = ("ours", "redo") if n % 2 else ("redo", "ours")
+                for which in order:
+                    if which == "redo":
+                        r = redo_static(cmd, wt, patch)
+                        redo.add(truth, r.unsafe, r.seconds)
+                        rec["redo"] = {"unsafe": r.unsafe, "new": r.new_messages[:20], "seconds": r.seconds}
+                    else:
+                        s = static.analyze_patch(wt, patch, settings=settings, cache_dir=static_cache)
+                        flagged = s.status == "ok" and bool(s.new)
+                        ours.add(truth, flagged, s.seconds)
+                        if s.status != "ok":
+                            ours.not_analyzed += 1
+                        rec["ours"] = {"status": s.status, "reason": s.reason, "unsafe": flagged,
+                                       "new": s.new, "all_new": s.all_new, "seconds": s.seconds}
+                if args.llm:
+                    flagged = bool(rec["ours"]["unsafe"])
+                    if not flagged and rec["ours"]["status"] == "ok":
+                        check, usage = llm_check.runtime_check(make_llm(cfg, run_meter), inst, wt, patch,
+                                                               calls=settings.llm_check_calls)
+                        if check is None:
+                            no_verdict += 1
+                        flagged = check is not None and check.verdict == "Unsafe"
+                        rec["llm"] = {"verdict": check.verdict if check else None,
+                                      "errors": [e.model_dump() for e in check.errors] if check else [],
+                                      "dollars": usage.get("dollars", 0.0)}
+                    full.add(truth, flagged, None)
+            finally:
+                wt.reset()
+            _emit(out, rec)
+            print(f"[{n}/{len(rows)}] {inst.instance_id} label={'E' if truth else '-'} "
+                  f"redo={'U' if rec['redo']['unsafe'] else '-'} {rec['redo']['seconds']:.1f}s "
+                  f"ours={'U' if rec['ours']['unsafe'] else '-'} {rec['ours']['seconds']:.1f}s", file=sys.stderr)
+    finally:
+        if out:
+            out.close()
+
+    tallies = [redo, ours] + ([full] if args.llm else [])
+    print("skipped: " + ", ".join(f"{k} {v}" for k, v in skipped.items()))
+    print(f"{'method':<18}{'rows':>6}{'TP':>5}{'FP':>5}{'FN':>5}{'TN':>5}{'prec':>7}{'recall':>8}{'F1':>7}"
+          f"{'acc':>7}{'med_s':>8}{'p95_s':>8}{'n/a':>5}")
+    for t in tallies:
+        print(f"{t.name:<18}{t.rows:>6}{t.tp:>5}{t.fp:>5}{t.fn:>5}{t.tn:>5}{t.precision:>7.3f}{t.recall:>8.3f}"
+              f"{t.f1:>7.3f}{t.accuracy:>7.3f}{t.median_s:>8.2f}{t.p95_s:>8.2f}{t.not_analyzed:>5}")
+    if args.llm:
+        print(f"LLM gave no verdict on {no_verdict} patches (counted as not flagged); "
+              f"spent ${run_meter.spent:.4f}")
+    ratio = ours.median_s / redo.median_s if redo.median_s else 0.0
+    print(f"F1 gain {ours.f1 - redo.f1:+.3f}, precision gain {ours.precision - redo.precision:+.3f}, "
+          f"median time ratio {ratio:.2f}")
+    print(f"F1={ours.f1:.3f} F1_redo_static={redo.f1:.3f} median_s={ours.median_s:.2f} "
+          f"median_s_redo={redo.median_s:.2f}")
+    return 0
+
+
+def _emit(out: Any, rec: dict[str, Any]) -> None:
+    if out is not None:
+        out.write(json.dumps(rec) + "\n")
+        out.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        from dotenv import load_dotenv
+
+        load_dotenv()
+        return run(args)
+    except (InputError, ConfigError, DatasetError, static.StaticAnalysisUnavailable, LLMFailure) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
