@@ -21,6 +21,8 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -86,16 +88,19 @@ def _build_env(home: Path, venv: Path) -> dict[str, str]:
 
 
 class VenvEnvs:
-    def __init__(self, root: Path, cache_dir: Path, settings: TestSettings):
+    def __init__(self, root: Path, cache_dir: Path, settings: TestSettings,
+                 specs: Callable[[str, str], dict[str, Any] | None] | None = None):
         self.root = root.resolve()
         self.cache_dir = cache_dir.resolve()
         self.settings = settings
+        # swebench's specs unless given (tests give a spec for a fixture repo)
+        self.specs = specs or (lambda repo, version: repo_specs(self.cache_dir, repo, version))
 
     def env_path(self, instance: Instance) -> Path:
         return self.root / f"{instance.repo_slug}__{instance.version}"
 
     def get(self, instance: Instance, wt: Worktree) -> TestEnv:
-        spec = repo_specs(self.cache_dir, instance.repo, instance.version) if instance.version else None
+        spec = self.specs(instance.repo, instance.version) if instance.version else None
         if spec is None:
             raise EnvError(f"swebench has no install specs for {instance.repo} version {instance.version!r}")
         path = self.env_path(instance)
@@ -110,13 +115,16 @@ class VenvEnvs:
             if meta is None:
                 meta = self._build(instance, wt, spec, path)
                 atomic_write(meta_path, json.dumps(meta, indent=1))
+            if meta.get("ok"):
+                _link_source(path)
         if not meta.get("ok"):
             raise EnvError(meta.get("reason", "unknown build failure"))
         venv = path / "venv"
         return TestEnv(python=str(venv / "bin" / "python"), spec=spec, path_prefix=[str(venv / "bin")],
-                       artifacts_root=path / "src", artifacts=list(meta.get("artifacts", [])),
+                       artifacts_root=path / "base", artifacts=list(meta.get("artifacts", [])),
                        key=f"venv-{instance.repo_slug}-{instance.version}-py{meta.get('python_version')}",
-                       extra_env={"VIRTUAL_ENV": str(venv)})
+                       extra_env={"VIRTUAL_ENV": str(venv)},
+                       activate=lambda work: _pointed_at(path, work))
 
     def _build(self, instance: Instance, wt: Worktree, spec: dict[str, Any], path: Path) -> dict[str, Any]:
         start = time.monotonic()
@@ -185,6 +193,33 @@ class VenvEnvs:
         meta.update(ok=True, reason="", artifacts=sorted(_file_set(src) - before),
                     seconds=round(time.monotonic() - start, 1), log_tail="".join(log)[-4000:])
         return meta
+
+
+def _link_source(path: Path) -> None:
+    """Move the built checkout to ``base`` and make ``src`` (where it was installed) a symlink."""
+    src, base = path / "src", path / "base"
+    if src.is_dir() and not src.is_symlink():
+        os.rename(src, base)
+    if not src.is_symlink():
+        src.symlink_to(base)
+
+
+def _repoint(link: Path, target: Path) -> None:
+    tmp = link.with_name(".src-next")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    os.replace(tmp, link)  # atomic: a reader sees the old target or the new one
+
+
+@contextmanager
+def _pointed_at(path: Path, work: Path) -> Iterator[None]:
+    """For one run, the installed package's source path leads to ``work``; runs on one env queue."""
+    with file_lock(path.parent / f"{path.name}.run.lock"):
+        _repoint(path / "src", work)
+        try:
+            yield
+        finally:
+            _repoint(path / "src", path / "base")
 
 
 def _file_set(root: Path) -> set[str]:

@@ -15,6 +15,7 @@ images (``scoring.docker``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -22,6 +23,8 @@ import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -89,6 +92,10 @@ class TestEnv:
     artifacts: list[str] = field(default_factory=list)
     key: str = "local"
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Points the environment's installed package at a run's working copy for the run's duration
+    # (venv: the editable install's source path is a symlink), so tools that drop PYTHONPATH
+    # (tox) still import the patched code.
+    activate: Callable[[Path], AbstractContextManager[None]] | None = None
 
 
 class EnvProvider(Protocol):
@@ -251,7 +258,8 @@ class SubprocessRunner:
             run_env.update(cmd_env)
             run_env.update(FIXGRAPH_CRASH_FILE=str(crash_file), FIXGRAPH_REPO_ROOT=str(work),
                            FIXGRAPH_LOCALS_CHARS=str(self.settings.locals_repr_chars))
-            done = run_isolated([*argv, *directives], work, run_env, self.limits)
+            with env.activate(work) if env.activate else contextlib.nullcontext():
+                done = run_isolated([*argv, *directives], work, run_env, self.limits)
             log = pre_log + done.output
             statuses = parse_log(instance.repo, done.output)
             records = crash.read_records(crash_file)

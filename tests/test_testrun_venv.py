@@ -1,0 +1,110 @@
+"""The venv backend end to end on a fixture repo: build once, cache, run in the built env."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fixgraph import config
+from scoring.envs import VenvEnvs
+from scoring.tests import SubprocessRunner
+from tests.testrun_helpers import CALC, apply_to, calc_instance, diff_for
+
+FIXED = CALC.replace("return a - b", "return a + b")
+
+# Like the tests of a repo run under tox, which drops PYTHONPATH: the package must come from the
+# env's (editable) install, and that install must lead to the run's working copy.
+SUBPROCESS_TEST = '''
+
+def test_installed_package_is_the_working_copy():
+    import os, subprocess, sys
+    out = subprocess.run([sys.executable, "-c", "import calc; print(calc.__file__)"],
+                         env={"PATH": os.environ["PATH"]}, capture_output=True, text=True, check=True)
+    assert os.path.realpath(out.stdout.strip()).startswith(os.environ["FIXGRAPH_REPO_ROOT"])
+
+
+def test_generated_module():
+    import calc_version
+    assert calc_version.V == 1
+'''
+
+PYPROJECT = '''[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "calc"
+version = "0.1"
+
+[tool.setuptools]
+py-modules = ["calc"]
+'''
+
+
+@pytest.mark.slow
+def test_venv_backend_builds_once_and_runs_the_patched_code(tmp_path: Path) -> None:
+    spec: dict[str, Any] = {
+        "python": "{}.{}".format(*sys.version_info[:2]),
+        "pip_packages": ["pytest"],
+        # a generated module, like setuptools_scm's _version.py: not in git, needed by the tests
+        "install": "python -m pip install --no-build-isolation -e . && printf 'V = 1\\n' > calc_version.py",
+        "test_cmd": "pytest -rA",
+    }
+    inst, wt, _ = calc_instance(tmp_path, extra_tests=SUBPROCESS_TEST, files={"pyproject.toml": PYPROJECT})
+    inst = inst.model_copy(update={
+        "version": "0.1",
+        "PASS_TO_PASS": [*inst.PASS_TO_PASS, "tests/test_calc.py::test_installed_package_is_the_working_copy",
+                         "tests/test_calc.py::test_generated_module"],
+    })
+    settings = config.TestSettings(backend="venv", timeout_s=120)
+    envs = VenvEnvs(tmp_path / "envs", tmp_path / "cache", settings,
+                    specs=lambda repo, version: spec if repo == inst.repo else None)
+    runner = SubprocessRunner(settings, tmp_path / "cache", envs, "venv")
+
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
+    out = runner.run(inst, wt, patch)
+    assert out.runnable, (out.reason, out.log_tail)
+    assert out.fail_to_pass == {"tests/test_calc.py::test_add": "PASSED"}
+    assert set(out.pass_to_pass_after.values()) == {"PASSED"}
+    env_dir = envs.env_path(inst)
+    meta = json.loads((env_dir / "env.json").read_text())
+    assert meta["ok"] and meta["python_version"] == spec["python"]
+    # what the install step wrote into the checkout is listed and laid over each working copy
+    assert meta["artifacts"] == ["calc_version.py"]
+    # after the run the install leads back to the built checkout
+    assert (env_dir / "src").resolve() == (env_dir / "base").resolve()
+
+    wt.reset()
+    empty = runner.run(inst, wt, "")
+    assert empty.fail_to_pass == {"tests/test_calc.py::test_add": "FAILED"}
+    assert json.loads((env_dir / "env.json").read_text())["seconds"] == meta["seconds"]  # not rebuilt
+
+
+def test_a_version_without_specs_is_not_built(tmp_path: Path) -> None:
+    inst, wt, _ = calc_instance(tmp_path)
+    inst = inst.model_copy(update={"version": "7.7"})
+    settings = config.TestSettings(backend="venv")
+    envs = VenvEnvs(tmp_path / "envs", tmp_path / "cache", settings, specs=lambda repo, version: None)
+    out = SubprocessRunner(settings, tmp_path / "cache", envs, "venv").run(inst, wt, "")
+    assert not out.runnable
+    assert out.reason == "env could not be built: swebench has no install specs for fixture/calc version '7.7'"
+    assert not (tmp_path / "envs").exists() or not any((tmp_path / "envs").iterdir())
+
+
+def test_a_failed_build_is_cached_with_its_reason(tmp_path: Path) -> None:
+    inst, wt, _ = calc_instance(tmp_path)
+    inst = inst.model_copy(update={"version": "0.1"})
+    spec = {"python": "1.0", "test_cmd": "pytest -rA"}  # no such interpreter anywhere
+    settings = config.TestSettings(backend="venv")
+    envs = VenvEnvs(tmp_path / "envs", tmp_path / "cache", settings, specs=lambda repo, version: spec)
+    runner = SubprocessRunner(settings, tmp_path / "cache", envs, "venv")
+    out = runner.run(inst, wt, "")
+    assert not out.runnable
+    assert out.reason == "env could not be built: no Python 1.0 (or a close version) on this machine"
+    meta = json.loads((envs.env_path(inst) / "env.json").read_text())
+    assert meta["ok"] is False and "no Python 1.0" in meta["reason"]
+    assert runner.run(inst, wt, "").reason == out.reason
