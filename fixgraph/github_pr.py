@@ -316,6 +316,19 @@ class GitHubPublisher:
             return pr
         return None
 
+    def _set_draft(self, pr: PullRequest, draft: bool) -> None:
+        """REST cannot change a PR's draft state; GraphQL can. A refusal leaves the state as it was."""
+        if bool(pr.draft) == draft:
+            return
+        try:
+            if draft:
+                pr.convert_to_draft()
+            else:
+                pr.mark_ready_for_review()
+        except GithubException as exc:
+            log.warning("issue #%s: PR #%s draft state left as it was (GitHub answered %s)",
+                        self.number, pr.number, exc.status)
+
     def publish(self, outcome: Outcome) -> dict[str, Any]:
         if not self._fixed:
             bound = self._for_task(outcome)
@@ -344,9 +357,9 @@ class GitHubPublisher:
         title = f"Fix #{self.number}: {_one_line(self.title, 80)}"
         try:
             if existing is not None:
-                # The force-push already moved the PR's head; only the text needs refreshing.
-                # GitHub's REST API cannot toggle draft on an existing PR, so that stays as it was.
+                # The force-push already moved the PR's head; the text and draft state follow.
                 existing.edit(title=title, body=body)
+                self._set_draft(existing, bool(reasons))
                 pr, updated = existing, True
             else:
                 pr = self.repo.create_pull(base=self.repo.default_branch, head=f"{self.head_owner}:{self.branch}",

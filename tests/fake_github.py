@@ -203,6 +203,9 @@ class FakeGitHub:
             return 200, {}, {"id": iid, "app_id": self.app_id, "account": {"login": m.group(1).split("/")[0]}}
         if not self.authorized(headers):
             return 401, {}, {"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"}
+        if path == "/graphql" and method == "POST":
+            with self.lock:
+                return self._graphql(body)
         m = re.fullmatch(r"/repos/([^/]+/[^/]+)(/.*)?", path)
         if not m:
             return 404, {}, {"message": "Not Found"}
@@ -263,7 +266,7 @@ class FakeGitHub:
                     if key in body:
                         pr[key] = body[key]
                 pr["updated_at"] = now_iso()
-                pr["edits"] = pr.get("edits", 0) + 1
+                pr["_edits"] = pr.get("_edits", 0) + 1
             return 200, {}, pr
         return 404, {}, {"message": "Not Found"}
 
@@ -283,8 +286,9 @@ class FakeGitHub:
             return 422, {}, {"message": "Validation Failed",
                              "errors": [{"message": f"A pull request already exists for {label}."}]}
         number = max([*self.issues[full_name], *[p["number"] for p in self.pulls[full_name]], 0]) + 1
+        pr_id = next(self.ids)
         pr = {
-            "id": next(self.ids), "number": number, "state": "open", "title": body.get("title"),
+            "id": pr_id, "node_id": f"PR_kw{pr_id}", "number": number, "state": "open", "title": body.get("title"),
             "body": body.get("body"), "draft": bool(body.get("draft")), "merged": False,
             "user": {"login": "fixgraph-bot[bot]", "id": 9, "type": "Bot"},
             "head": {"ref": branch, "label": label, "sha": sha, "repo": repo},
@@ -295,6 +299,19 @@ class FakeGitHub:
         }
         self.pulls[full_name].append(pr)
         return 201, {}, pr
+
+    def _graphql(self, body: Any) -> tuple[int, dict[str, str], Any]:
+        """The two draft mutations (REST cannot change a PR's draft state)."""
+        query = str((body or {}).get("query", ""))
+        m = re.search(r"\b(markPullRequestReadyForReview|convertPullRequestToDraft)\(", query)
+        if not m:
+            return 200, {}, {"errors": [{"message": "unsupported by the fake"}]}
+        node = ((body.get("variables") or {}).get("input") or {}).get("pullRequestId")
+        pr = next((p for ps in self.pulls.values() for p in ps if p["node_id"] == node), None)
+        if pr is None:
+            return 200, {}, {"errors": [{"type": "NOT_FOUND", "message": f"Could not resolve to a node with the global id of '{node}'"}]}
+        pr["draft"] = m.group(1) == "convertPullRequestToDraft"
+        return 200, {}, {"data": {m.group(1): {"clientMutationId": None, "pullRequest": {"isDraft": pr["draft"]}}}}
 
     def _branch_sha(self, full_name: str, branch: str) -> str | None:
         owner, name = full_name.split("/")
@@ -368,6 +385,15 @@ class FakeGitHub:
         return status, out_headers, payload
 
 
+def _public(value: Any) -> Any:
+    """What GitHub would send: the fake's bookkeeping keys (leading underscore) left out."""
+    if isinstance(value, dict):
+        return {k: _public(v) for k, v in value.items() if not k.startswith("_")}
+    if isinstance(value, list):
+        return [_public(v) for v in value]
+    return value
+
+
 def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -400,10 +426,13 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             path = unquote(parts.path)
             headers = {k.lower(): v for k, v in self.headers.items()}
             raw = self._body()
-            if not path.startswith(API + "/"):
+            if path == "/api/graphql":  # where GitHub Enterprise serves GraphQL beside /api/v3
+                path = "/graphql"
+            elif not path.startswith(API + "/"):
                 self._git(path, parts.query, headers, raw)
                 return
-            path = path[len(API):]
+            else:
+                path = path[len(API):]
             body: Any = None
             if raw:
                 try:
@@ -433,7 +462,7 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             seen.status = status
             hdrs = {"Content-Type": "application/json; charset=utf-8", "x-ratelimit-limit": "5000",
                     "x-ratelimit-remaining": "4999", "x-ratelimit-reset": str(int(time.time()) + 3600), **hdrs}
-            self._send(status, hdrs, json.dumps(out).encode() if status != 204 else b"")
+            self._send(status, hdrs, json.dumps(_public(out)).encode() if status != 204 else b"")
 
         def _git(self, path: str, query: str, headers: dict[str, str], raw: bytes) -> None:
             seen = Seen(self.command, path, parse_qs(query), headers, None)

@@ -96,7 +96,7 @@ def test_label_then_comment_gives_one_pr_with_a_fix(world: tuple[FakeGitHub, Pat
         assert bot.jobs.wait_idle(240)
         assert len(fake.open_pulls("acme/calc")) == 1
         [pr] = fake.open_pulls("acme/calc")
-        assert pr.get("edits") == 1
+        assert pr.get("_edits") == 1
         assert fake.comments_on("acme/calc", 7)[-1].startswith(f"fixgraph updated a pull request: {pr['html_url']}")
         assert git(bare, "rev-parse", BRANCH).stdout != first_head  # force-pushed a new commit
         assert "+    return a + b" in git(bare, "diff", "main", BRANCH).stdout

@@ -104,7 +104,7 @@ def test_push_opens_pr_then_second_run_updates_it(fake: FakeGitHub, setup: tuple
     assert second["ok"] and second["updated"] and second["pr_number"] == first["pr_number"], second
     assert len(fake.open_pulls("acme/calc")) == 1
     assert "b + a" in show(bare, "fixgraph/7-add-subtracts", "calc/__init__.py")
-    assert fake.open_pulls("acme/calc")[0]["edits"] == 1
+    assert fake.open_pulls("acme/calc")[0]["_edits"] == 1
 
 
 def test_semantic_score_is_said_plainly_and_low_score_is_draft(fake: FakeGitHub,
@@ -117,6 +117,19 @@ def test_semantic_score_is_said_plainly_and_low_score_is_draft(fake: FakeGitHub,
     body = fake.open_pulls("acme/calc")[0]["body"]
     assert "This score is semantic, not from tests" in body
     assert "fix_score 0.55 is under the threshold 0.80" in body and "No tests ran" in body
+
+
+def test_update_moves_the_pr_between_draft_and_ready(fake: FakeGitHub, setup: tuple[Path, str, Worktree]) -> None:
+    _, sha, wt = setup
+    cfg = config(fake)
+    low = {"fix_score": 0.3, "kind": "semantic", "llm_score": 0.3, "code_quality": 0.4}
+    assert publisher(fake, cfg).publish(outcome_for(wt, sha, score=low))["draft"] is True
+    assert fake.open_pulls("acme/calc")[0]["draft"] is True
+    again = publisher(fake, cfg).publish(outcome_for(wt, sha))  # tests pass now: 0.92
+    assert again["updated"] and again["draft"] is False and fake.open_pulls("acme/calc")[0]["draft"] is False
+    back = publisher(fake, cfg).publish(outcome_for(wt, sha, score=low))
+    assert back["draft"] is True and fake.open_pulls("acme/calc")[0]["draft"] is True
+    assert len(fake.open_pulls("acme/calc")) == 1
 
 
 def test_guard_warning_makes_a_draft(fake: FakeGitHub, setup: tuple[Path, str, Worktree]) -> None:
