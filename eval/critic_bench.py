@@ -114,6 +114,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
     p.add_argument("--repos", type=Path, required=True, help="folder of repository mirrors (owner+name/repo)")
     p.add_argument("--limit", type=int, default=0, help="judge only the first N labelled rows")
+    p.add_argument("--stride", type=int, default=1,
+                   help="judge every K-th labelled row (a spread sample across repos and runs)")
     p.add_argument("--llm", action="store_true", help="add the LLM check (needs an OpenAI-compatible endpoint)")
     p.add_argument("--config", default="redo", help="config for the Critic settings and the LLM")
     p.add_argument("--cache-dir", type=Path, default=None,
@@ -147,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
                 skipped["no mirror"] += 1
             else:
                 rows.append(row)
+    if args.stride > 1:
+        rows = rows[:: args.stride]
     if args.limit:
         rows = rows[: args.limit]
     if not rows:

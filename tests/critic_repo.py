@@ -41,6 +41,7 @@ def legacy(c):
 UTIL = '''\
 import json
 import os
+import subprocess
 
 
 def load(path):
@@ -52,6 +53,24 @@ def tidy(path):
     if os.path.exists(path):
         return path
     return None
+
+
+def build(target):
+    cmd = ["make", target]
+    return subprocess.run(cmd, check=True)
+
+
+def validate_name(name):
+    if not name:
+        raise ValueError("a name is required")
+    return name
+
+
+def first(items, key):
+    try:
+        return items[key]
+    except KeyError:
+        return None
 '''
 
 FILES = {
