@@ -39,6 +39,8 @@ log = logging.getLogger("fixgraph.github_pr")
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "agents" / "prompts"
 MAX_FINDINGS = 10
 MAX_TESTS = 15
+# Open PRs looked through for this issue's branch when the exact lookup finds none.
+MAX_PRS_SCANNED = 300
 # Hidden in every comment and PR body the bot writes, so it never reacts to its own text.
 MARKER = "<!-- fixgraph -->"
 
@@ -311,9 +313,20 @@ class GitHubPublisher:
                     secrets=self.cfg.secrets())
 
     def open_pr(self) -> PullRequest | None:
-        pulls = self.repo.get_pulls(state="open", head=f"{self.head_owner}:{self.branch}")
-        for pr in pulls:
+        """The open PR for this issue, if any; its branch is then the one to update.
+
+        Looked up by exact head first; then by the ``fixgraph/<number>-`` prefix, so an issue whose
+        title was edited since (a new slug) still updates its PR instead of opening another.
+        """
+        for pr in self.repo.get_pulls(state="open", head=f"{self.head_owner}:{self.branch}"):
             return pr
+        prefix = f"fixgraph/{self.number}-"
+        for seen, pr in enumerate(self.repo.get_pulls(state="open", sort="created", direction="desc")):
+            if seen >= MAX_PRS_SCANNED:
+                break
+            if pr.head.ref.startswith(prefix) and pr.head.label.split(":")[0] == self.head_owner:
+                self.branch = pr.head.ref
+                return pr
         return None
 
     def _set_draft(self, pr: PullRequest, draft: bool) -> None:

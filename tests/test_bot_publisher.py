@@ -132,6 +132,18 @@ def test_update_moves_the_pr_between_draft_and_ready(fake: FakeGitHub, setup: tu
     assert len(fake.open_pulls("acme/calc")) == 1
 
 
+def test_edited_issue_title_still_updates_the_same_pr(fake: FakeGitHub, setup: tuple[Path, str, Worktree]) -> None:
+    bare, sha, wt = setup
+    cfg = config(fake)
+    first = publisher(fake, cfg).publish(outcome_for(wt, sha))
+    session = GitHubAccess(cfg).session()
+    renamed = GitHubPublisher(cfg, session.gh.get_repo("acme/calc"), 7, "Addition is broken", session.token)
+    second = renamed.publish(outcome_for(wt, sha, patch=fix_patch(BUGGY_SWAPPED)))
+    assert second["updated"] and second["pr_number"] == first["pr_number"]
+    assert second["branch"] == "fixgraph/7-add-subtracts" and len(fake.open_pulls("acme/calc")) == 1
+    assert "b + a" in show(bare, "fixgraph/7-add-subtracts", "calc/__init__.py")
+
+
 def test_guard_warning_makes_a_draft(fake: FakeGitHub, setup: tuple[Path, str, Worktree]) -> None:
     _, sha, wt = setup
     result = publisher(fake, config(fake)).publish(
