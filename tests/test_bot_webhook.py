@@ -298,7 +298,10 @@ def test_job_queue_bounds_concurrency_and_dedupes_by_issue() -> None:
     try:
         assert all(q.submit(Trigger("a/b", n, "label", "x")) for n in (1, 2, 3))
         assert not q.submit(Trigger("A/b", 1, "comment", "y"))  # same issue, in flight
-        time.sleep(0.3)
+        deadline = time.monotonic() + 10
+        while peak[0] < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)  # room for a third, were the bound broken
         assert peak[0] == 2 and q.pending() == 3
         release.set()
         assert q.wait_idle(10)
