@@ -149,6 +149,10 @@ class VenvEnvs:
         limits = Limits(self.settings.build_timeout_s, self.settings.build_timeout_s * 2, 8192,
                         network_isolation=False)  # installing needs the package index
         env = _build_env(home, venv)
+        if re.fullmatch(r"\d+\.\d+", instance.version):
+            # The checkout is not a git clone: setuptools_scm (pytest, xarray, astropy) would find no
+            # version, or a 0.x that fails the repos' own ``minversion`` checks.
+            env["SETUPTOOLS_SCM_PRETEND_VERSION"] = f"{instance.version}.0"
 
         def step(argv: list[str], cwd: Path, what: str) -> bool:
             done = run_isolated(argv, cwd, env, limits)
