@@ -235,3 +235,22 @@ def test_fault_bench_rejects_bad_input_in_one_line():
     proc = subprocess.run(["python", "-m", "eval.fault_bench", "--fault-rate", "2"], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parent.parent)
     assert proc.returncode == 2 and proc.stderr.strip() == "fault_bench: error: --fault-rate must be within [0, 1]"
+
+
+def test_ast_parse_goes_through_one_lock_once_a_run_starts(calc, cfg_factory):
+    import ast
+    import threading
+
+    from fixgraph import astlock
+
+    mirrors, inst = calc
+    model = ScriptedChatModel(script=calc_script(False))
+    run_tasks([inst], cfg_factory("baseline"), run_id="a", repos=mirrors, model_factory=lambda r: model,
+              progress=False)
+    done = threading.Event()
+    with astlock.LOCK:
+        worker = threading.Thread(target=lambda: (ast.parse("x = 1"), done.set()))
+        worker.start()
+        assert not done.wait(0.2)  # held back while another thread parses
+    assert done.wait(5)
+    worker.join()
