@@ -163,16 +163,19 @@ class SubprocessRunner:
             out.reason = before.error
             out.log_tail = _tail(before.log)
             return out
-        if not any(t in before.statuses for t in instance.FAIL_TO_PASS + instance.PASS_TO_PASS):
-            # None of the instance's tests was reported: a collection error, an environment that
-            # cannot import the package, a hang. Nothing here can say whether a patch works.
+        # No change: the run without the patch is the answer (and it is cached).
+        after = self._run_once(instance, wt, env, patch) if patch.strip() else before
+        out.seconds += after.seconds if after is not before else 0.0
+        ids = instance.FAIL_TO_PASS + instance.PASS_TO_PASS
+        if not any(t in before.statuses or t in after.statuses for t in ids):
+            # None of the instance's tests was reported, with or without the patch: a collection
+            # error, an environment that cannot import the package, a hang. Nothing here can say
+            # whether the patch works. (Without the patch alone is not enough: some bugs crash
+            # the test runner itself, pytest-dev__pytest-7168.)
             out.reason = _nothing_collected(before)
             out.log_tail = _tail(before.log)
             out.timed_out = before.timed_out
             return out
-        # No change: the run without the patch is the answer (and it is cached).
-        after = self._run_once(instance, wt, env, patch) if patch.strip() else before
-        out.seconds += after.seconds
         out.log_tail = _tail(after.log)
         out.timed_out = after.timed_out
         out.network_isolated = after.network_isolated
@@ -199,7 +202,8 @@ class SubprocessRunner:
             try:
                 data = json.loads(path.read_text())
                 return _Run(statuses=data["statuses"], log=data["log"], seconds=0.0,
-                            timed_out=data.get("timed_out", False), error=data.get("error", ""))
+                            timed_out=data.get("timed_out", False), error=data.get("error", ""),
+                            network_isolated=data.get("network_isolated", False))
             except (json.JSONDecodeError, KeyError):
                 pass
         run = self._run_once(instance, wt, env, None)
@@ -207,7 +211,8 @@ class SubprocessRunner:
             from fixgraph.records import atomic_write
 
             atomic_write(path, json.dumps({"statuses": run.statuses, "log": _tail(run.log),
-                                           "timed_out": run.timed_out, "error": run.error}))
+                                           "timed_out": run.timed_out, "error": run.error,
+                                           "network_isolated": run.network_isolated}))
         return run
 
     def _run_once(self, instance: Instance, wt: Worktree, env: TestEnv, candidate: str | None) -> _Run:
