@@ -15,12 +15,21 @@ import logging
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
 from bot.events import Ignored, Trigger, from_webhook, verify_signature
 from fixgraph.config import ConfigError, GitHubSettings
 
 log = logging.getLogger("fixgraph.bot")
 MAX_BODY = 25 * 1024 * 1024
+
+
+def _json_part(body: bytes, content_type: str) -> bytes:
+    """The JSON of a delivery: the body itself, or its ``payload`` field when the webhook was set to
+    GitHub's other content type, ``application/x-www-form-urlencoded``."""
+    if content_type.split(";")[0].strip().lower() == "application/x-www-form-urlencoded":
+        return parse_qs(body.decode("utf-8"), strict_parsing=True)["payload"][0].encode()
+    return body
 
 
 def make_server(gh: GitHubSettings, submit: Callable[[Trigger], bool], host: str | None = None,
@@ -75,8 +84,8 @@ def make_server(gh: GitHubSettings, submit: Callable[[Trigger], bool], host: str
                 self._reply(400, {"error": "no X-GitHub-Event header"})
                 return
             try:
-                payload = json.loads(body)
-            except (json.JSONDecodeError, UnicodeDecodeError):
+                payload = json.loads(_json_part(body, self.headers.get("Content-Type", "")))
+            except (json.JSONDecodeError, UnicodeDecodeError, KeyError):
                 self._reply(400, {"error": "body is not JSON"})
                 return
             if event == "ping":

@@ -6,6 +6,7 @@ runs in test_bot_e2e.py.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from bot.client import scrub_environ
-from bot.events import Trigger
+from bot.events import Trigger, sign
 from bot.jobs import JobQueue
 from bot.worker import NO_BODY
 from fixgraph.config import RunConfig
@@ -28,7 +29,7 @@ from fixgraph.dataset import Instance
 from fixgraph.github_pr import MARKER
 from fixgraph.publish import Outcome, Publisher
 from fixgraph.workspace import RepoCache
-from tests.bot_harness import TOKEN, Bot
+from tests.bot_harness import SECRET, TOKEN, Bot
 from tests.fake_github import (
     FakeGitHub,
     comment_payload,
@@ -125,6 +126,25 @@ def test_malformed_json_is_400(bot: Bot) -> None:
     assert bot.post("issues", raw=b'{"action": "labeled", ')[0] == 400
     assert bot.post("issues", raw=b"\xff\xfe")[0] == 400
     assert bot.jobs.accepted == []
+
+
+def test_form_encoded_delivery_is_accepted(bot: Bot) -> None:
+    import urllib.parse
+
+    raw = urllib.parse.urlencode({"payload": json.dumps(labeled_payload("acme/calc", 7))}).encode()
+    req = urllib.request.Request(bot.url, data=raw, method="POST", headers={
+        "X-GitHub-Event": "issues", "Content-Type": "application/x-www-form-urlencoded",
+        "X-Hub-Signature-256": sign(SECRET, raw)})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 202
+    assert bot.jobs.wait_idle(30)
+    bad = b"payload=%7Bnot-json"
+    req = urllib.request.Request(bot.url, data=bad, method="POST", headers={
+        "X-GitHub-Event": "issues", "Content-Type": "application/x-www-form-urlencoded",
+        "X-Hub-Signature-256": sign(SECRET, bad)})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=10)
+    assert err.value.code == 400
 
 
 def test_unhandled_events_are_204(bot: Bot, fake: FakeGitHub) -> None:
