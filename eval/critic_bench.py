@@ -22,7 +22,9 @@ The last line is the headline:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import statistics
 import sys
 import tempfile
@@ -121,6 +123,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="worktrees (default: a temporary folder); the static cache always starts empty")
     p.add_argument("-o", "--output", type=Path, default=None, help="per-row results, JSON Lines")
+    p.add_argument("--resume", action="store_true",
+                   help="count the rows already in --output (from an interrupted run) instead of judging them again")
     return p
 
 
@@ -163,13 +167,25 @@ def run(args: argparse.Namespace) -> int:
     redo, ours, full = Tally("redo_static"), Tally("ours_static"), Tally("ours_static+llm")
     no_verdict = 0
     run_meter = RunMeter(cfg.budget.run_dollars)
-    out = args.output.open("w", encoding="utf-8") if args.output else None
+    previous: dict[tuple[str, str], dict[str, Any]] = {}
+    if args.resume and args.output and args.output.is_file():
+        for line in args.output.read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError):
+                rec = json.loads(line)
+                previous[(rec["system"], rec["instance_id"])] = rec
+    out = args.output.open("a" if args.resume else "w", encoding="utf-8") if args.output else None
+    judged = 0
     print(f"judging {len(rows)} labelled rows (skipped: "
           + ", ".join(f"{k} {v}" for k, v in skipped.items()) + ")", file=sys.stderr)
     try:
         for n, row in enumerate(rows, 1):
             inst = dataset[row["instance_id"]]
             truth = bool(label(row))
+            done = previous.get((row.get("system", ""), inst.instance_id))
+            if done is not None:
+                _count(done, truth, redo, ours, full, args.llm)
+                judged += 1
+                continue
             rec: dict[str, Any] = {"instance_id": inst.instance_id, "system": row.get("system", ""),
                                    "label": truth}
             try:
@@ -221,13 +237,18 @@ def run(args: argparse.Namespace) -> int:
             finally:
                 wt.reset()
             _emit(out, rec)
+            judged += 1
             print(f"[{n}/{len(rows)}] {inst.instance_id} label={'E' if truth else '-'} "
                   f"redo={'U' if rec['redo']['unsafe'] else '-'} {rec['redo']['seconds']:.1f}s "
                   f"ours={'U' if rec['ours']['unsafe'] else '-'} {rec['ours']['seconds']:.1f}s", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"interrupted: the figures below cover the {judged} rows judged so far"
+              + (" (rerun with --resume to continue)" if args.output else ""), file=sys.stderr)
     finally:
         if out:
             out.close()
 
+    print(f"rows judged: {judged} of {len(rows)}")
     tallies = [redo, ours] + ([full] if args.llm else [])
     print("skipped: " + ", ".join(f"{k} {v}" for k, v in skipped.items()))
     print(f"{'method':<18}{'rows':>6}{'TP':>5}{'FP':>5}{'FN':>5}{'TN':>5}{'prec':>7}{'recall':>8}{'F1':>7}"
@@ -246,14 +267,36 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _count(rec: dict[str, Any], truth: bool, redo: Tally, ours: Tally, full: Tally, llm: bool) -> None:
+    """Add a row recorded by an earlier, interrupted run to the tallies."""
+    if "not_applied" in rec:
+        for t in (redo, ours, full):
+            t.add(truth, False, None)
+            t.not_analyzed += 1
+        return
+    redo.add(truth, bool(rec["redo"]["unsafe"]), rec["redo"]["seconds"])
+    ours.add(truth, bool(rec["ours"]["unsafe"]), rec["ours"]["seconds"])
+    if rec["ours"]["status"] != "ok":
+        ours.not_analyzed += 1
+    if llm:
+        flagged = bool(rec["ours"]["unsafe"]) or (rec.get("llm") or {}).get("verdict") == "Unsafe"
+        full.add(truth, flagged, None)
+
+
 def _emit(out: Any, rec: dict[str, Any]) -> None:
     if out is not None:
         out.write(json.dumps(rec) + "\n")
         out.flush()
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    # A terminated run still prints the figures for the rows it judged.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         from dotenv import load_dotenv
 
