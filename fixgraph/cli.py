@@ -15,6 +15,7 @@ from fixgraph.config import ConfigError, load_config
 from fixgraph.dataset import DatasetError, load_dataset_any, select
 from fixgraph.publish import Publisher
 from fixgraph.workspace import WorkspaceError
+from scoring.static import StaticAnalysisUnavailable, check_available
 
 
 def fail(message: str) -> int:
@@ -27,6 +28,8 @@ def run_cli(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config)
         cfg.require_llm()
+        if cfg.critic.enabled and cfg.critic.static:
+            check_available(cfg.critic)  # pyright missing: say so before any work
         if args.workers < 1:
             raise ConfigError("--workers must be at least 1")
         if args.repos is not None and not args.repos.is_dir():
@@ -41,7 +44,7 @@ def run_cli(args: argparse.Namespace) -> int:
 
         summary = run_tasks(instances, cfg, run_id=args.run_id or cfg.name, repos=args.repos,
                             workers=args.workers, progress=not args.no_progress, publisher=publisher)
-    except (ConfigError, DatasetError, WorkspaceError) as exc:
+    except (ConfigError, DatasetError, WorkspaceError, StaticAnalysisUnavailable) as exc:
         return fail(str(exc))
     print(summary.line())
     print(f"predictions: {summary.predictions}")

@@ -145,6 +145,11 @@ def pyright_command(settings: CriticSettings) -> list[str]:
 _version_cache: dict[str, str] = {}
 
 
+def check_available(settings: CriticSettings) -> str:
+    """pyright's version, or StaticAnalysisUnavailable: for CLIs to fail before any work."""
+    return pyright_version(pyright_command(settings))
+
+
 def pyright_version(cmd: list[str]) -> str:
     key = cmd[0]
     if key not in _version_cache:

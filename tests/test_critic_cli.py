@@ -144,3 +144,17 @@ def test_guard_block_policy_makes_it_unsafe(tmp_path: Path) -> None:
     block = judge(wt, inst, patch, settings=CriticSettings(guard="block"), cache_dir=tmp_path / "c")
     assert warn.verdict == "Safe" and warn.guard
     assert block.verdict == "Unsafe" and "guard" in block.reason
+
+
+def test_pipeline_cli_fails_fast_without_pyright(setup: dict[str, Any], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import graph
+
+    config = tmp_path / "nopyright.toml"
+    config.write_text('[critic]\npyright = "no-such-pyright"\n')
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    code = graph.main(["--config", str(config), "--dataset", str(setup["dataset"]), "--tasks", "all",
+                       "--repos", str(setup["mirrors"])])
+    assert code == 2
+    assert capsys.readouterr().err.strip().startswith("fixgraph: error: pyright not found")
