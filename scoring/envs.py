@@ -1,13 +1,15 @@
 """A virtualenv per (repo, version), built once from swebench's install specs and cached.
 
-The build follows swebench's own recipe where a virtualenv can: the spec's Python (the closest
-interpreter this machine has: the same minor version, else the nearest newer, else the nearest
-older), its ``packages`` (a requirements file of the repo, or package names), its
-``pip_packages``, then ``pre_install`` and ``install`` run in a checkout of the instance's
-``environment_setup_commit``. Conda-only parts (``environment.yml``) are left out; the
+The build follows swebench's own recipe where a virtualenv can. Once per (repo, version): the
+spec's Python (the closest interpreter this machine has: the same minor version, else the
+nearest newer, else the nearest older), its ``packages`` (the repo's requirements files read at
+the ``environment_setup_commit``, or package names) and its ``pip_packages``. Then, as swebench
+does per instance, the spec's ``pre_install`` and ``install`` run in a checkout of the instance's
+``base_commit`` (dependencies change between commits); that is redone only when an instance with
+another base commit comes. Conda-only parts (``environment.yml``) are left out; the
 ``pip_packages`` carry what those repos need. Files the install step creates in the checkout
-(compiled extensions, ``_version.py``, egg-info) are listed and copied into each test run's fresh
-working copy, whose own sources come first on ``sys.path``.
+(compiled extensions, ``_version.py``) are listed and copied into each test run's fresh working
+copy; the editable install's path is a symlink pointed at that copy for the run.
 
 A failed build is cached too (``env.json`` says why) so it is not retried on every attempt;
 delete the env's folder to retry.
@@ -115,8 +117,14 @@ class VenvEnvs:
             if meta is None:
                 meta = self._build(instance, wt, spec, path)
                 atomic_write(meta_path, json.dumps(meta, indent=1))
-            if meta.get("ok"):
-                _link_source(path)
+            if meta.get("ok") and meta.get("installed_commit") != instance.base_commit:
+                failed = meta.setdefault("failed_installs", {})
+                if instance.base_commit not in failed:
+                    with file_lock(path.parent / f"{path.name}.run.lock"):  # no run may use it meanwhile
+                        self._install(instance, wt, spec, path, meta)
+                    atomic_write(meta_path, json.dumps(meta, indent=1))
+                if instance.base_commit in failed:
+                    raise EnvError(failed[instance.base_commit])
         if not meta.get("ok"):
             raise EnvError(meta.get("reason", "unknown build failure"))
         venv = path / "venv"
@@ -126,17 +134,30 @@ class VenvEnvs:
                        extra_env={"VIRTUAL_ENV": str(venv)},
                        activate=lambda work: _pointed_at(path, work))
 
+    def _steps(self, path: Path, instance: Instance, meta: dict[str, Any]) -> _Steps:
+        env = _build_env(path / "home", path / "venv")
+        if re.fullmatch(r"\d+\.\d+", instance.version):
+            # The checkout is not a git clone: setuptools_scm (pytest, xarray, astropy) would find no
+            # version, or a 0.x that fails the repos' own ``minversion`` checks.
+            env["SETUPTOOLS_SCM_PRETEND_VERSION"] = f"{instance.version}.0"
+        limits = Limits(self.settings.build_timeout_s, int(self.settings.build_timeout_s * 2), 8192,
+                        network_isolation=False)  # installing needs the package index
+        return _Steps(env, limits, meta)
+
     def _build(self, instance: Instance, wt: Worktree, spec: dict[str, Any], path: Path) -> dict[str, Any]:
+        """The venv and the dependencies: the spec's Python, requirements (read at the
+        environment_setup_commit, as swebench does), packages and pip_packages."""
         start = time.monotonic()
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True)
-        log: list[str] = []
+        (path / "home").mkdir()
         meta: dict[str, Any] = {"ok": False, "repo": instance.repo, "version": instance.version,
                                 "wanted_python": spec.get("python")}
+        run = self._steps(path, instance, meta)
 
         def fail(reason: str) -> dict[str, Any]:
-            meta.update(reason=reason, seconds=round(time.monotonic() - start, 1),
-                        log_tail="".join(log)[-4000:])
+            shutil.rmtree(path / "setup", ignore_errors=True)
+            meta.update(reason=reason, seconds=round(time.monotonic() - start, 1), log_tail=run.tail())
             return meta
 
         picked = best_python(str(spec.get("python", "3")))
@@ -144,66 +165,88 @@ class VenvEnvs:
             return fail(f"no Python {spec.get('python')} (or a close version) on this machine")
         python, version = picked
         meta.update(python=python, python_version=version)
-        venv, src, home = path / "venv", path / "src", path / "home"
-        home.mkdir()
-        limits = Limits(self.settings.build_timeout_s, self.settings.build_timeout_s * 2, 8192,
-                        network_isolation=False)  # installing needs the package index
-        env = _build_env(home, venv)
-        if re.fullmatch(r"\d+\.\d+", instance.version):
-            # The checkout is not a git clone: setuptools_scm (pytest, xarray, astropy) would find no
-            # version, or a 0.x that fails the repos' own ``minversion`` checks.
-            env["SETUPTOOLS_SCM_PRETEND_VERSION"] = f"{instance.version}.0"
-
-        def step(argv: list[str], cwd: Path, what: str) -> bool:
-            done = run_isolated(argv, cwd, env, limits)
-            log.append(f"$ {' '.join(argv)}\n{done.output[-20000:]}\n")
-            if done.returncode != 0:
-                tail = [ln for ln in done.output.strip().splitlines() if ln.strip()][-1:] or ["no output"]
-                meta["failed_step"] = what
-                meta["step_error"] = tail[0][:300]
-                return False
-            return True
-
-        if not step([python, "-m", "venv", str(venv)], path, "venv"):
+        venv, setup = path / "venv", path / "setup"
+        if not run([python, "-m", "venv", str(venv)], path, "venv"):
             return fail(f"venv with Python {version} failed: {meta['step_error']}")
         vpy = str(venv / "bin" / "python")
-        step([vpy, "-m", "pip", "install", "-q", "--upgrade", "pip", "setuptools<70", "wheel"], path, "pip")
+        run([vpy, "-m", "pip", "install", "-q", "--upgrade", "pip", "setuptools<70", "wheel"], path, "pip")
         commit = instance.environment_setup_commit or instance.base_commit
-        err = _materialize(wt, commit, src)
-        if err and commit != instance.base_commit:
-            shutil.rmtree(src, ignore_errors=True)
-            err = _materialize(wt, instance.base_commit, src)
-        if err:
-            return fail(err)
+        if _materialize(wt, commit, setup):
+            shutil.rmtree(setup, ignore_errors=True)
+            err = _materialize(wt, instance.base_commit, setup)
+            if err:
+                return fail(err)
         pkgs = str(spec.get("packages", "")).strip()
         if pkgs == "requirements.txt":
             for rel in requirements_paths(self.cache_dir, instance.repo):
-                if (src / rel).is_file() and not step([vpy, "-m", "pip", "install", "-q", "-r", rel], src, "requirements"):
+                if (setup / rel).is_file() and not run([vpy, "-m", "pip", "install", "-q", "-r", rel], setup,
+                                                       "requirements"):
                     return fail(f"installing {rel} failed: {meta['step_error']}")
         elif pkgs == "environment.yml":
-            log.append("[fixgraph] environment.yml is conda's; relying on pip_packages\n")
-        elif pkgs:
-            if not step([vpy, "-m", "pip", "install", "-q", *pkgs.split()], src, "packages"):
-                return fail(f"installing {pkgs} failed: {meta['step_error']}")
-        if spec.get("pip_packages") and not step([vpy, "-m", "pip", "install", "-q", *spec["pip_packages"]], src,
-                                                 "pip_packages"):
+            run.log.append("[fixgraph] environment.yml is conda's; relying on pip_packages\n")
+        elif pkgs and not run([vpy, "-m", "pip", "install", "-q", *pkgs.split()], setup, "packages"):
+            return fail(f"installing {pkgs} failed: {meta['step_error']}")
+        if spec.get("pip_packages") and not run([vpy, "-m", "pip", "install", "-q", *spec["pip_packages"]], setup,
+                                                "pip_packages"):
             return fail(f"installing pip_packages failed: {meta['step_error']}")
-        before = _file_set(src)
-        for cmd in spec.get("pre_install", []):
-            step(["bash", "-c", cmd], src, "pre_install")
-        install = spec.get("install")
-        if install and not step(["bash", "-c", install], src, "install"):
-            return fail(f"install step failed ({install}): {meta['step_error']}")
-        meta.update(ok=True, reason="", artifacts=sorted(_file_set(src) - before),
-                    seconds=round(time.monotonic() - start, 1), log_tail="".join(log)[-4000:])
+        shutil.rmtree(setup, ignore_errors=True)
+        meta.update(ok=True, reason="", seconds=round(time.monotonic() - start, 1), log_tail=run.tail())
         return meta
+
+    def _install(self, instance: Instance, wt: Worktree, spec: dict[str, Any], path: Path,
+                 meta: dict[str, Any]) -> None:
+        """The package itself at the instance's base commit (swebench installs it per instance:
+        dependencies change between commits), in ``src``; then ``src`` becomes a symlink to it."""
+        start = time.monotonic()
+        src, base = path / "src", path / "base"
+        run = self._steps(path, instance, meta)
+        if src.is_symlink():
+            src.unlink()
+        shutil.rmtree(src, ignore_errors=True)
+        err = _materialize(wt, instance.base_commit, src)
+        ok = not err
+        before = _file_set(src) if ok else set()
+        for cmd in spec.get("pre_install", []) if ok else []:
+            run(["bash", "-c", cmd], src, "pre_install")
+        install = spec.get("install")
+        if ok and install and not run(["bash", "-c", install], src, "install"):
+            ok, err = False, f"install step failed ({install}): {meta['step_error']}"
+        if not ok:
+            meta["failed_installs"][instance.base_commit] = f"at {instance.base_commit[:12]}: {err}"
+            shutil.rmtree(src, ignore_errors=True)
+            _link_source(path)
+            return
+        meta.update(artifacts=sorted(_file_set(src) - before), installed_commit=instance.base_commit,
+                    install_seconds=round(time.monotonic() - start, 1), install_log_tail=run.tail())
+        shutil.rmtree(base, ignore_errors=True)
+        os.rename(src, base)
+        _link_source(path)
+
+
+class _Steps:
+    """Runs build steps in the build environment, keeping a log and the first failure."""
+
+    def __init__(self, env: dict[str, str], limits: Limits, meta: dict[str, Any]):
+        self.env, self.limits, self.meta = env, limits, meta
+        self.log: list[str] = []
+
+    def __call__(self, argv: list[str], cwd: Path, what: str) -> bool:
+        done = run_isolated(argv, cwd, self.env, self.limits)
+        self.log.append(f"$ {' '.join(argv)}\n{done.output[-20000:]}\n")
+        if done.returncode != 0:
+            tail = [ln for ln in done.output.strip().splitlines() if ln.strip()][-1:] or ["no output"]
+            self.meta["failed_step"] = what
+            self.meta["step_error"] = tail[0][:300]
+            return False
+        return True
+
+    def tail(self) -> str:
+        return "".join(self.log)[-4000:]
 
 
 def _link_source(path: Path) -> None:
-    """Move the built checkout to ``base`` and make ``src`` (where it was installed) a symlink."""
+    """``src`` (where the package was installed) a symlink to the installed checkout ``base``."""
     src, base = path / "src", path / "base"
-    if src.is_dir() and not src.is_symlink():
-        os.rename(src, base)
     if not src.is_symlink():
         src.symlink_to(base)
 
