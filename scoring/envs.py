@@ -33,7 +33,7 @@ from fixgraph.dataset import Instance
 from fixgraph.records import atomic_write, file_lock
 from fixgraph.workspace import Worktree
 from scoring.sandbox import Limits, run_isolated, scrubbed_env
-from scoring.specs import repo_specs, requirements_paths
+from scoring.specs import repo_specs, requirements_paths, requirements_text
 from scoring.tests import EnvError, TestEnv, _materialize
 
 # Build-time settings passed through to pip: certificates, proxies, pip's own configuration.
@@ -178,10 +178,13 @@ class VenvEnvs:
                 return fail(err)
         pkgs = str(spec.get("packages", "")).strip()
         if pkgs == "requirements.txt":
-            for rel in requirements_paths(self.cache_dir, instance.repo):
-                if (setup / rel).is_file() and not run([vpy, "-m", "pip", "install", "-q", "-r", rel], setup,
-                                                       "requirements"):
-                    return fail(f"installing {rel} failed: {meta['step_error']}")
+            reqs = requirements_text(setup, instance.repo, requirements_paths(self.cache_dir, instance.repo))
+            if reqs is None:
+                return fail(f"no requirements file of {instance.repo} at {commit[:12]}")
+            (path / "requirements.txt").write_text(reqs)
+            if not run([vpy, "-m", "pip", "install", "-q", "-r", str(path / "requirements.txt")], setup,
+                       "requirements"):
+                return fail(f"installing the requirements failed: {meta['step_error']}")
         elif pkgs == "environment.yml":
             run.log.append("[fixgraph] environment.yml is conda's; relying on pip_packages\n")
         elif pkgs and not run([vpy, "-m", "pip", "install", "-q", *pkgs.split()], setup, "packages"):

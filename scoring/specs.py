@@ -72,6 +72,37 @@ def requirements_paths(cache_dir: Path, repo: str) -> list[str]:
     return list(_specs_tables(cache_dir.resolve())[1].get(repo, []))
 
 
+# swebench's replacements for packages yanked from PyPI (harness/test_spec/python.py).
+REPLACE_REQ_PACKAGES = [("types-pkg_resources", "types-setuptools")]
+
+
+def requirements_text(checkout: Path, repo: str, paths: list[str]) -> str | None:
+    """The repo's requirements as swebench's harness builds them: the first requirements file
+    found, ``-r`` includes inlined, ``-e .``, comments and ``.[test`` lines dropped (the package
+    itself is installed by the spec's ``install`` step). None when no file is there."""
+    def keep(line: str) -> bool:
+        return not any(line.strip().startswith(x) for x in ("-e .", "#", ".[test"))
+
+    for rel in paths:
+        path = checkout / rel
+        if not path.is_file():
+            continue
+        original: list[str] = []
+        extra: list[str] = []
+        for line in path.read_text(errors="replace").splitlines():
+            if line.strip().startswith("-r"):
+                inc = path.parent / line.strip()[2:].strip()
+                if inc.is_file():
+                    extra += [ln for ln in inc.read_text(errors="replace").splitlines() if keep(ln)]
+            elif keep(line):
+                original.append(line)
+        text = "\n".join([*extra, *original]) + "\n"
+        for old, new in REPLACE_REQ_PACKAGES:
+            text = re.sub(rf"^{re.escape(old)}([<>=!~]=?.*|$)", new, text, flags=re.M)
+        return text
+    return None
+
+
 def log_parser(repo: str) -> Parser:
     """swebench's log parser for ``repo``; pytest's for repos it does not know (fixtures)."""
     from swebench.harness import log_parsers as lp  # type: ignore[import-untyped]

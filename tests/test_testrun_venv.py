@@ -108,3 +108,15 @@ def test_a_failed_build_is_cached_with_its_reason(tmp_path: Path) -> None:
     meta = json.loads((envs.env_path(inst) / "env.json").read_text())
     assert meta["ok"] is False and "no Python 1.0" in meta["reason"]
     assert runner.run(inst, wt, "").reason == out.reason
+
+
+def test_requirements_are_flattened_as_swebench_does(tmp_path: Path) -> None:
+    from scoring.specs import requirements_text
+
+    (tmp_path / "reqs").mkdir()
+    (tmp_path / "reqs" / "test.txt").write_text("-e .\n-r min.txt\npytest>=7\n# comment\ntypes-pkg_resources==0.1\n")
+    (tmp_path / "reqs" / "min.txt").write_text("astroid==2.12\n.[testutils]\n")
+    text = requirements_text(tmp_path, "pylint-dev/pylint", ["missing.txt", "reqs/test.txt"])
+    assert text is not None
+    assert text.split() == ["astroid==2.12", "pytest>=7", "types-setuptools"]
+    assert requirements_text(tmp_path, "x/y", ["nope.txt"]) is None
