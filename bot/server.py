@@ -85,7 +85,7 @@ def make_server(gh: GitHubSettings, submit: Callable[[Trigger], bool], host: str
                 return
             try:
                 payload = json.loads(_json_part(body, self.headers.get("Content-Type", "")))
-            except (json.JSONDecodeError, UnicodeDecodeError, KeyError):
+            except (ValueError, KeyError):  # bad JSON, bad UTF-8, bad form encoding, no payload field
                 self._reply(400, {"error": "body is not JSON"})
                 return
             if event == "ping":

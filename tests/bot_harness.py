@@ -43,9 +43,9 @@ class Bot:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/webhook"
 
     def post(self, event: str, payload: Any = None, *, raw: bytes | None = None, secret: str | None = SECRET,
-             signature: str | None = None) -> tuple[int, dict[str, Any] | None]:
+             signature: str | None = None, content_type: str = "application/json") -> tuple[int, dict[str, Any] | None]:
         body = raw if raw is not None else json.dumps(payload).encode()
-        headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": "d-1", "Content-Type": "application/json"}
+        headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": "d-1", "Content-Type": content_type}
         if signature is not None:
             headers["X-Hub-Signature-256"] = signature
         elif secret is not None:

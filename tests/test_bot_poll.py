@@ -190,7 +190,7 @@ def test_serve_cli_answers_ping_and_stops_on_sigterm(tmp_path: Path) -> None:
         assert m, line
         body = json.dumps({"zen": "Design for failure."}).encode()
         req = urllib.request.Request(m.group(1) + "/webhook", data=body, method="POST", headers={
-            "X-GitHub-Event": "ping", "X-Hub-Signature-256": sign(SECRET, body)})
+            "X-GitHub-Event": "ping", "X-Hub-Signature-256": sign(SECRET, body), "Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=10) as resp:
             assert resp.status == 200
         proc.send_signal(signal.SIGTERM)

@@ -145,6 +145,8 @@ def test_form_encoded_delivery_is_accepted(bot: Bot) -> None:
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(req, timeout=10)
     assert err.value.code == 400
+    # JSON sent under the form content type (no payload= field) is refused cleanly too.
+    assert bot.post("issues", raw=b'{"action": "labeled"}', content_type="application/x-www-form-urlencoded")[0] == 400
 
 
 def test_unhandled_events_are_204(bot: Bot, fake: FakeGitHub) -> None:
