@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fixgraph.config import TestSettings
-from fixgraph.dataset import DatasetError, Instance, load_jsonl
+from fixgraph.dataset import DatasetError, Instance, load_jsonl, select
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, find_mirror
 from scoring import fix_score
 from scoring.quality import code_quality
@@ -72,8 +72,8 @@ def run_one(inst: Instance, cache: RepoCache, runner: Any) -> dict[str, Any]:
                seconds_empty=round(empty_secs, 1), code_quality=quality, network_isolated=gold.network_isolated)
     if gold.runnable:
         row.update(
-            gold_fix_score=parts["fix_score"], gold_test_pass_rate=parts["test_pass_rate"],
-            gold_no_regression=parts["no_regression"],
+            gold_fix_score=parts.get("fix_score"), gold_test_pass_rate=parts.get("test_pass_rate"),
+            gold_no_regression=parts.get("no_regression"),
             empty_test_pass_rate=fix_score.test_pass_rate(empty) if empty.runnable else None,
             f2p_not_passing={t: s for t, s in gold.fail_to_pass.items() if s not in PASSING},
             p2p_regressed={t: s for t, s in gold.pass_to_pass_after.items()
@@ -121,11 +121,12 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m eval.gold_bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m eval.gold_bench", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--dataset", type=Path, required=True)
     ap.add_argument("--repos", type=Path, required=True, help="folder of local repo mirrors")
     ap.add_argument("--limit", type=int, default=None, help="at most N instances per repo")
     ap.add_argument("--only", default="", help="comma-separated repos (owner/name or name) to include")
+    ap.add_argument("--tasks", default="", help="comma-separated instance ids (overrides --only and --limit)")
     ap.add_argument("--backend", choices=["venv", "local", "docker"], default="venv")
     ap.add_argument("--timeout", type=float, default=900.0, help="wall-clock seconds per test run")
     ap.add_argument("--cache-dir", type=Path, default=Path(".cache/fixgraph"))
@@ -143,7 +144,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     only = {s.strip() for s in args.only.split(",") if s.strip()}
-    chosen = pick(instances, args.repos, args.limit, only)
+    if args.tasks:
+        try:
+            chosen = [i for i in select(instances, args.tasks) if find_mirror(args.repos, i.repo) is not None]
+        except DatasetError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    else:
+        chosen = pick(instances, args.repos, args.limit, only)
     if not chosen:
         print(f"error: no instance of {args.dataset} has a mirror under {args.repos}", file=sys.stderr)
         return 2

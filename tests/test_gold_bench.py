@@ -1,0 +1,48 @@
+"""eval.gold_bench on a fixture dataset (local backend), and its bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eval import gold_bench
+from eval.fixtures import make_calc_repo, write_dataset
+
+
+def test_gold_and_empty_patch_on_a_fixture(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mirrors = tmp_path / "mirrors"
+    dataset = write_dataset(tmp_path / "data.jsonl", [make_calc_repo(mirrors)])
+    out = tmp_path / "bench.jsonl"
+    args = ["--dataset", str(dataset), "--repos", str(mirrors), "--backend", "local",
+            "--cache-dir", str(tmp_path / "cache"), "--out", str(out), "--timeout", "60"]
+    assert gold_bench.main(args) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1] == "runnable=1.000 gold_fix_score=1.000"
+    row = next(ln for ln in lines if ln.startswith("fixture/calc"))
+    assert row.split()[1:6] == ["1", "1", "1.000", "1.000", "0.000"]
+    rec = json.loads(out.read_text())
+    assert rec["gold_test_pass_rate"] == 1.0 and rec["empty_test_pass_rate"] == 0.0
+    # a rerun resumes: nothing runs again, same headline
+    assert gold_bench.main(args) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == lines[-1]
+    assert len(out.read_text().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dataset", "nope.jsonl", "--repos", "."], "error: dataset not found: nope.jsonl"),
+    (["--dataset", "x.jsonl", "--repos", "no/such/dir"], "error: --repos no/such/dir is not a directory"),
+    (["--dataset", "x.jsonl", "--repos", ".", "--limit", "0"], "error: --limit must be at least 1"),
+])
+def test_bad_input_is_one_line(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert gold_bench.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [message]
+
+
+def test_no_instance_with_a_mirror(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dataset = write_dataset(tmp_path / "data.jsonl", [make_calc_repo(tmp_path / "elsewhere")])
+    (tmp_path / "empty").mkdir()
+    assert gold_bench.main(["--dataset", str(dataset), "--repos", str(tmp_path / "empty")]) == 2
+    assert "has a mirror under" in capsys.readouterr().err
