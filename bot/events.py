@@ -124,6 +124,8 @@ def from_webhook(event: str, payload: Any, gh: GitHubSettings) -> Trigger | Igno
         return label_trigger(repo, number, str(_get(payload, "label", "name") or ""), sender, gh, installation)
     if action != "created":
         return Ignored(f"issue_comment action {action!r} is not handled")
-    return comment_trigger(repo, number, _get(payload, "comment", "body"),
+    body = _get(payload, "comment", "body")
+    association = _get(payload, "comment", "author_association")
+    return comment_trigger(repo, number, body if isinstance(body, str) else None,
                            str(_get(payload, "comment", "user", "login") or sender),
-                           _get(payload, "comment", "author_association"), gh, installation)
+                           association if isinstance(association, str) else None, gh, installation)

@@ -66,6 +66,13 @@ def make_server(gh: GitHubSettings, submit: Callable[[Trigger], bool], host: str
 
         def do_POST(self) -> None:  # noqa: N802
             try:
+                self._post()
+            except Exception as exc:  # answer rather than drop the connection; GitHub shows the 500
+                log.error("webhook handler failed: %s", type(exc).__name__)
+                self._reply(500, {"error": "internal error"})
+
+        def _post(self) -> None:
+            try:
                 length = int(self.headers.get("Content-Length") or 0)
             except ValueError:
                 self._reply(400, {"error": "bad Content-Length"})

@@ -158,6 +158,10 @@ def test_unhandled_events_are_204(bot: Bot, fake: FakeGitHub) -> None:
     on_pr["issue"]["pull_request"] = {"url": "x"}
     assert bot.post("issues", on_pr)[0] == 204
     assert bot.post("issues", [1, 2])[0] == 204
+    odd = comment_payload("acme/calc", 7, "/fixgraph")
+    odd["comment"]["body"] = 42
+    odd["comment"]["author_association"] = ["OWNER"]
+    assert bot.post("issue_comment", odd)[0] == 204
     assert bot.post("ping", {"zen": "Keep it simple."})[0] == 200
     assert bot.jobs.accepted == [] and fake.requests == []
 
