@@ -141,3 +141,24 @@ def test_crash_locals_are_truncated(tmp_path: Path) -> None:
     line = next(ln for ln in out.crash.splitlines() if ln.strip().startswith("big ="))
     assert len(line.strip()) <= len("big = ") + 40
     assert line.strip().endswith("...")
+
+
+def test_memory_limit_turns_a_huge_allocation_into_a_failure(tmp_path: Path) -> None:
+    extra = "\n\ndef test_alloc():\n    block = bytearray(2 * 1024 ** 3)\n    assert block\n"
+    inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P, "tests/test_calc.py::test_alloc"])
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
+    out = make_runner(local_settings(memory_mb=1024), tmp_path / "cache").run(inst, wt, patch)
+    assert out.runnable
+    assert out.fail_to_pass == {F2P: "PASSED", "tests/test_calc.py::test_alloc": "FAILED"}
+    assert "MemoryError" in out.crash
+
+
+def test_cpu_time_limit_kills_a_spinning_patch_before_the_wall_clock(tmp_path: Path) -> None:
+    spins = CALC.replace("    return a - b", "    n = 0\n    while True:\n        n += 1")
+    inst, wt, _ = calc_instance(tmp_path)
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, spins))
+    start = time.monotonic()
+    out = make_runner(local_settings(cpu_s=3, timeout_s=120.0), tmp_path / "cache").run(inst, wt, patch)
+    assert time.monotonic() - start < 100
+    assert out.runnable and not out.timed_out  # SIGXCPU, not the wall clock
+    assert out.fail_to_pass[F2P] == "MISSING"
