@@ -24,11 +24,17 @@ def _fmt(f: Finding) -> str:
     if f.get("symbol"):
         where += f" in {f.get('symbol')}"
     rule = f.get("rule", "")
-    return f"- [{f.get('source', '')}{'/' + rule if rule else ''}] {where}: {f.get('message', '')}"
+    line = f"- [{f.get('source', '')}{'/' + rule if rule else ''}] {where}: {f.get('message', '')}"
+    # REDO §G: the Coder gets each error with its location and the code it points at.
+    return line + (f"\n    at: {f['code']}" if f.get("code") else "")
 
 
 def _key(f: Finding) -> str:
-    return f"{f.get('source')}:{f.get('rule')}:{f.get('file')}:{f.get('symbol')}:{f.get('message')}"
+    """Identity of an error across attempts: no line number (the next attempt moves code), the
+    message without its volatile parts; an LLM's reasoning is free text, so its errors are known
+    by type and place."""
+    message = "" if f.get("source") == "llm" else static.normalize(f.get("message", ""))
+    return f"{f.get('source')}:{f.get('rule')}:{f.get('file')}:{f.get('symbol', '')}:{message}"
 
 
 @stops_cleanly("critic")
@@ -69,8 +75,7 @@ def critic(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
             verdict = "NoVerdict"
         elif check.verdict == "Unsafe":
             verdict = "Unsafe"
-            findings += [Finding(source="llm", rule=e.type, message=e.reasoning, file=e.location, severity="error")
-                         for e in check.errors]
+            findings += llm_check.to_findings(check, wt)
 
     code_quality, quality_detail = quality.code_quality(wt, patch)
     crash = ""

@@ -84,6 +84,7 @@ class Finding(TypedDict, total=False):
     line: int
     symbol: str
     severity: str  # error | warning
+    code: str  # the offending line as the patched file has it, shown to the Coder
 
 
 class ScoreParts(TypedDict, total=False):

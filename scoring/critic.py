@@ -112,8 +112,7 @@ def judge(wt: Worktree, instance: Instance, patch: str, *, settings: CriticSetti
             v.verdict, v.reason = "NoVerdict", "the LLM gave no verdict"
         elif check.verdict == "Unsafe":
             v.verdict = "Unsafe"
-            v.errors = [Finding(source="llm", rule=e.type, message=e.reasoning, file=e.location,
-                                severity="error") for e in check.errors]
+            v.errors = llm_check.to_findings(check, wt)
     if found and settings.guard == "block" and v.verdict in ("Safe", "NoVerdict"):
         v.verdict, v.reason = "Unsafe", "the unsafe-patch guard blocks it"
     v.seconds = round(time.monotonic() - start, 3)

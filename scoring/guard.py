@@ -102,13 +102,18 @@ class _Ctx:
     out: list[Finding]
     seen: set[tuple[str, int, str]]
 
+    lines: list[str]
+
     def flag(self, rule: str, line: int, message: str) -> None:
         key = (rule, line, message)
         if key in self.seen:
             return
         self.seen.add(key)
-        self.out.append(Finding(source="guard", rule=rule, message=message, file=self.path, line=line,
-                                symbol=self.symbols.symbol_at(line), severity="warning"))
+        f = Finding(source="guard", rule=rule, message=message, file=self.path, line=line,
+                    symbol=self.symbols.symbol_at(line), severity="warning")
+        if 0 < line <= len(self.lines):
+            f["code"] = self.lines[line - 1].strip()[:200]
+        self.out.append(f)
 
 
 def check_patch(wt: Worktree, patch: str) -> list[Finding]:
@@ -145,7 +150,7 @@ def check_source(change: FileChange, after: str, before: str | None) -> list[Fin
     symbols = SymbolMap(after)
     if symbols.tree is None:
         return []  # the static phase reports the syntax error
-    ctx = _Ctx(change.path, change.added, import_map(symbols.tree), symbols, [], set())
+    ctx = _Ctx(change.path, change.added, import_map(symbols.tree), symbols, [], set(), after.splitlines())
     tree = symbols.tree
     for node in ast.walk(tree):
         if getattr(node, "lineno", None) in change.added:

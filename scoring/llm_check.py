@@ -9,6 +9,7 @@ exercising the issue, as REDO's SWE-bench prompt does. A reply without a verdict
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
@@ -16,7 +17,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from agents.prompting import render
 from fixgraph.dataset import Instance
 from fixgraph.llm import LLM, InvalidReply
-from fixgraph.state import RuntimeCheck, SuspectedError, Usage, merge_usage
+from fixgraph.state import Finding, RuntimeCheck, SuspectedError, Usage, merge_usage
 from fixgraph.workspace import Worktree
 from scoring.patchinfo import PatchParseError, SymbolMap, base_content, parse_patch
 
@@ -99,3 +100,28 @@ def runtime_check(llm: LLM, instance: Instance, wt: Worktree, patch: str, calls:
                 seen.add((e.type, e.location))
                 errors.append(e)
     return RuntimeCheck(verdict="Unsafe", errors=errors), usage
+
+
+_LOCATION = re.compile(r"^(?P<file>[^:\s]+\.pyi?)(?::(?P<line>\d+))?(?::(?P<symbol>[\w.]+))?")
+
+
+def to_findings(check: RuntimeCheck, wt: Worktree | None = None) -> list[Finding]:
+    """The LLM's suspected errors as findings, with file and line split out of its location and,
+    given the worktree (patch applied), the line of code it points at."""
+    out: list[Finding] = []
+    for e in check.errors:
+        m = _LOCATION.match(e.location.strip())
+        f = Finding(source="llm", rule=e.type, message=e.reasoning, file=e.location, severity="error")
+        if m:
+            f["file"] = m.group("file")
+            if m.group("line"):
+                f["line"] = int(m.group("line"))
+            if m.group("symbol"):
+                f["symbol"] = m.group("symbol")
+        if wt is not None and f.get("line"):
+            text = wt.read(f["file"])
+            lines = text.splitlines() if text else []
+            if 0 < f["line"] <= len(lines):
+                f["code"] = lines[f["line"] - 1].strip()
+        out.append(f)
+    return out

@@ -276,9 +276,13 @@ def introduced(before: list[Diag], after: list[Diag], sym_before: SymbolMap,
     return out
 
 
-def _finding(d: Diag, file: str, symbols: SymbolMap) -> Finding:
-    return Finding(source=d.source, rule=d.rule, message=d.message.split("\n", 1)[0] if d.source == "pyflakes"
-                   else d.message, file=file, line=d.line, symbol=symbols.symbol_at(d.line), severity=d.severity)
+def _finding(d: Diag, file: str, symbols: SymbolMap, text: str = "") -> Finding:
+    f = Finding(source=d.source, rule=d.rule, message=d.message.split("\n", 1)[0] if d.source == "pyflakes"
+                else d.message, file=file, line=d.line, symbol=symbols.symbol_at(d.line), severity=d.severity)
+    lines = text.splitlines()
+    if 0 < d.line <= len(lines) and lines[d.line - 1].strip():
+        f["code"] = lines[d.line - 1].strip()[:200]
+    return f
 
 
 def is_evidence(d: Diag) -> bool:
@@ -438,7 +442,7 @@ def analyze_patch(wt: Worktree, patch: str, *, settings: CriticSettings, cache_d
     new: list[Finding] = []
     for c in py:
         if c.path in broken:
-            f = _finding(broken[c.path], c.path, syms[(c.path, "after")])
+            f = _finding(broken[c.path], c.path, syms[(c.path, "after")], afters[c.path])
             new.append(f)
             all_new.append(f)
             continue
@@ -454,7 +458,7 @@ def analyze_patch(wt: Worktree, patch: str, *, settings: CriticSettings, cache_d
             after_diags += run_pyflakes(afters[c.path], c.path)
         fresh = introduced(before_diags, after_diags, syms[(c.path, "before")], syms[(c.path, "after")])
         for d in _dedupe(fresh):
-            f = _finding(d, c.path, syms[(c.path, "after")])
+            f = _finding(d, c.path, syms[(c.path, "after")], afters[c.path])
             all_new.append(f)
             if is_evidence(d):
                 new.append(f)
