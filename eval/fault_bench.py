@@ -161,6 +161,7 @@ class RunResult:
     killed_at: float | None = None
     records_at_kill: int = 0
     leftover_processes: int = 0
+    leftover_commands: tuple[str, ...] = ()
 
 
 def _group_members(pgid: int) -> list[int]:
@@ -173,6 +174,13 @@ def _group_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != "Z":
             out.append(int(stat.parent.name))
     return out
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120]
+    except OSError:
+        return f"pid {pid}"
 
 
 def run_graph(work: Path, config: Path, run_id: str, dataset: Path, base_url: str, workers: int,
@@ -212,9 +220,15 @@ def run_graph(work: Path, config: Path, run_id: str, dataset: Path, base_url: st
     result.returncode = proc.returncode = os.waitstatus_to_exitcode(status)
     result.peak_rss_mb = rusage.ru_maxrss / 1024
     log.close()
-    # Whatever is still in the group outlived the run: count it, then end it (it is ours).
+    # Whatever is still in the group a few seconds later outlived the run (SIGKILLed children
+    # may take a moment to die): count it, then end it (it is ours).
     left = _group_members(proc.pid)
+    settle = time.monotonic() + 5.0
+    while left and time.monotonic() < settle:
+        time.sleep(0.1)
+        left = _group_members(proc.pid)
     result.leftover_processes = len(left)
+    result.leftover_commands = tuple(_command(pid) for pid in left)
     if left:
         os.killpg(proc.pid, signal.SIGKILL)
     return result
@@ -386,7 +400,8 @@ def bench(args: argparse.Namespace, work: Path) -> int:
         note = "" if runs[0].killed_at else " (the run ended before the kill moment)"
         print(f"kill: {resumed} tasks resumed from a checkpoint after the SIGKILL{note}")
     if trees or procs:
-        print(f"left behind: {len(trees)} worktrees {trees[:3]}, {procs} processes")
+        commands = [c for r in [clean, *runs] for c in r.leftover_commands]
+        print(f"left behind: {len(trees)} worktrees {trees[:3]}, {procs} processes {commands[:3]}")
     else:
         print("left behind: no worktree, no process")
     for label, items in (("lost", lost), ("stray records", stray), ("over budget", over),
