@@ -71,17 +71,34 @@ def _format_one(rec: dict[str, Any]) -> str:
 
 
 _TB_START = "Traceback (most recent call last):"
+# sympy's bin/test prints each failure under "____ sympy/x/tests/test_y.py:test_z ____", short form.
+_SYMPY_HEADER = re.compile(r"^_{3,} (\S+?\.py):(\S+) _{3,}$", re.M)
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure)\w*)(?::\s?(.*))?$")
 
 
-def from_log(log: str, repo_root: Path) -> str:
-    """The last Python traceback in ``log`` with frames inside ``repo_root``; "" when none."""
-    start = log.rfind(_TB_START)
-    if start < 0:
-        return ""
-    lines = log[start:].splitlines()[1:]
-    root = str(repo_root)
+def from_log(log: str, repo_root: Path, wanted: list[str] | None = None) -> str:
+    """Crash context read from a runner's text output (no locals): sympy's failure blocks, or
+    else the last Python traceback. Blocks of tests in ``wanted`` only, when names are known;
+    exceptions other than AssertionError first. "" when there is nothing to read."""
+    blocks: list[tuple[str, str]] = []  # (test name, text after the header)
+    headers = list(_SYMPY_HEADER.finditer(log))
+    for i, m in enumerate(headers):
+        end = headers[i + 1].start() if i + 1 < len(headers) else len(log)
+        if wanted is None or m.group(2) in wanted or f"{m.group(1)}:{m.group(2)}" in wanted:
+            blocks.append((f"{m.group(1)}:{m.group(2)}", log[m.end():end]))
+    if not headers:
+        start = log.rfind(_TB_START)
+        if start >= 0:
+            blocks.append(("", log[start + len(_TB_START):]))
+    parsed = [p for p in (_parse_block(name, text, str(repo_root)) for name, text in blocks) if p]
+    parsed.sort(key=lambda p: p[0] == "AssertionError")
+    text = "\n\n".join(p[1] for p in parsed[:MAX_CRASHES])
+    return text if len(text) <= MAX_CHARS else text[: MAX_CHARS - 15] + "\n[... cut ...]"
+
+
+def _parse_block(name: str, text: str, root: str) -> tuple[str, str] | None:
+    lines = text.splitlines()
     frames: list[str] = []
     exc = ""
     i = 0
@@ -89,20 +106,21 @@ def from_log(log: str, repo_root: Path) -> str:
         m = _FRAME.match(lines[i])
         if m:
             path, lineno, func = m.groups()
-            src = lines[i + 1].strip() if i + 1 < len(lines) and not _FRAME.match(lines[i + 1]) else ""
+            nxt = lines[i + 1] if i + 1 < len(lines) else ""
+            src = nxt.strip() if nxt.startswith("    ") and not _FRAME.match(nxt) else ""
             if path.startswith(root) and "site-packages" not in path:
                 rel = path[len(root):].lstrip("/")
                 frames.append(f"  {rel}:{lineno} in {func}" + (f"\n    {src}" if src else ""))
             i += 2 if src else 1
             continue
-        em = _EXC_LINE.match(lines[i].strip())
-        if em:
+        if frames and _EXC_LINE.match(lines[i].strip()):
             exc = lines[i].strip()
             break
         i += 1
     if not exc:
-        return ""
-    out = [f"The tests crashed: {exc[:1000]}"]
+        return None
+    head = f"Test {name} failed: {exc[:1000]}" if name else f"The tests crashed: {exc[:1000]}"
+    out = [head]
     if frames:
         out += ["Repository frames, innermost last:", *frames[-12:]]
-    return "\n".join(out)
+    return exc.split(":", 1)[0], "\n".join(out)

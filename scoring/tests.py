@@ -131,6 +131,7 @@ class _Run:
     error: str = ""  # set when the run could not happen (test_patch does not apply, ...)
     crash_records: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    root: str = ""  # where the working copy was, to read paths in the log
 
 
 class SubprocessRunner:
@@ -188,7 +189,7 @@ class SubprocessRunner:
         out.pass_to_pass_after = {t: after.statuses.get(t, "MISSING") for t in instance.PASS_TO_PASS}
         if after.timed_out:
             out.notes.append(f"tests killed after {self.settings.timeout_s:g}s; unreported tests count as MISSING")
-        out.crash = self._crash_context(instance, out, after, Path("."))
+        out.crash = self._crash_context(out, after)
         return out
 
     # ---- internals ----------------------------------------------------------------------
@@ -269,12 +270,8 @@ class SubprocessRunner:
             log = pre_log + done.output
             statuses = parse_log(instance.repo, done.output)
             records = crash.read_records(crash_file)
-            if not records and statuses and not all(s in PASSING for s in statuses.values()):
-                text = crash.from_log(done.output, work)
-                if text:
-                    records = [{"nodeid": "*", "text": text}]
             return _Run(statuses, log, done.seconds, done.timed_out, done.isolated_network,
-                        crash_records=records, notes=notes)
+                        crash_records=records, notes=notes, root=str(work))
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
 
@@ -293,16 +290,16 @@ class SubprocessRunner:
                 log += f"[fixgraph] pre-install step failed: {cmd}\n{done.output}\n"
         return run_env, log
 
-    def _crash_context(self, instance: Instance, out: TestOutcome, after: _Run, _root: Path) -> str:
-        if not after.crash_records:
-            return ""
+    def _crash_context(self, out: TestOutcome, after: _Run) -> str:
+        """Why the tests the patch should make pass (or keep passing) failed."""
         failing = [t for t, s in out.fail_to_pass.items() if s not in PASSING]
         failing += [t for t, s in out.pass_to_pass_after.items()
                     if s not in PASSING and out.pass_to_pass_before.get(t) in PASSING]
-        texts = [r["text"] for r in after.crash_records if "text" in r]
-        if texts:
-            return texts[-1] if failing else ""
-        return crash.format_records(after.crash_records, failing)
+        if not failing:
+            return ""
+        if after.crash_records:  # the pytest plugin's: frames and locals
+            return crash.format_records(after.crash_records, failing)
+        return crash.from_log(after.log, Path(after.root), failing) if after.root else ""
 
 
 def _tail(log: str) -> str:
