@@ -6,15 +6,19 @@ introduced it. Each diagnostic is keyed by (file, rule, message with volatile pa
 enclosing function or class) and the keys are compared as multisets, so that:
 
 - code the patch only moved (to another line, or a function moved within the file) keeps its key
-  and does not look new, whereas REDO's line-free message strings would hide nothing here but
-  its set semantics hides a second copy of an existing error;
-- the same message appearing in another function does look new, where REDO's set of message
-  strings would have swallowed it.
+  and does not look new;
+- the same message appearing in another function, or a second time in the same one, does look
+  new, where REDO's set of message strings swallows it;
+- only rules that mean a runtime error count (below), where REDO counts any new message.
 
-Speed: one pyright process per patch analyzes the "after" files and, side by side, a copy of each
-file's base version written next to it (so relative imports resolve identically); the base
-side's diagnostics are cached per (commit, file, analyzer version) under ``cache_dir``, and when
-every touched file's base side is cached pyright checks only the "after" files.
+Speed: one pyright process per patch. It checks, for each touched file, a copy of the patched
+version and a copy of the base version written next to the real file (so relative imports resolve
+as they do for it; the copies are removed afterwards), and in both copies the bodies of functions
+the patch does not concern are reduced to ``return <Any>`` with line numbers unchanged
+(``patchinfo.focus``): pyright then spends its time on the changed functions and the callers of a
+changed signature instead of on the whole file. The base side's diagnostics are cached under
+``cache_dir`` per (commit, file, focused content, analyzer version), so a retry on the same
+functions checks only the patched side.
 
 Which diagnostics count as runtime-error evidence (``RUNTIME_RULES``): the ones whose dynamic
 counterpart is an exception Python raises when the line runs: a name that is not defined
@@ -259,7 +263,7 @@ def key_of(d: Diag, symbols: SymbolMap) -> tuple[str, str, str, str]:
 
 
 def introduced(before: list[Diag], after: list[Diag], sym_before: SymbolMap,
-               sym_after: SymbolMap) -> list[Diag]:
+               sym_after: SymbolMap, added: frozenset[int] = frozenset()) -> list[Diag]:
     """Diagnostics of ``after`` beyond those ``before`` had, compared as keyed multisets.
 
     When a key occurs more often after than before, the extra occurrences are attributed to the
@@ -267,7 +271,7 @@ def introduced(before: list[Diag], after: list[Diag], sym_before: SymbolMap,
     """
     left = Counter(key_of(d, sym_before) for d in before)
     out: list[Diag] = []
-    for d in after:
+    for d in sorted(after, key=lambda d: d.line in added):
         k = key_of(d, sym_after)
         if left[k] > 0:
             left[k] -= 1
@@ -456,7 +460,8 @@ def analyze_patch(wt: Worktree, patch: str, *, settings: CriticSettings, cache_d
             if befores[c.path] is not None:
                 before_diags += run_pyflakes(befores[c.path] or "", c.path)
             after_diags += run_pyflakes(afters[c.path], c.path)
-        fresh = introduced(before_diags, after_diags, syms[(c.path, "before")], syms[(c.path, "after")])
+        fresh = introduced(before_diags, after_diags, syms[(c.path, "before")], syms[(c.path, "after")], c.added)
+        fresh.sort(key=lambda d: (d.line, d.source))
         for d in _dedupe(fresh):
             f = _finding(d, c.path, syms[(c.path, "after")], afters[c.path])
             all_new.append(f)

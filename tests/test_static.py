@@ -71,6 +71,14 @@ def test_same_message_in_another_function_is_new(wt: Worktree, cache: Path) -> N
     assert [(f["rule"], f["symbol"]) for f in result.new] == [("reportUndefinedVariable", "describe")]
 
 
+def test_second_copy_of_an_old_error_is_new_and_points_at_the_added_line(wt: Worktree, cache: Path) -> None:
+    patch = edit(wt, "pkg/shapes.py", "    return undefined_helper(c)\n",
+                 "    first = undefined_helper(c)\n    return undefined_helper(first)\n")
+    result = analyze(wt, patch, cache)
+    assert [(f["rule"], f["symbol"]) for f in result.new] == [("reportUndefinedVariable", "legacy")]
+    assert result.new[0]["code"] in ("first = undefined_helper(c)", "return undefined_helper(first)")
+
+
 def test_fine_patch_has_no_new_diagnostic(wt: Worktree, cache: Path) -> None:
     patch = edit(wt, "pkg/shapes.py", "return Circle(self.r * k)", "return Circle(r=self.r * k)")
     result = analyze(wt, patch, cache)
