@@ -166,7 +166,8 @@ class VenvEnvs:
         python, version = picked
         meta.update(python=python, python_version=version)
         venv, setup = path / "venv", path / "setup"
-        if not run([python, "-m", "venv", str(venv)], path, "venv"):
+        # --copies: tools that resolve the interpreter (tox-current-env) must stay in the venv
+        if not run([python, "-m", "venv", "--copies", str(venv)], path, "venv"):
             return fail(f"venv with Python {version} failed: {meta['step_error']}")
         vpy = str(venv / "bin" / "python")
         run([vpy, "-m", "pip", "install", "-q", "--upgrade", "pip", "setuptools<70", "wheel"], path, "pip")
