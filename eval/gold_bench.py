@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import time
@@ -45,6 +46,11 @@ def pick(instances: list[Instance], mirrors: Path, limit: int | None, only: set[
         group.sort(key=lambda i: (-counts[i.version], i.version, i.instance_id))
         out.extend(group[:limit] if limit else group)
     return out
+
+
+# What a test that wanted the internet says when it has none.
+_NETWORK = re.compile(r"ConnectionError|NewConnectionError|Max retries exceeded|Network is unreachable|"
+                      r"Temporary failure in name resolution|Name or service not known")
 
 
 def run_one(inst: Instance, cache: RepoCache, runner: Any) -> dict[str, Any]:
@@ -79,6 +85,7 @@ def run_one(inst: Instance, cache: RepoCache, runner: Any) -> dict[str, Any]:
             p2p_regressed={t: s for t, s in gold.pass_to_pass_after.items()
                            if s not in PASSING and gold.pass_to_pass_before.get(t) in PASSING},
             notes=gold.notes,
+            needs_network=bool(_NETWORK.search(gold.crash + gold.log_tail)),
         )
     else:
         row["log_tail"] = gold.log_tail[-600:]
@@ -112,8 +119,9 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
         if r["runnable"] and (r["gold_test_pass_rate"] < 1.0 or r["gold_no_regression"] < 1.0):
             f2p = ", ".join(f"{t} {s}" for t, s in list(r["f2p_not_passing"].items())[:3])
             p2p = ", ".join(f"{t} {s}" for t, s in list(r["p2p_regressed"].items())[:3])
+            why = " | why: the tests need the internet, the runner has no network" if r.get("needs_network") else ""
             lines.append(f"  {r['instance_id']}: tpr={r['gold_test_pass_rate']:.2f} noreg={r['gold_no_regression']:.2f}"
-                         f" | F2P not passing: {f2p or '-'} | P2P regressed: {p2p or '-'}")
+                         f" | F2P not passing: {f2p or '-'} | P2P regressed: {p2p or '-'}{why}")
     ok = [r for r in rows if r["runnable"]]
     share = len(ok) / len(rows) if rows else 0.0
     lines.append(f"runnable={share:.3f} gold_fix_score={_mean([r['gold_fix_score'] for r in ok])}")
