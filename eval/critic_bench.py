@@ -111,7 +111,7 @@ class Tally:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m eval.critic_bench", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m eval.critic_bench", description=(__doc__ or "").split("\n")[0])
     p.add_argument("--predictions", type=Path, nargs="+", required=True, help="labelled predictions JSONL file(s)")
     p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
     p.add_argument("--repos", type=Path, required=True, help="folder of repository mirrors (owner+name/repo)")

@@ -195,7 +195,7 @@ def _judge_row(row: dict[str, Any], instance: Instance | None, repos: RepoCache,
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m scoring.critic", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m scoring.critic", description=(__doc__ or "").split("\n")[0])
     p.add_argument("--predictions", type=Path, required=True, help="SWE-bench predictions (JSONL or JSON)")
     p.add_argument("--dataset", type=Path, required=True, help="SWE-bench JSONL with the instances")
     p.add_argument("--repos", type=Path, required=True, help="folder of repository mirrors (owner+name/repo)")

@@ -118,10 +118,11 @@ def to_findings(check: RuntimeCheck, wt: Worktree | None = None) -> list[Finding
                 f["line"] = int(m.group("line"))
             if m.group("symbol"):
                 f["symbol"] = m.group("symbol")
-        if wt is not None and f.get("line"):
-            text = wt.read(f["file"])
+        line = f.get("line", 0)
+        if wt is not None and line:
+            text = wt.read(f.get("file", ""))
             lines = text.splitlines() if text else []
-            if 0 < f["line"] <= len(lines):
-                f["code"] = lines[f["line"] - 1].strip()
+            if 0 < line <= len(lines):
+                f["code"] = lines[line - 1].strip()
         out.append(f)
     return out

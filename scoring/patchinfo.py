@@ -10,8 +10,8 @@ import ast
 import subprocess
 from dataclasses import dataclass, field
 
-from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
+from unidiff.patch import PatchSet
 
 from fixgraph.workspace import Worktree
 
