@@ -26,7 +26,8 @@ def _fmt(f: Finding) -> str:
     rule = f.get("rule", "")
     line = f"- [{f.get('source', '')}{'/' + rule if rule else ''}] {where}: {f.get('message', '')}"
     # REDO §G: the Coder gets each error with its location and the code it points at.
-    return line + (f"\n    at: {f['code']}" if f.get("code") else "")
+    code = f.get("code", "")
+    return line + (f"\n    at: {code}" if code else "")
 
 
 def _key(f: Finding) -> str:
