@@ -81,6 +81,7 @@ def run_one(inst: Instance, cache: RepoCache, runner: Any) -> dict[str, Any]:
             gold_fix_score=parts.get("fix_score"), gold_test_pass_rate=parts.get("test_pass_rate"),
             gold_no_regression=parts.get("no_regression"),
             empty_test_pass_rate=fix_score.test_pass_rate(empty) if empty.runnable else None,
+            empty_reason=empty.reason,
             f2p_not_passing={t: s for t, s in gold.fail_to_pass.items() if s not in PASSING},
             p2p_regressed={t: s for t, s in gold.pass_to_pass_after.items()
                            if s not in PASSING and gold.pass_to_pass_before.get(t) in PASSING},
@@ -122,6 +123,10 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
             why = " | why: the tests need the internet, the runner has no network" if r.get("needs_network") else ""
             lines.append(f"  {r['instance_id']}: tpr={r['gold_test_pass_rate']:.2f} noreg={r['gold_no_regression']:.2f}"
                          f" | F2P not passing: {f2p or '-'} | P2P regressed: {p2p or '-'}{why}")
+    for r in rows:
+        if r["runnable"] and r.get("empty_test_pass_rate") is None:
+            lines.append(f"  {r['instance_id']}: the empty patch's tests cannot run ({r.get('empty_reason', '')[:100]}); "
+                         "the gold patch's can (the bug breaks the test runner itself)")
     ok = [r for r in rows if r["runnable"]]
     share = len(ok) / len(rows) if rows else 0.0
     lines.append(f"runnable={share:.3f} gold_fix_score={_mean([r['gold_fix_score'] for r in ok])}")

@@ -215,6 +215,11 @@ class VenvEnvs:
         install = spec.get("install")
         if ok and install and not run(["bash", "-c", install], src, "install"):
             ok, err = False, f"install step failed ({install}): {meta['step_error']}"
+            # An old pinned build backend (pylint's setuptools~=62.6) has no PEP 660 hook; swebench's
+            # older pip fell back to ``setup.py develop``. Build with the venv's setuptools instead.
+            retry = install.replace("pip install ", "pip install --no-build-isolation ", 1)
+            if retry != install and run(["bash", "-c", retry], src, "install"):
+                ok, err = True, ""
         if not ok:
             meta["failed_installs"][instance.base_commit] = f"at {instance.base_commit[:12]}: {err}"
             shutil.rmtree(src, ignore_errors=True)
