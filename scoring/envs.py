@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -130,7 +131,9 @@ class VenvEnvs:
         venv = path / "venv"
         return TestEnv(python=str(venv / "bin" / "python"), spec=spec, path_prefix=[str(venv / "bin")],
                        artifacts_root=path / "base", artifacts=list(meta.get("artifacts", [])),
-                       key=f"venv-{instance.repo_slug}-{instance.version}-py{meta.get('python_version')}",
+                       # a rebuilt env (or a reinstall) must not reuse runs cached with the old one
+                       key=(f"venv-{instance.repo_slug}-{instance.version}-py{meta.get('python_version')}"
+                            f"-{meta.get('build_id', '0')}-{meta.get('installed_commit', '')[:12]}"),
                        extra_env={"VIRTUAL_ENV": str(venv)},
                        activate=lambda work: _pointed_at(path, work))
 
@@ -152,7 +155,7 @@ class VenvEnvs:
         path.mkdir(parents=True)
         (path / "home").mkdir()
         meta: dict[str, Any] = {"ok": False, "repo": instance.repo, "version": instance.version,
-                                "wanted_python": spec.get("python")}
+                                "wanted_python": spec.get("python"), "build_id": uuid.uuid4().hex[:8]}
         run = self._steps(path, instance, meta)
 
         def fail(reason: str) -> dict[str, Any]:
