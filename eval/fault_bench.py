@@ -184,7 +184,7 @@ def _command(pid: int) -> str:
 
 
 def run_graph(work: Path, config: Path, run_id: str, dataset: Path, base_url: str, workers: int,
-              kill_after: float | None = None) -> RunResult:
+              kill_after: float | None = None, extra_env: dict[str, str] | None = None) -> RunResult:
     """``graph.py`` on every task in its own process group.
 
     With ``kill_after``, SIGKILL the whole group that many seconds after the first record appears
@@ -192,7 +192,7 @@ def run_graph(work: Path, config: Path, run_id: str, dataset: Path, base_url: st
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "FIXGRAPH_", "GITHUB_"))}
     env.update(OPENAI_API_KEY="sk-fault-bench", OPENAI_BASE_URL=base_url, EVAL_MODE="true",
-               PYTHONPATH=str(PROJECT))
+               PYTHONPATH=str(PROJECT), **(extra_env or {}))
     cmd = [sys.executable, str(PROJECT / "graph.py"), "--tasks", "all", "--dataset", str(dataset),
            "--config", str(config), "--repos", str(work / "mirrors"), "--run-id", run_id,
            "--workers", str(workers), "--no-progress"]
@@ -284,13 +284,54 @@ def came_through(rec: dict[str, Any]) -> bool:
     return not rec.get("failed") and not str(rec.get("stop_reason", "")).startswith("budget")
 
 
+def run_budget_phase(args: argparse.Namespace, work: Path, config: Path, dataset: Path,
+                     responder: BenchResponder, cfg: Any, ids: list[str], clean_recs: dict[str, dict[str, Any]],
+                     clean_preds: dict[str, str]) -> bool:
+    """A fault-free run under a run-wide dollar cap, then the same command without the cap."""
+    clean_cost = sum(float(r["billed"]["dollars"]) for r in clean_recs.values())
+    cap = round(clean_cost * args.run_budget, 6)
+    with FaultyLLMServer(responder, FaultPlan(rate=0.0), tag=task_tag) as srv:
+        capped = run_graph(work, config, "capped", dataset, srv.base_url, args.workers,
+                           extra_env={"FIXGRAPH_RUN_DOLLARS": str(cap)})
+        at_cap = records(work, "capped")
+        # One call in flight per worker may finish after the cap is reached: the dearest call here.
+        dearest = max((e["usage"][0] * cfg.llm.prices[e["model"]].input
+                       + e["usage"][1] * cfg.llm.prices[e["model"]].output) / 1e6
+                      for e in srv.log if e["usage"] and e["model"] in cfg.llm.prices)
+        finish = run_graph(work, config, "capped", dataset, srv.base_url, args.workers)
+    spent = sum(float(r["billed"]["dollars"]) for r in at_cap.values())
+    unfinished = [i for i, r in at_cap.items() if not r.get("final")]
+    bad = [i for i in unfinished if not str(at_cap[i].get("stop_reason", "")).startswith("budget: run")]
+    done = records(work, "capped")
+    preds, dup = predictions(work, "capped")
+    same = [i for i in ids if preds.get(i) == clean_preds.get(i)]
+    bound = cap + args.workers * dearest
+    log = (work / "capped.log").read_text()
+    said = "run budget of" in log
+    print(f"run budget: cap ${cap:.4f} ({args.run_budget:.2f} x the clean run's ${clean_cost:.4f}); the capped run "
+          f"exited {capped.returncode} after {capped.seconds:.1f} s with {len(at_cap)} records "
+          f"({len(unfinished)} stopped mid-task by the cap, not final), spent ${spent:.4f} "
+          f"(bound: cap + {args.workers} workers x ${dearest:.4f} = ${bound:.4f}); "
+          f"{'it said so' if said else 'it did NOT say so'}")
+    print(f"run budget: the rerun without the cap exited {finish.returncode} after {finish.seconds:.1f} s: "
+          f"{len(done)} records, all final: {all(r.get('final') for r in done.values())}; "
+          f"{len(same)}/{len(ids)} predictions identical to clean, {dup} duplicated lines")
+    return (capped.returncode == 0 and finish.returncode == 0 and said and spent <= bound + 1e-9 and not bad
+            and len(at_cap) < len(ids) and len(done) == len(ids) and all(r.get("final") for r in done.values())
+            and len(same) == len(ids) and not dup and not leftover_worktrees(work, "capped")
+            and not capped.leftover_processes and not finish.leftover_processes)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m eval.fault_bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m eval.fault_bench", description="Faults and load: many fixture tasks through a misbehaving LLM server.")
     p.add_argument("--tasks", type=int, default=150)
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--fault-rate", type=float, default=0.2)
     p.add_argument("--kill", action="store_true", help="SIGKILL the faulty run at a random moment, then resume")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--run-budget", type=float, metavar="FRACTION",
+                   help="also run fault-free with a run-wide dollar cap of FRACTION x the clean run's cost, "
+                        "check it stops cleanly, then finish it without the cap")
     p.add_argument("--timeout", type=float, default=2.0, help="the LLM client's timeout, seconds")
     p.add_argument("--retries", type=int, default=4, help="llm.max_retries")
     p.add_argument("--keep", type=Path, help="work in this folder and keep it (default: a temporary one)")
@@ -304,6 +345,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         problems.append("--fault-rate must be within [0, 1]")
     if args.timeout <= 0 or not 0 <= args.retries <= 10:
         problems.append("--timeout must be positive and --retries within [0, 10]")
+    if args.run_budget is not None and not 0.0 < args.run_budget < 1.0:
+        problems.append("--run-budget must be a fraction within (0, 1)")
     if args.keep is not None and args.keep.exists() and any(args.keep.iterdir()):
         problems.append(f"--keep {args.keep} is not empty")
     if problems:
@@ -408,7 +451,10 @@ def bench(args: argparse.Namespace, work: Path) -> int:
                          ("different from clean", [i for i in through if i not in identical])):
         if items:
             print(f"{label}: {', '.join(items[:8])}{' ...' if len(items) > 8 else ''}")
-    ok = (not lost and not duplicated and not over and len(identical) == len(through) and not trees
+    budget_ok = True
+    if args.run_budget is not None:
+        budget_ok = run_budget_phase(args, work, config, dataset, responder, cfg, ids, clean_recs, clean_preds)
+    ok = (budget_ok and not lost and not duplicated and not over and len(identical) == len(through) and not trees
           and not procs and clean_ok and runs[-1].returncode == 0)
     print(f"tasks={len(ids)} lost={len(lost)} duplicated={duplicated} over_budget={len(over)} "
           f"identical_to_clean={len(identical)}/{len(through)}")

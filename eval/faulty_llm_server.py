@@ -171,3 +171,7 @@ class FaultyLLMServer(FakeLLMServer):
     def stop(self) -> None:
         self._stopping.set()
         super().stop()
+
+    def __enter__(self) -> FaultyLLMServer:
+        self.start()
+        return self

@@ -32,7 +32,7 @@ from fixgraph.dataset import Instance
 from fixgraph.llm import LLM, ChargeHook, Meter, ModelFactory, RunMeter, default_factory
 from fixgraph.publish import DiffPublisher, Publisher
 from fixgraph.records import RunStore
-from fixgraph.state import TaskState
+from fixgraph.state import TaskState, Usage
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree
 
 
@@ -123,7 +123,7 @@ def run_task(instance: Instance, cfg: RunConfig, *, publisher: Publisher, repo_c
             # task's budget starts from what was really spent.
             billed = store.billed(instance.instance_id)
             if billed["calls"]:
-                start = {"input_tokens": int(billed["tokens"]), "dollars": billed["dollars"]}
+                start = Usage(input_tokens=int(billed["tokens"]), dollars=billed["dollars"])
             on_charge = functools.partial(store.add_billed, instance.instance_id)
         meter = Meter(cfg.budget, cfg.llm.prices, run_meter, start=start, on_charge=on_charge)
         ctx = TaskContext(cfg=cfg, instance=instance, worktree=wt,

@@ -189,6 +189,7 @@ def test_leftover_worktree_of_a_finished_task_is_removed_on_resume(calc, cfg_fac
     assert len(listing) == 1
 
 
+@pytest.mark.slow
 def test_sigkill_of_the_whole_run_then_resume_loses_nothing(tmp_path):
     mirrors, insts, responder, dataset = _bench_tasks(tmp_path, 6)
     config = tmp_path / "bench.toml"
