@@ -99,6 +99,14 @@ def test_caller_of_a_changed_signature_is_checked(wt: Worktree, cache: Path) -> 
     assert ("reportCallIssue", "unit_area") in [(f["rule"], f["symbol"]) for f in result.new]
 
 
+def test_possibly_unbound_variable_is_evidence(wt: Worktree, cache: Path) -> None:
+    # An UnboundLocalError waiting for c.r == 0 (sphinx-8801 failed this way).
+    patch = edit(wt, "pkg/shapes.py", '    return "circle of radius %s" % c.r',
+                 '    if c.r:\n        text = "circle of radius %s" % c.r\n    return text')
+    result = analyze(wt, patch, cache)
+    assert [(f["rule"], f["symbol"]) for f in result.new] == [("reportPossiblyUnboundVariable", "describe")]
+
+
 def test_pyflakes_adds_what_pyright_does_not_report(wt: Worktree, cache: Path) -> None:
     patch = edit(wt, "pkg/shapes.py", 'return "circle of radius %s" % c.r', 'return "circle %s of radius %s" % (c.r,)')
     result = analyze(wt, patch, cache)
