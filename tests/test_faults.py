@@ -255,3 +255,20 @@ def test_ast_parse_goes_through_one_lock_once_a_run_starts(calc, cfg_factory):
         assert not done.wait(0.2)  # held back while another thread parses
     assert done.wait(5)
     worker.join()
+
+
+def test_predictions_jsonl_keeps_one_line_per_task_under_concurrent_writers(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fixgraph.records import RunStore
+
+    store = RunStore("c", tmp_path / "predictions", tmp_path / "runs", "m")
+    ids = [f"o__r-{i}" for i in range(40)]
+    # Every task written twice (a resumed task publishes again), each pass by 8 concurrent writers.
+    for version in range(2):
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(lambda iid, v=version: store.write_prediction(iid, f"patch {iid} v{v}\n"), ids))
+    rows = [json.loads(ln) for ln in store.jsonl_path.read_text().splitlines()]
+    assert sorted(r["instance_id"] for r in rows) == sorted(ids)
+    assert all(r["model_patch"] == f"patch {r['instance_id']} v1\n"
+               == (tmp_path / "predictions" / f"{r['instance_id']}.diff").read_text() for r in rows)
