@@ -37,6 +37,12 @@ from scoring.sandbox import Limits, run_isolated, scrubbed_env
 from scoring.specs import repo_specs, requirements_paths, requirements_text
 from scoring.tests import EnvError, TestEnv, _materialize
 
+# Later releases of these packages break the old code of these repos (docutils 0.22 dropped the
+# ``roman`` module Sphinx 3.x imports); swebench's images were built before those releases.
+ERA_CONSTRAINTS: dict[str, list[str]] = {
+    "sphinx-doc/sphinx": ["docutils<0.22", "Pygments<2.19"],
+}
+
 # Build-time settings passed through to pip: certificates, proxies, pip's own configuration.
 _BUILD_PASSTHROUGH = re.compile(r"^(PIP_\w+|SSL_CERT_FILE|SSL_CERT_DIR|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|"
                                 r"https?_proxy|HTTPS?_PROXY|no_proxy|NO_PROXY)$")
@@ -143,6 +149,10 @@ class VenvEnvs:
             # The checkout is not a git clone: setuptools_scm (pytest, xarray, astropy) would find no
             # version, or a 0.x that fails the repos' own ``minversion`` checks.
             env["SETUPTOOLS_SCM_PRETEND_VERSION"] = f"{instance.version}.0"
+        pins = ERA_CONSTRAINTS.get(instance.repo)
+        if pins:
+            (path / "constraints.txt").write_text("\n".join(pins) + "\n")
+            env["PIP_CONSTRAINT"] = str(path / "constraints.txt")  # the spec's own pip commands too
         limits = Limits(self.settings.build_timeout_s, int(self.settings.build_timeout_s * 2), 8192,
                         network_isolation=False)  # installing needs the package index
         return _Steps(env, limits, meta)

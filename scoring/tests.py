@@ -257,6 +257,7 @@ class SubprocessRunner:
             _overlay(env, work)
             run_env, pre_log = self._prepare(env, work, home)
             argv, cmd_env = test_command(instance.repo, env.spec, env.python)
+            _tox_current_env(argv, env, work)
             crash_file = run_dir / "crash.jsonl"
             if uses_pytest(argv):
                 plugin_dir = crash.install_plugin(run_dir / "plugin")
@@ -360,6 +361,24 @@ def _copy_changed(wt: Worktree, work: Path, patch: str) -> None:
             shutil.copyfile(src, dst)
         else:
             dst.unlink(missing_ok=True)
+
+
+def _tox_current_env(argv: list[str], env: TestEnv, work: Path) -> None:
+    """``tox --current-env`` runs ``.tox/<env>/bin/python``, a symlink to our interpreter. A venv's
+    interpreter reached through a symlink finds no ``pyvenv.cfg`` beside it and loses the venv's
+    packages (conda's, which swebench uses, has no such file to lose). Lay one there first."""
+    cfg = Path(env.python).parent.parent / "pyvenv.cfg"
+    if "tox" not in argv[:3] or "--current-env" not in argv or not cfg.is_file():
+        return
+    names = [a[2:] for a in argv if a.startswith("-e") and len(a) > 2]
+    names += [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-e"]
+    for name in names:
+        for one in name.split(","):
+            box = work / ".tox" / one
+            box.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(cfg, box / "pyvenv.cfg")
+            if not (box / "lib").exists():
+                (box / "lib").symlink_to(cfg.parent / "lib")
 
 
 def _overlay(env: TestEnv, work: Path) -> None:
