@@ -235,6 +235,7 @@ class VenvEnvs:
                 ok, err = True, ""
         if not ok:
             meta["failed_installs"][instance.base_commit] = f"at {instance.base_commit[:12]}: {err}"
+            meta["failed_install_log_tail"] = run.tail()
             shutil.rmtree(src, ignore_errors=True)
             _link_source(path)
             return
