@@ -43,6 +43,9 @@ ERA_CONSTRAINTS: dict[str, list[str]] = {
     "sphinx-doc/sphinx": ["docutils<0.22", "Pygments<2.19"],
 }
 
+# Git submodules are not in a ``git archive`` checkout; where PyPI has the same code, install it.
+SUBMODULE_PACKAGES: dict[str, str] = {"astropy_helpers": "astropy-helpers<3.2"}
+
 # Build-time settings passed through to pip: certificates, proxies, pip's own configuration.
 _BUILD_PASSTHROUGH = re.compile(r"^(PIP_\w+|SSL_CERT_FILE|SSL_CERT_DIR|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|"
                                 r"https?_proxy|HTTPS?_PROXY|no_proxy|NO_PROXY)$")
@@ -223,6 +226,10 @@ class VenvEnvs:
         err = _materialize(wt, instance.base_commit, src)
         ok = not err
         before = _file_set(src) if ok else set()
+        for sub in _empty_submodules(src) if ok else []:
+            if sub in SUBMODULE_PACKAGES:
+                run([str(path / "venv" / "bin" / "python"), "-m", "pip", "install", "-q", SUBMODULE_PACKAGES[sub]],
+                    src, "submodule")
         for cmd in spec.get("pre_install", []) if ok else []:
             run(["bash", "-c", cmd], src, "pre_install")
         install = spec.get("install")
@@ -290,6 +297,14 @@ def _pointed_at(path: Path, work: Path) -> Iterator[None]:
             yield
         finally:
             _repoint(path / "src", path / "base")
+
+
+def _empty_submodules(root: Path) -> list[str]:
+    gm = root / ".gitmodules"
+    if not gm.is_file():
+        return []
+    paths = re.findall(r"^\s*path\s*=\s*(\S+)", gm.read_text(errors="replace"), flags=re.M)
+    return [p for p in paths if not (root / p).is_dir() or not any((root / p).iterdir())]
 
 
 def _file_set(root: Path) -> set[str]:
