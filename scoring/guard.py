@@ -87,7 +87,8 @@ UNVERIFIED_TLS = {"ssl._create_unverified_context", "ssl._create_default_https_c
                   "urllib3.disable_warnings", "requests.packages.urllib3.disable_warnings"}
 BROAD_EXCEPTIONS = {"Exception", "BaseException"}
 VALIDATOR_NAME = re.compile(r"(^|_)(valid|validate|validator|check|verify|sanitize|sanitise|ensure|assert)", re.I)
-TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*\.py$|_tests?\.py$|(^|/)conftest\.py$")
+# ``testing/`` only at the top (pytest's test folder); ``sphinx/testing/`` is library code.
+TEST_PATH = re.compile(r"(^|/)tests?/|^testing/|(^|/)test_[^/]*\.py$|_tests?\.py$|(^|/)conftest\.py$")
 CI_PATH = re.compile(r"(^|/)(\.github/|\.circleci/|\.gitlab-ci\.yml$|\.travis\.yml$|azure-pipelines\.ya?ml$|"
                      r"Jenkinsfile$|appveyor\.ya?ml$|\.cirrus\.ya?ml$|tox\.ini$|noxfile\.py$|"
                      r"\.pre-commit-config\.ya?ml$|codecov\.ya?ml$)")
