@@ -12,7 +12,9 @@ that reason, and the Critic's fallback applies.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import shlex
 import subprocess
 import time
@@ -30,7 +32,12 @@ START, END = ">>>>> Start Test Output", ">>>>> End Test Output"
 
 
 def engine_status() -> str:
-    """"" when a Docker engine answers, else one line saying why not."""
+    """"" when a Docker engine answers, else one line saying why not (asked once per process)."""
+    return _engine_status(os.environ.get("PATH", ""), os.environ.get("DOCKER_HOST", ""))
+
+
+@functools.cache
+def _engine_status(_path: str, _host: str) -> str:
     try:
         proc = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"],
                               capture_output=True, text=True, timeout=20)
