@@ -384,7 +384,7 @@ def bench(args: argparse.Namespace, work: Path) -> int:
     with FaultyLLMServer(responder, FaultPlan(rate=0.0), tag=task_tag) as clean_srv:
         clean = run_graph(work, config, "clean", dataset, clean_srv.base_url, args.workers)
     plan = FaultPlan(rate=args.fault_rate, kinds=FAULT_KINDS, seed=args.seed, retry_after="1",
-                     silent_s=args.timeout * 4)
+                     silent_s=args.timeout * 4, trickle_s=args.timeout * 4)
     with FaultyLLMServer(responder, plan, tag=task_tag) as srv:
         if args.kill:
             rng = random.Random(args.seed)

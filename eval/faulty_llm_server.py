@@ -8,6 +8,7 @@ rate_limit     429 with ``Retry-After``
 server_error   500
 drop           200 headers and half the body, then the connection is closed
 silent         the request is read and nothing ever comes back (until the client gives up)
+trickle        a correct reply sent a few bytes at a time, each piece on time, the whole far too slow
 bad_json       200 ``application/json`` whose body is not valid JSON
 bad_args       a well-formed reply whose tool call has arguments that do not fit the schema
 huge_usage     a correct reply whose usage block reports a huge token count
@@ -33,12 +34,12 @@ from typing import Any
 
 from eval.fake_llm_server import FakeLLMServer, Responder, completion
 
-FAULT_KINDS: tuple[str, ...] = ("rate_limit", "server_error", "drop", "silent", "bad_json", "bad_args",
-                                "huge_usage")
+FAULT_KINDS: tuple[str, ...] = ("rate_limit", "server_error", "drop", "silent", "trickle", "bad_json",
+                                "bad_args", "huge_usage")
 # Faults the OpenAI client retries by itself (with backoff), and faults fixgraph's LLM boundary
 # must handle: an unparsable 200 body (retried like a transient fault), wrong arguments (re-asked
 # once), a huge usage block (charged, so the budget stops the task before its next call).
-TRANSIENT_KINDS: tuple[str, ...] = ("rate_limit", "server_error", "drop", "silent", "bad_json")
+TRANSIENT_KINDS: tuple[str, ...] = ("rate_limit", "server_error", "drop", "silent", "trickle", "bad_json")
 
 
 @dataclass
@@ -49,6 +50,8 @@ class FaultPlan:
     retry_after: str = "1"
     # How long a silent reply holds the socket; longer than any client timeout in use.
     silent_s: float = 60.0
+    # How long a trickled reply takes in all, sent in 20 pieces (each gap shorter than a read timeout).
+    trickle_s: float = 60.0
     huge_tokens: int = 50_000_000
     schedule: list[str | None] = field(default_factory=list)
 
@@ -151,6 +154,24 @@ class FaultyLLMServer(FakeLLMServer):
                     handler.connection.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+            return
+        if fault == "trickle":
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(data)))
+            handler.end_headers()
+            step = max(1, -(-len(data) // 20))
+            try:
+                for i in range(0, len(data), step):
+                    handler.wfile.write(data[i: i + step])
+                    handler.wfile.flush()
+                    if self._stopping.wait(self.plan.trickle_s / 20):
+                        break
+                else:
+                    entry["usage"] = usage  # the whole reply arrived after all
+            except OSError:
+                pass  # the client gave up, as it should
+            handler.close_connection = True
             return
         entry["usage"] = usage
         handler.send_response(200)

@@ -6,6 +6,9 @@ timeouts, 408/409/429 and 5xx, with exponential backoff and jitter, and honours 
 Everything else (400, 401, 404, 422) fails at once. A 200 whose body is not a chat completion
 (truncated JSON, an HTML page from a proxy, null ``choices``) is retried here the same way, because
 the transport garbled the answer: re-asking would tell the model it erred when it did not.
+
+``llm.timeout_s`` bounds a whole try, not only each read: the HTTP client's own timeout is per
+read, so a server that trickles its reply a few bytes at a time would otherwise hold a call forever.
 """
 
 from __future__ import annotations
@@ -17,6 +20,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import openai
+
+try:  # the HTTP library the OpenAI client is built on: httpx2 in recent versions, httpx before
+    import httpx2 as _http  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - depends on the installed openai
+    import httpx as _http  # type: ignore[no-redef]
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from pydantic import BaseModel
@@ -46,6 +54,41 @@ class LLMFailure(Exception):
     """An LLM call failed for good: a non-transient error, retries exhausted, or no valid reply."""
 
 
+class _DeadlineStream(_http.SyncByteStream):  # pyright: ignore[reportGeneralTypeIssues] - one of two modules
+    """A response body that raises a read timeout once the try's deadline has passed."""
+
+    def __init__(self, inner: Any, deadline: float, request: Any):
+        self.inner = inner
+        self.deadline = deadline
+        self.request = request
+
+    def __iter__(self) -> Any:
+        for chunk in self.inner:
+            if time.monotonic() > self.deadline:
+                raise _http.ReadTimeout("the reply did not finish within llm.timeout_s", request=self.request)
+            yield chunk
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def deadline_client(total_s: float) -> Any:
+    """The OpenAI client's default HTTP client, plus a deadline on each request as a whole.
+
+    A timeout raised here is the client's usual timeout, so it retries it like any other.
+    """
+
+    def start(request: Any) -> None:
+        request.extensions["fixgraph_deadline"] = time.monotonic() + total_s
+
+    def bound(response: Any) -> None:
+        deadline = response.request.extensions.get("fixgraph_deadline")
+        if deadline is not None:
+            response.stream = _DeadlineStream(response.stream, deadline, response.request)
+
+    return openai.DefaultHttpxClient(timeout=total_s, event_hooks={"request": [start], "response": [bound]})
+
+
 def make_chat_model(cfg: RunConfig, role: str) -> BaseChatModel:
     from langchain_openai import ChatOpenAI
 
@@ -60,6 +103,7 @@ def make_chat_model(cfg: RunConfig, role: str) -> BaseChatModel:
         temperature=llm.temperature,
         timeout=llm.timeout_s,
         max_retries=llm.max_retries,
+        http_client=deadline_client(llm.timeout_s),
         use_responses_api=llm.use_responses_api,
         **kwargs,
     )

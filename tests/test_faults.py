@@ -34,7 +34,7 @@ def _clean_diff(calc, cfg_factory, tmp_path: Path) -> str:
 
 def _faulty_run(calc, cfg_factory, schedule, **overrides):
     mirrors, inst = calc
-    plan = FaultPlan(schedule=list(schedule), silent_s=5.0)
+    plan = FaultPlan(schedule=list(schedule), silent_s=5.0, trickle_s=3.0)
     with FaultyLLMServer(ScriptResponder(calc_script(False)), plan) as srv:
         cfg = cfg_factory("baseline", **{"llm.base_url": srv.base_url, "llm.max_retries": RETRIES,
                                          "llm.timeout_s": 0.5, **overrides})
@@ -49,7 +49,7 @@ def _tools(log):
     return [e["key"].split(":")[0] for e in log]
 
 
-@pytest.mark.parametrize("kind", ["rate_limit", "server_error", "drop", "silent", "bad_json"])
+@pytest.mark.parametrize("kind", ["rate_limit", "server_error", "drop", "silent", "trickle", "bad_json"])
 def test_transient_fault_is_retried_and_the_prediction_matches_a_clean_run(calc, cfg_factory, kind, tmp_path):
     clean = _clean_diff(calc, cfg_factory, tmp_path)
     summary, rec, log, cfg, _ = _faulty_run(calc, cfg_factory, [kind])
@@ -62,8 +62,8 @@ def test_transient_fault_is_retried_and_the_prediction_matches_a_clean_run(calc,
     gap = log[1]["t"] - log[0]["t"]
     if kind == "rate_limit":
         assert gap >= 0.9  # Retry-After: 1 was honoured
-    if kind == "silent":
-        assert gap >= 0.45  # the client waited for its timeout, then retried
+    if kind in ("silent", "trickle"):
+        assert 0.45 <= gap < 2.5  # the client waited for its timeout (the whole try's), then retried
     assert (cfg.predictions_dir / f"{rec['instance_id']}.diff").read_text() == clean
 
 
@@ -72,11 +72,12 @@ def test_transient_fault_is_retried_and_the_prediction_matches_a_clean_run(calc,
     ("server_error", "answered 500"),
     ("drop", "cannot reach the LLM server"),
     ("silent", "timed out"),
+    ("trickle", "timed out"),
     ("bad_json", f"no readable reply in {RETRIES + 1} tries"),
 ])
 def test_a_fault_that_persists_ends_the_task_with_one_clear_record(calc, cfg_factory, kind, reason):
     summary, rec, log, cfg, seconds = _faulty_run(calc, cfg_factory, [kind] * (RETRIES + 1),
-                                                  **({"llm.timeout_s": 0.3} if kind == "silent" else {}))
+                                                  **({"llm.timeout_s": 0.3} if kind in ("silent", "trickle") else {}))
     assert summary.failed == 1 and rec["final"] and rec["status"] == "failed"
     assert reason in rec["failed"] and rec["stop_reason"].startswith("failed in planner")
     assert len(log) == RETRIES + 1  # bounded: one call and its retries, nothing after
