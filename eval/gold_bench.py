@@ -125,8 +125,8 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
                          f" | F2P not passing: {f2p or '-'} | P2P regressed: {p2p or '-'}{why}")
     for r in rows:
         if r["runnable"] and r.get("empty_test_pass_rate") is None:
-            lines.append(f"  {r['instance_id']}: the empty patch's tests cannot run ({r.get('empty_reason', '')[:100]}); "
-                         "the gold patch's can (the bug breaks the test runner itself)")
+            lines.append(f"  {r['instance_id']}: the gold patch's tests run, the empty patch's do not: "
+                         f"{r.get('empty_reason', '')[:160]}")
     ok = [r for r in rows if r["runnable"]]
     share = len(ok) / len(rows) if rows else 0.0
     lines.append(f"runnable={share:.3f} gold_fix_score={_mean([r['gold_fix_score'] for r in ok])}")
