@@ -344,10 +344,11 @@ def _git_apply(work: Path, patch: str) -> str:
     if proc.returncode == 0:
         return ""
     # swebench's harness falls back to GNU patch with fuzz; so do we.
-    fuzzy = subprocess.run(["patch", "--batch", "--forward", "--fuzz=5", "-p1", "-s"], cwd=work,
-                           input=text.encode(), capture_output=True, timeout=600)
-    if fuzzy.returncode == 0:
-        return ""
+    if shutil.which("patch"):
+        fuzzy = subprocess.run(["patch", "--batch", "--forward", "--fuzz=5", "-p1", "-s"], cwd=work,
+                               input=text.encode(), capture_output=True, timeout=600)
+        if fuzzy.returncode == 0:
+            return ""
     msg = proc.stderr.decode(errors="replace").strip().splitlines()
     return msg[0] if msg else "git apply failed"
 
