@@ -34,6 +34,7 @@ class Row:
     import_set: int = 0
     bm25: dict[int, float] = field(default_factory=dict)
     prompt_tokens: int = 0
+    map_tokens: int = 0
     warm_s: float = 0.0
     cold_s: float = 0.0
 
@@ -61,26 +62,24 @@ def bm25_ranking(index, problem: str, k: int) -> list[str]:  # noqa: ANN001 - Re
     return [paths[int(i)] for i in docs[0]]
 
 
-def explorer_prompt_tokens(index, inst, ranked, budget: int, max_files: int) -> int:  # noqa: ANN001
-    from agents.common import messages
-    from fixgraph.localize import count_tokens, views_within
+def explorer_prompt_tokens(index, inst, ranked, settings) -> int:  # noqa: ANN001
+    """The Explorer's real prompt (template rendered) when it has read the top files."""
+    from agents.explorer import _ordered_options, explorer_messages, issue_focus
+    from fixgraph.localize import count_tokens
 
-    top = [c.path for c in ranked[:max_files]]
-    focus = list(dict.fromkeys(s for c in ranked[:max_files] for s in c.symbols))
-    views = views_within(index, top, focus, budget)
-    options = index.options(top, focus)
-    msgs = messages(
-        "the Explorer", "explorer", repo=inst.repo, problem=inst.problem_statement, iteration=1,
-        max_iterations=3, files_read=top, max_files=max_files,
-        files=[{"path": p, "view": v} for p, v in views], options=options, remaining=0,
-    )
+    top = [c.path for c in ranked[: settings.max_files]]
+    focus = issue_focus(index, inst.problem_statement)
+    # With the file cap reached nothing more is offered, as in the Explorer's last iteration.
+    options = ([] if len(top) >= settings.max_files else
+               _ordered_options(index, inst.problem_statement, top, focus, settings.candidates_shown))
+    msgs = explorer_messages(index, inst.repo, inst.problem_statement, top, focus, options, 1, settings)
     return sum(count_tokens(str(m.content)) for m in msgs)
 
 
 def run(args: argparse.Namespace) -> int:
     from fixgraph.config import ExplorerSettings
     from fixgraph.dataset import DatasetError, load_jsonl
-    from fixgraph.localize import RepoIndex
+    from fixgraph.localize import RepoIndex, count_tokens
     from fixgraph.workspace import find_mirror
 
     try:
@@ -117,11 +116,11 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         index = RepoIndex.build_from_git(mirrors[inst.repo], inst.base_commit, args.cache_dir)
         ranked = index.rank(inst.problem_statement, k=settings.candidates_shown)
-        index.repo_map(ranked)
-        tokens = explorer_prompt_tokens(index, inst, ranked, settings.token_budget, settings.max_files)
+        repo_map = index.repo_map(ranked, max_tokens=settings.map_tokens)
+        tokens = explorer_prompt_tokens(index, inst, ranked, settings)
         warm = time.perf_counter() - t0
         top = [c.path for c in ranked]
-        row = Row(inst.repo, prompt_tokens=tokens, warm_s=warm, cold_s=cold)
+        row = Row(inst.repo, prompt_tokens=tokens, map_tokens=count_tokens(repo_map), warm_s=warm, cold_s=cold)
         sizes = []
         for k in KS:
             row.ours[k] = recall(gold, top[:k])
@@ -176,7 +175,7 @@ def print_table(rows: list[Row], no_bm25: bool) -> None:
               f"{m('imports', 1):>7}{m('imports', 3):>6}{m('imports', 5):>6}{m('imports', 8):>6}"
               f"{statistics.mean(r.import_set for r in rs):>7.1f} | "
               f"{m('bm25', 1):>7}{m('bm25', 3):>6}{m('bm25', 5):>6}{m('bm25', 8):>6} | "
-              f"{statistics.median(toks):>8.0f}{_pct(toks, 0.95):>7.0f} | "
+              f"{statistics.median(toks):>8.0f}{_pct(toks, 0.95):>7.0f}{_pct([float(r.map_tokens) for r in rs], 0.95):>8.0f} | "
               f"{statistics.median(warm):>7.2f}{_pct(warm, 0.95):>6.2f}{statistics.median(r.cold_s for r in rs):>7.1f}")
 
 

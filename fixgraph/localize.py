@@ -28,6 +28,13 @@ from fixgraph.records import atomic_write, file_lock
 from fixgraph.workspace import Worktree, content_key
 
 MAX_FILE_BYTES = 1_000_000
+# Ranking weights, chosen on the localization benchmark by a small grid (see README,
+# "Localization"). A centrality prior (log of how many files import a module) was tried and lost
+# recall at every weight, so it is not used.
+W_LEXICAL = 16.0  # BM25 over file contents, normalized to the best file's score
+W_DEF = 1.5  # a file defines a name the issue uses
+DEF_REPEAT = 0.3  # how much repeating a name in the issue adds (log-damped)
+DEF_SPREAD = 0.5  # names defined in many files count less: weight / files ** DEF_SPREAD
 INDEX_VERSION = 4
 PY_SUFFIXES = (".py", ".pyi")
 # Text files worth indexing besides Python: docs, configs, templates a fix may touch.
@@ -385,6 +392,15 @@ _BACKTICK_RE = re.compile(r"`([^`\n]{1,120})`")
 _CODE_BLOCK_RE = re.compile(r"```.*?```|(?:^(?: {4}|\t|>>> |\.\.\. ).*$\n?)+", re.S | re.M)
 
 
+_FILE_EXTS = frozenset("py pyi pyc rst txt md cfg toml ini html css js json yaml yml c h pyx inc log sh png svg".split())
+_CODE_POS_RE = re.compile(r"(?<=\.)([A-Za-z_]\w*)|\b([A-Za-z_]\w*)(?=\()|\b(?:import|def|class)\s+([A-Za-z_]\w*)")
+
+
+def _looks_code(word: str) -> bool:
+    return ("_" in word.strip("_") or re.search(r"[a-z][A-Z]", word) is not None
+            or (word[0].isupper() and any(c.isupper() for c in word[1:]) and any(c.islower() for c in word)))
+
+
 @dataclass
 class Query:
     paths: list[str]
@@ -397,18 +413,25 @@ class Query:
 def parse_problem(problem: str) -> Query:
     frames = [(m.group(1), m.group(3) or "") for m in _TB_RE.finditer(problem)]
     paths = list(dict.fromkeys(m.group(1) for m in _PATH_RE.finditer(problem)))
+    # File names (conf.py, index.rst) are paths, not dotted names.
     dotted = list(dict.fromkeys(m.group(1) for m in _DOTTED_RE.finditer(problem)
-                                if not re.fullmatch(r"[\d.]+", m.group(1))))
-    code_text = " ".join(_CODE_BLOCK_RE.findall(problem)) + " " + " ".join(_BACKTICK_RE.findall(problem))
+                                if not re.fullmatch(r"[\d.]+", m.group(1))
+                                and m.group(1).rpartition(".")[2] not in _FILE_EXTS))
     idents: Counter[str] = Counter()
+    # Code-shaped words anywhere: snake_case, camelCase, CapWords with inner capitals.
     for word in _WORD.findall(problem):
-        looks_code = ("_" in word.strip("_") or re.search(r"[a-z][A-Z]", word) is not None
-                      or (word[0].isupper() and any(c.isupper() for c in word[1:])))
-        if looks_code and len(word) > 2:
+        if _looks_code(word) and len(word) > 2:
             idents[word] += 1
-    for word in _WORD.findall(code_text):
-        if len(word) > 2 and word.lower() not in STOP:
+    # In backticks every name is deliberate; in code blocks (which also hold logs and output)
+    # only names in code positions count: called, an attribute, imported, defined.
+    for word in _WORD.findall(" ".join(_BACKTICK_RE.findall(problem))):
+        if len(word) > 2 and word.lower() not in STOP and not _looks_code(word):
             idents[word] += 1
+    for block in _CODE_BLOCK_RE.findall(problem):
+        for m in _CODE_POS_RE.finditer(block):
+            word = next(g for g in m.groups() if g)
+            if len(word) > 2 and word.lower() not in STOP and not _looks_code(word):
+                idents[word] += 1
     for d in dotted:
         for part in d.split("."):
             if len(part) > 2 and part.lower() not in STOP:
@@ -505,7 +528,10 @@ class RepoIndex:
     def _prepare(self) -> None:
         # Inverted indexes for ranking: terms -> files, symbol names -> defining files,
         # module names -> paths.
-        self.postings: dict[str, list[tuple[str, int]]] = defaultdict(list)
+        # Postings are built per query term on demand: a full inverted index costs more to
+        # build on every load than all the lookups one issue needs.
+        self._postings: dict[str, list[tuple[str, int]]] = {}
+        self._with_terms = [p for p in self.paths if self.infos[p].terms]
         self.defs: dict[str, list[str]] = defaultdict(list)
         self.modules: dict[str, str] = {}
         total = 0
@@ -515,8 +541,6 @@ class RepoIndex:
             if info.terms:
                 n += 1
                 total += info.length
-                for term, tf in info.terms.items():
-                    self.postings[term].append((path, tf))
             for sym in info.symbols:
                 lst = self.defs[sym.name]
                 if not lst or lst[-1] != path:
@@ -552,6 +576,15 @@ class RepoIndex:
         by_stem.sort(key=lambda p: (-difflib.SequenceMatcher(None, want, p).ratio(), p))
         return list(dict.fromkeys(same + close + by_stem))[:n]
 
+    def posting(self, term: str) -> list[tuple[str, int]]:
+        """(path, count) of every file whose text has ``term``."""
+        hit = self._postings.get(term)
+        if hit is None:
+            infos = self.infos
+            hit = [(p, infos[p].terms[term]) for p in self._with_terms if term in infos[p].terms]
+            self._postings[term] = hit
+        return hit
+
     def module_path(self, dotted: str) -> str | None:
         """The file a dotted module name refers to, trying shorter prefixes (``a.b.Class``)."""
         parts = dotted.split(".")
@@ -569,9 +602,16 @@ class RepoIndex:
             return out
         for mod in info.imports:
             hit = self.modules.get(mod)
-            if hit is None:
-                # "from a.b import name": the name lives in a.b.
-                hit = self.modules.get(mod.rpartition(".")[0]) if "." in mod else None
+            if hit is None and "." in mod:
+                package, _, name = mod.rpartition(".")
+                hit = self.modules.get(package)
+                # "from a.b import name" where a/b/__init__.py re-exports it: the file under
+                # a/b/ that defines ``name`` is what the code really uses.
+                if hit is not None and hit.endswith("/__init__.py"):
+                    prefix = hit[: -len("__init__.py")]
+                    owners = [p for p in self.defs.get(name, ()) if p.startswith(prefix) and not is_test_path(p)]
+                    if len(owners) == 1:
+                        hit = owners[0]
             if hit and hit != path and hit not in out:
                 out.append(hit)
         return out
@@ -582,7 +622,7 @@ class RepoIndex:
         k1, b = 1.2, 0.75
         scores: dict[str, float] = defaultdict(float)
         for term, qtf in terms.items():
-            posting = self.postings.get(term)
+            posting = self.posting(term)
             if not posting:
                 continue
             df = len(posting)
@@ -602,7 +642,7 @@ class RepoIndex:
         lexical = self._bm25(q.terms)
         top = max(lexical.values(), default=0.0) or 1.0
         for path, s in lexical.items():
-            score[path] += 4.0 * s / top
+            score[path] += W_LEXICAL * s / top
 
         # Definitions of the identifiers the issue names: rare names point at few files.
         for ident, count in q.idents.items():
@@ -610,9 +650,9 @@ class RepoIndex:
             if not files:
                 continue
             idf = math.log(1 + self.n_docs / len(files))
-            w = idf * (1 + math.log(count)) / max(1.0, math.sqrt(len(files)))
+            w = idf * (1 + DEF_REPEAT * math.log(count)) / max(1.0, len(files) ** DEF_SPREAD)
             for path in files:
-                score[path] += 1.5 * w
+                score[path] += W_DEF * w
                 why[path].append(ident)
 
         # Dotted names: a module path or module.attribute.
@@ -646,7 +686,8 @@ class RepoIndex:
             if info is None or path not in self._files or not info.readable:
                 continue
             if is_test_path(path):
-                s *= 0.35
+                # Fixes live in the code; tests are offered to the Explorer as options instead.
+                s *= 0.2
             elif _is_doc_path(path) or not path.endswith(PY_SUFFIXES):
                 s *= 0.4
             ranked.append(Candidate(path, round(s, 6), list(dict.fromkeys(why.get(path, [])))[:8]))
@@ -895,7 +936,7 @@ class RepoIndex:
 
     def callers_of(self, name: str, n: int = 4) -> list[str]:
         """Files that use ``name`` but do not define it, most uses first."""
-        posting = self.postings.get(name.lower(), [])
+        posting = self.posting(name.lower())
         defining = set(self.defs.get(name, []))
         users = [(tf, p) for p, tf in posting if p not in defining]
         users.sort(key=lambda t: (is_test_path(t[1]), -t[0], t[1]))
