@@ -177,3 +177,45 @@ def test_parse_problem_reads_code_shaped_names() -> None:
     assert "to_stacked_array" in q.idents and "Dataset" in q.idents
     assert "xarray.core.dataset" in q.dotted
     assert q.frames == [("x/y/sessions.py", "merge_settings")]
+
+
+def test_localization_bench_on_a_fixture_mirror(wt, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from eval.localization_bench import main
+
+    mirrors = tmp_path / "mirrors"
+    subprocess.run(["git", "clone", "-q", "--bare", str(wt.path), str(mirrors / "acme+pkg" / "repo")], check=True)
+    patch = "diff --git a/pkg/sessions.py b/pkg/sessions.py\n--- a/pkg/sessions.py\n+++ b/pkg/sessions.py\n"
+    rows = [
+        {"instance_id": "acme__pkg-1", "repo": "acme/pkg", "base_commit": wt.base, "patch": patch,
+         "problem_statement": "merge_settings drops the session's headers when the request has none"},
+        {"instance_id": "other__x-1", "repo": "other/x", "base_commit": wt.base, "patch": patch,
+         "problem_statement": "not mirrored, skipped"},
+    ]
+    dataset = tmp_path / "lite.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["--dataset", str(dataset), "--repos", str(mirrors), "--cache-dir", str(tmp_path / "c")]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1] == "overall recall@8: 1.000 (1 instances)"
+    assert any(line.startswith("acme/pkg") for line in out)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dataset", "nope.jsonl", "--repos", "."], "dataset not found"),
+    (["--dataset", "{dataset}", "--repos", "nope-dir"], "is not a directory"),
+    (["--dataset", "{dataset}", "--repos", "{empty}"], "no instance of the dataset has a mirror"),
+    (["--dataset", "{dataset}", "--repos", ".", "--limit", "-1"], "--limit must be >= 0"),
+])
+def test_localization_bench_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  args: list[str], message: str) -> None:
+    from eval.localization_bench import main
+
+    dataset = tmp_path / "d.jsonl"
+    dataset.write_text('{"instance_id": "a-1", "repo": "a/b", "base_commit": "x", "problem_statement": "p", '
+                       '"patch": "diff --git a/f.py b/f.py\\n"}\n')
+    (tmp_path / "empty").mkdir()
+    args = [a.format(dataset=dataset, empty=tmp_path / "empty") for a in args]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and "Traceback" not in err[0]
