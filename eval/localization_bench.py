@@ -55,8 +55,8 @@ def bm25_ranking(index, problem: str, k: int) -> list[str]:  # noqa: ANN001 - Re
     corpus = [data.get(p, b"").decode("utf-8", errors="replace") for p in paths]
     retriever = bm25s.BM25()
     retriever.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
-    query = bm25s.tokenize([problem], stopwords="en", show_progress=False)
-    if not query.vocab:
+    query = bm25s.tokenize([problem], stopwords="en", show_progress=False, return_ids=False)
+    if not query or not query[0]:
         return []
     docs, _ = retriever.retrieve(query, k=min(k, len(paths)), show_progress=False)
     return [paths[int(i)] for i in docs[0]]
@@ -180,7 +180,7 @@ def print_table(rows: list[Row], no_bm25: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m eval.localization_bench", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m eval.localization_bench", description=(__doc__ or "").split("\n")[0])
     p.add_argument("--dataset", type=Path, required=True, help="SWE-bench-format JSONL")
     p.add_argument("--repos", type=Path, required=True, help="folder of git mirrors (<owner>+<name>/repo)")
     p.add_argument("--limit", type=int, default=0, help="only the first N matching instances")
