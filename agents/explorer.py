@@ -27,12 +27,17 @@ from fixgraph.state import ExploreStep, Suspect, TaskState, Usage, merge_usage
 _PER_FILE_OVERHEAD = 20
 # The issue may take at most this share of the Explorer's budget; the rest is for reading code.
 _PROBLEM_SHARE = 3
+_FOCUS_MAX_DEFS = 10
 
 
 def issue_focus(index: RepoIndex, problem: str) -> list[str]:
     """Names the issue mentions that the repository defines: their bodies are shown in full."""
     q = parse_problem(problem)
-    return [name for name, _ in sorted(q.idents.items(), key=lambda t: (-t[1], t[0])) if name in index.defs][:20]
+    # Dunders and names defined all over the repository (``__init__``, ``sin``) would spend the
+    # budget on bodies that say nothing about this issue.
+    return [name for name, _ in sorted(q.idents.items(), key=lambda t: (-t[1], t[0]))
+            if name in index.defs and not (name.startswith("__") and name.endswith("__"))
+            and len(index.defs[name]) <= _FOCUS_MAX_DEFS][:20]
 
 
 def explorer_messages(index: RepoIndex, repo: str, problem: str, read: list[str], focus: list[str],

@@ -158,3 +158,17 @@ def test_explorer_prompt_stays_within_token_budget(tmp_path: Path, budget: int) 
     assert "skeleton" in prompt
     if budget >= 4000:
         assert "BUG: None is not skipped" in prompt  # the symbol is shown in full
+
+
+def test_symlink_out_of_the_repo_is_never_read(tmp_path: Path) -> None:
+    from tests.localize_repo import SECRET
+
+    state, model = run(tmp_path, {
+        "Plan": [plan("leak.txt", "data/logo.bin"), plan("data/logo.bin", "pkg/sessions.py")],
+        "ExploreStep": [step()],
+    }, problem=f"merge_settings fails when {SECRET} is set")
+    # A link is not a file the Planner may name: it is reported missing, like a wrong path.
+    assert state["reruns"][0]["reason"] == "missing_file" and state["reruns"][0]["paths"] == ["leak.txt"]
+    explored = model.prompts_for("ExploreStep")[0]
+    assert "not shown (binary, huge or unreadable)" in explored
+    assert f"{SECRET} merge_settings" not in "\n".join(model.prompts_for("Plan") + model.prompts_for("ExploreStep"))
