@@ -41,6 +41,8 @@ PY_SUFFIXES = (".py", ".pyi")
 TEXT_SUFFIXES = (".py", ".pyi", ".rst", ".txt", ".md", ".cfg", ".toml", ".ini", ".yaml", ".yml",
                  ".json", ".html", ".css", ".js", ".jinja", ".j2", ".c", ".h", ".pyx", ".pxd",
                  ".sh", ".in", ".conf", ".tex")
+# A class in focus longer than this is outlined (own statements, method signatures), not shown whole.
+BIG_CLASS_LINES = 80
 CONFIG_NAMES = ("setup.cfg", "pyproject.toml", "setup.py", "tox.ini", "pytest.ini", "conftest.py",
                 ".coveragerc", "MANIFEST.in")
 
@@ -848,6 +850,11 @@ class RepoIndex:
                 continue
             depth = s.qualname.count(".")
             pad = "       " + "    " * (depth + 1)
+            if s in focused and s.kind == "class" and s.end - s.start > BIG_CLASS_LINES:
+                # A big class in focus: its own statements (``__slots__``, attributes) in full,
+                # its methods as signatures below, unless a method is itself in focus.
+                items.append((s.start, _class_outline(lines, s, symbols)))
+                continue
             if s in focused:
                 body = _numbered(lines, s.start, s.end)
                 if body_cap is not None and count_tokens(body) > body_cap:
@@ -1006,3 +1013,25 @@ def views_within(index: RepoIndex, paths: list[str], focus: list[str], token_bud
         views[path] = view
         left -= count_tokens(view)
     return [(p, views[p]) for p in paths]
+
+
+def _class_outline(lines: list[str], cls: Symbol, symbols: list[Symbol]) -> str:
+    """A class's header, its docstring's first line and its own statements, numbered."""
+    inside: set[int] = set()
+    for child in symbols:
+        if child.qualname.startswith(cls.qualname + "."):
+            inside.update(range(child.start, child.end + 1))
+    keep = list(range(cls.start, cls.header_end + 1))
+    n = cls.header_end + 1
+    first = lines[n - 1].strip() if n - 1 < len(lines) else ""
+    for quote in ('"""', "'''"):
+        if first.lstrip("rRuU").startswith(quote):
+            keep.append(n)
+            if first.count(quote) < 2:
+                n += 1
+                while n <= cls.end and quote not in lines[n - 1]:
+                    n += 1
+            n += 1
+            break
+    keep += [m for m in range(n, cls.end + 1) if m not in inside and lines[m - 1].strip()]
+    return "\n".join(f"{m:>5}| {lines[m - 1]}" for m in keep[:60] if m - 1 < len(lines))

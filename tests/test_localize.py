@@ -219,3 +219,15 @@ def test_localization_bench_bad_input_is_one_line(tmp_path: Path, capsys: pytest
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0] and "Traceback" not in err[0]
+
+
+def test_big_class_in_focus_is_outlined_not_dumped(tmp_path: Path) -> None:
+    methods = "".join(f"    def method_{i}(self):\n        x = {i}\n        return x\n\n" for i in range(40))
+    source = ('class Store:\n    """Keeps things."""\n\n    __slots__ = ("name",)\n    limit = 3\n\n'
+              + methods + "    def put(self, item):\n        self.items.append(item)  # the bug\n")
+    wt = make_repo(tmp_path, extra={"pkg/store.py": source + "\n" * 400}, awkward=False)
+    index = RepoIndex.build(wt, tmp_path / "cache")
+    view = index.view("pkg/store.py", ["Store", "Store.put"], 3000)
+    assert '    4|     __slots__ = ("name",)' in view  # the class's own statements
+    assert "def method_7(self):" in view and "x = 7" not in view  # other methods: signatures only
+    assert "self.items.append(item)  # the bug" in view  # the focused method in full
