@@ -63,6 +63,8 @@ class LLMSettings(_Strict):
     # One re-ask when a reply is not valid structured output, then the task fails with the reason.
     structured_reasks: int = Field(default=1, ge=0, le=3)
     use_responses_api: bool = False
+    # A cap on each reply, so that one call's cost is bounded before it is made (see llm.Meter).
+    max_output_tokens: int = Field(default=4096, ge=64)
     prices: dict[str, Price] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
 
 

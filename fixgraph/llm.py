@@ -114,6 +114,7 @@ def make_chat_model(cfg: RunConfig, role: str) -> BaseChatModel:
         temperature=llm.temperature,
         timeout=llm.timeout_s,
         max_retries=llm.max_retries,
+        max_tokens=llm.max_output_tokens,
         http_client=deadline_client(llm.timeout_s),
         use_responses_api=llm.use_responses_api,
         **kwargs,
@@ -163,13 +164,24 @@ class Meter:
         self.dollars = start.get("dollars", 0.0)
         self._lock = threading.Lock()
 
-    def check(self) -> None:
+    def check(self, next_call_dollars: float = 0.0) -> None:
+        """Raise BudgetExceeded when the budget is spent, or when the next call's worst case
+        (its prompt plus ``max_output_tokens`` at the model's price) would overrun the task's dollars."""
         if self.tokens >= self.budget.task_tokens:
             raise BudgetExceeded(f"task token budget spent ({self.tokens} of {self.budget.task_tokens})")
         if self.dollars >= self.budget.task_dollars:
             raise BudgetExceeded(f"task dollar budget spent (${self.dollars:.4f} of ${self.budget.task_dollars})")
         if self.run is not None and self.run.exhausted():
             raise BudgetExceeded(f"run dollar budget spent (${self.run.spent:.4f} of ${self.run.cap})")
+        if next_call_dollars and self.dollars + next_call_dollars > self.budget.task_dollars:
+            raise BudgetExceeded(
+                f"task dollar budget nearly spent: the next call may cost up to ${next_call_dollars:.4f}, "
+                f"${self.budget.task_dollars - self.dollars:.4f} is left")
+
+    def worst_case(self, model: str, prompt_chars: int, max_output_tokens: int) -> float:
+        price = self.prices.get(model, Price())
+        # About four characters a token for English and code; a bound, not a count.
+        return (prompt_chars / 4 * price.input + max_output_tokens * price.output) / 1_000_000
 
     def charge(self, node: str, model: str, message: BaseMessage | None) -> Usage:
         meta = getattr(message, "usage_metadata", None) or {}
@@ -203,11 +215,11 @@ class LLM:
         # For malformed 200 replies only; the client retries every other transient fault itself.
         self.retries = retries
 
-    def _invoke(self, runnable: Any, convo: list[BaseMessage]) -> Any:
+    def _invoke(self, runnable: Any, convo: list[BaseMessage], worst_case: float = 0.0) -> Any:
         """One call, budget checked first; malformed replies retried with backoff, all else mapped."""
         detail = ""
         for retries_taken in range(self.retries + 1):
-            self.meter.check()
+            self.meter.check(worst_case)
             try:
                 return runnable.invoke(convo)
             except openai.APIStatusError as exc:
@@ -229,8 +241,10 @@ class LLM:
         usage: Usage = {}
         convo = list(messages)
         last_error = "no reply"
+        max_out = int(getattr(model, "max_tokens", None) or 0)
         for _ in range(self.reasks + 1):
-            out = self._invoke(runnable, convo)
+            chars = sum(len(str(m.content)) for m in convo)
+            out = self._invoke(runnable, convo, self.meter.worst_case(_model_name(model), chars, max_out))
             raw = out.get("raw") if isinstance(out, dict) else None
             from fixgraph.state import merge_usage
 

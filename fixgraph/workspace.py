@@ -217,8 +217,8 @@ def _remove_index_lock(path: Path) -> None:
 
 
 def _check_patch_paths(wt: Worktree, patch: str) -> None:
-    from unidiff.patch import PatchSet
     from unidiff.errors import UnidiffParseError
+    from unidiff.patch import PatchSet
 
     try:
         files = PatchSet(patch)

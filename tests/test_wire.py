@@ -41,3 +41,23 @@ def test_chatopenai_on_the_wire_structured_output_auth_and_usage(calc, cfg_facto
     # The key never lands in the record or the prediction.
     text = (cfg.runs_dir / "wire" / "records" / f"{inst.instance_id}.json").read_text()
     assert TEST_KEY not in text
+
+
+def test_a_call_whose_worst_case_overruns_the_budget_is_never_made(calc, cfg_factory):
+    mirrors, inst = calc
+    with FakeLLMServer(ScriptResponder(calc_script(False)), usage=(1000, 200)) as srv:
+        cfg = cfg_factory("baseline", **{"llm.base_url": srv.base_url, "budget.task_dollars": 0.05,
+                                         "llm.max_output_tokens": 4096,
+                                         "llm.models": {"planner": "m-small", "explorer": "m-small",
+                                                        "coder": "m-big", "critic": "m-small"},
+                                         "llm.prices": {"m-small": {"input": 1.0, "output": 2.0},
+                                                        "m-big": {"input": 10.0, "output": 20.0}}})
+        run_tasks([inst], cfg, run_id="cap", repos=mirrors, progress=False)
+        names = [r["body"]["tools"][0]["function"]["name"] for r in srv.requests]
+        assert all(r["body"].get("max_tokens") == 4096 or r["body"].get("max_completion_tokens") == 4096
+                   for r in srv.requests)
+    # The Coder's reply could cost 4096 * $20/M = $0.08 alone: more than the $0.05 cap allows.
+    assert names == ["Plan", "ExploreStep"]
+    rec = read_record(cfg, "cap", inst.instance_id)
+    assert "next call may cost up to" in rec["stop_reason"]
+    assert rec["usage"]["dollars"] <= 0.05
