@@ -23,6 +23,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import git
+
 from fixgraph.config import TestSettings
 from fixgraph.dataset import DatasetError, Instance, load_jsonl, select
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, find_mirror
@@ -59,6 +61,9 @@ def run_one(inst: Instance, cache: RepoCache, runner: Any) -> dict[str, Any]:
         wt = cache.worktree(inst.repo, inst.base_commit, f"goldbench-{inst.instance_id}")
     except WorkspaceError as exc:
         return {**row, "runnable": False, "reason": str(exc)}
+    except git.GitCommandError as exc:  # e.g. a mirror missing some blobs
+        detail = [ln for ln in str(exc.stderr or "").strip().splitlines() if ln.strip()]
+        return {**row, "runnable": False, "reason": f"cannot check out the base commit: {(detail or ['git failed'])[-1]}"}
     try:
         wt.apply(inst.patch)
     except PatchError as exc:
