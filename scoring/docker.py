@@ -26,7 +26,7 @@ from fixgraph.dataset import Instance
 from fixgraph.workspace import Worktree, content_key
 from scoring import crash
 from scoring.specs import SpecsError, parse_log, patch_files, repo_specs, test_directives
-from scoring.tests import LOG_TAIL_CHARS, TestOutcome, TestRunner, UnavailableRunner
+from scoring.tests import LOG_TAIL_CHARS, PASSING, TestOutcome, TestRunner, UnavailableRunner
 
 START, END = ">>>>> Start Test Output", ">>>>> End Test Output"
 
@@ -139,7 +139,10 @@ class DockerRunner:
         out.runnable = True
         out.fail_to_pass = {t: after.get(t, "MISSING") for t in instance.FAIL_TO_PASS}
         out.pass_to_pass_after = {t: after.get(t, "MISSING") for t in instance.PASS_TO_PASS}
-        out.crash = crash.from_log(log, Path("/testbed"))
+        failing = [t for t, s in out.fail_to_pass.items() if s not in PASSING]
+        failing += [t for t, s in out.pass_to_pass_after.items()
+                    if s not in PASSING and out.pass_to_pass_before.get(t) in PASSING]
+        out.crash = crash.from_log(log, Path("/testbed"), failing) if failing else ""
         if err:
             out.notes.append(err)
         return out
