@@ -291,7 +291,8 @@ def _finding(d: Diag, file: str, symbols: SymbolMap, text: str = "") -> Finding:
 
 
 def is_evidence(d: Diag) -> bool:
-    if d.rule == "syntax":
+    if d.rule == "syntax" or "Tuple size mismatch" in d.message:
+        # Unpacking a tuple of the wrong size is a ValueError whatever rule pyright files it under.
         return True
     if d.source == "pyflakes":
         return d.rule in PYFLAKES_RUNTIME
@@ -329,23 +330,33 @@ def _functions(symbols: SymbolMap) -> dict[str, ast.FunctionDef | ast.AsyncFunct
 
 def keep_set(change: FileChange, before: SymbolMap, after: SymbolMap) -> set[str]:
     """The functions whose bodies pyright must check on both sides: those the patch changes, and
-    those that refer to a function whose signature the patch changes (its callers may now be
-    wrong)."""
+    those in the file that call one of them (a changed signature or return value breaks callers:
+    the caller unpacks a tuple of another size, or calls what is now None)."""
     keep = {s.qualname for s in after.functions_touching(change.added)}
     keep |= {s.qualname for s in before.functions_touching(change.removed | change.anchors)}
     old, new = _functions(before), _functions(after)
-    changed_names = {q.rsplit(".", 1)[-1] for q in keep & old.keys() & new.keys()
-                     if ast.dump(old[q].args) != ast.dump(new[q].args)}
+    changed_names = {q.rsplit(".", 1)[-1] for q in keep if q in old or q in new}
     changed_names |= {q.rsplit(".", 1)[-1] for q in old.keys() - new.keys()}  # removed or renamed
+    changed_names.discard("__init__")  # called as the class, and every method reads what it sets
     if changed_names:
         for funcs in (old, new):
             for q, node in funcs.items():
-                for sub in ast.walk(node):
-                    ref = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else None
-                    if ref in changed_names:
-                        keep.add(q)
-                        break
+                if changed_names & _references(node):
+                    keep.add(q)
+    # The functions the kept ones call keep their bodies too: a stub returns Any, and pyright
+    # would no longer see what a call in the changed code really returns.
+    called: set[str] = set()
+    for funcs in (old, new):
+        for q in keep & funcs.keys():
+            called |= _references(funcs[q])
+    for funcs in (old, new):
+        keep |= {q for q in funcs if q.rsplit(".", 1)[-1] in called}
     return keep
+
+
+def _references(node: ast.AST) -> set[str]:
+    return {sub.id if isinstance(sub, ast.Name) else sub.attr for sub in ast.walk(node)
+            if isinstance(sub, ast.Name | ast.Attribute)}
 
 
 def analyze_patch(wt: Worktree, patch: str, *, settings: CriticSettings, cache_dir: Path) -> StaticResult:

@@ -36,6 +36,10 @@ def unit_area():
 
 def legacy(c):
     return undefined_helper(c)
+
+
+def bounds(c):
+    return 0, c.r, 2 * c.r
 '''
 
 UTIL = '''\

@@ -107,6 +107,15 @@ def test_possibly_unbound_variable_is_evidence(wt: Worktree, cache: Path) -> Non
     assert [(f["rule"], f["symbol"]) for f in result.new] == [("reportPossiblyUnboundVariable", "describe")]
 
 
+def test_unpacking_what_an_untouched_function_returns_is_checked(wt: Worktree, cache: Path) -> None:
+    # bounds() is untouched and returns three values; its body must not be stubbed out, or the
+    # ValueError in describe() would be invisible (sympy-18698 failed this way).
+    patch = edit(wt, "pkg/shapes.py", '    return "circle of radius %s" % c.r',
+                 '    lo, hi = bounds(c)\n    return "circle from %s to %s" % (lo, hi)')
+    result = analyze(wt, patch, cache)
+    assert [(f["symbol"], "Tuple size mismatch" in f["message"]) for f in result.new] == [("describe", True)]
+
+
 def test_pyflakes_adds_what_pyright_does_not_report(wt: Worktree, cache: Path) -> None:
     patch = edit(wt, "pkg/shapes.py", 'return "circle of radius %s" % c.r', 'return "circle %s of radius %s" % (c.r,)')
     result = analyze(wt, patch, cache)
