@@ -13,33 +13,65 @@ from langgraph.runtime import Runtime
 from agents.common import messages, stops_cleanly
 from fixgraph.context import TaskContext
 from fixgraph.edits import apply_edits
+from fixgraph.localize import RepoIndex, count_tokens
 from fixgraph.state import AttemptRecord, CodeChange, TaskState
 from fixgraph.workspace import PatchError, Worktree
 
-# Lines of context shown around a suspect when a file is too long to show whole.
-WINDOW = 60
 
-
-def code_view(wt: Worktree, path: str, suspects: list[dict[str, Any]], max_lines: int) -> str | None:
-    """The file as the Coder sees it: raw text (so edits can quote it), windows if it is long."""
-    text = wt.read(path)
-    if text is None:
-        return None
-    lines = text.split("\n")
-    ranges = [(s.get("start_line", 0), s.get("end_line", 0)) for s in suspects if s.get("file") == path]
-    ranges = [(a, b or a) for a, b in ranges if a > 0]
-    if len(lines) <= max_lines or not ranges:
-        return text if len(lines) <= max_lines * 2 else "\n".join(lines[: max_lines * 2]) + "\n# ... (truncated)"
+def _windows(lines: list[str], ranges: list[tuple[int, int]], window: int) -> str:
     keep: set[int] = set()
     for a, b in ranges:
-        keep.update(range(max(0, a - 1 - WINDOW), min(len(lines), b + WINDOW)))
+        keep.update(range(max(0, a - 1 - window), min(len(lines), b + window)))
     out, prev = [], -2
     for i in sorted(keep):
         if i != prev + 1:
-            out.append("# ... (lines omitted)")
+            out.append(f"# ... (lines omitted; next line is line {i + 1})")
         out.append(lines[i])
         prev = i
+    if prev < len(lines) - 1:
+        out.append("# ... (rest of the file omitted)")
     return "\n".join(out)
+
+
+def code_view(wt: Worktree, index: RepoIndex, path: str, suspects: list[dict[str, Any]],
+              max_tokens: int, window: int) -> dict[str, str] | None:
+    """The file as the Coder sees it, within ``max_tokens``.
+
+    Raw text (so edits can quote it exactly): the whole file when it fits, else windows around
+    the suspects, narrowed until they fit. A file with no suspect that does not fit is shown as the
+    index's outline, for reference only: its numbered lines cannot be quoted in an edit.
+    """
+    text = wt.read(path)
+    if text is None:
+        return None
+    if count_tokens(text) <= max_tokens:
+        return {"path": path, "kind": "code", "content": text}
+    lines = text.split("\n")
+    ranges = [(int(s.get("start_line") or 0), int(s.get("end_line") or 0)) for s in suspects if s.get("file") == path]
+    ranges = [(a, max(a, b)) for a, b in ranges if a > 0]
+    if ranges:
+        while True:
+            view = _windows(lines, ranges, window)
+            if count_tokens(view) <= max_tokens or window <= 5:
+                return {"path": path, "kind": "code", "content": view}
+            window //= 2
+    focus = [str(s.get("symbol")) for s in suspects if s.get("symbol")]
+    return {"path": path, "kind": "outline", "content": index.view(path, focus, max_tokens)}
+
+
+def coder_files(wt: Worktree, index: RepoIndex, read: list[str], suspects: list[dict[str, Any]],
+                budget: int, window: int) -> list[dict[str, str]]:
+    """Suspect files first; each file gets an equal share, and what small files leave goes on."""
+    with_suspects = [p for p in read if any(s.get("file") == p for s in suspects)]
+    order = with_suspects + [p for p in read if p not in with_suspects]
+    files: list[dict[str, str]] = []
+    left = budget
+    for n, path in enumerate(order):
+        view = code_view(wt, index, path, suspects, left // (len(order) - n), window)
+        if view is not None:
+            files.append(view)
+            left -= count_tokens(view["content"])
+    return files
 
 
 @stops_cleanly("coder")
@@ -50,11 +82,8 @@ def coder(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
     number = len(state.get("attempts", [])) + 1
     exploration = state.get("exploration", {})
     suspects = exploration.get("suspects", [])
-    files = []
-    for path in state.get("files_read", []):
-        content = code_view(wt, path, suspects, ctx.cfg.explorer.skeleton_over_lines)
-        if content is not None:
-            files.append({"path": path, "content": content})
+    files = coder_files(wt, ctx.index(), state.get("files_read", []), suspects,
+                        ctx.cfg.coder.token_budget, ctx.cfg.coder.window_lines)
     previous = state.get("attempts", [])[-1] if state.get("attempts") else None
     prompt = messages(
         "the Coder", "coder",

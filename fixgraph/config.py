@@ -88,6 +88,13 @@ class ExplorerSettings(_Strict):
     map_tokens: int = Field(default=6000, ge=500)
 
 
+class CoderSettings(_Strict):
+    # Everything the Coder is shown of the code fits in this many tokens.
+    token_budget: int = Field(default=32_000, ge=2000)
+    # Lines of raw context around each suspect when a file is too big to show whole.
+    window_lines: int = Field(default=60, ge=5)
+
+
 class CriticSettings(_Strict):
     enabled: bool = True
     static: bool = True
@@ -167,6 +174,7 @@ class RunConfig(_Strict):
     llm: LLMSettings = LLMSettings()
     budget: Budget = Budget()
     explorer: ExplorerSettings = ExplorerSettings()
+    coder: CoderSettings = CoderSettings()
     critic: CriticSettings = CriticSettings()
     tests: TestSettings = TestSettings()
     github: GitHubSettings = GitHubSettings()
