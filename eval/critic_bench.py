@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shutil
 import signal
 import statistics
 import sys
@@ -247,6 +248,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if out:
             out.close()
+        # The static cache (and, without --cache-dir, the clones) belong to this run only.
+        shutil.rmtree(work, ignore_errors=True)
 
     print(f"rows judged: {judged} of {len(rows)}")
     tallies = [redo, ours] + ([full] if args.llm else [])
