@@ -106,16 +106,22 @@ class FakeLLMServer:
         self.httpd = _QuietServer(("127.0.0.1", port), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def handle(self, handler: Any, body: dict[str, Any]) -> None:
-        """Answer one chat completion; subclasses inject faults here."""
+    def scripted(self, handler: Any, body: dict[str, Any]) -> tuple[str | None, dict[str, Any]] | None:
+        """The tool the request offers and the script's arguments for it; None (after answering
+        400, as the API does for a request it cannot serve) when the script has no reply."""
         tools = body.get("tools") or []
         tool = tools[0]["function"]["name"] if tools else None
         try:
-            args = self.responder(tool or "text", body)
+            return tool, self.responder(tool or "text", body)
         except KeyError as exc:
             handler._send(400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
-            return
-        handler._send(200, completion(body.get("model", "fake"), tool, args, usage=self.usage))
+            return None
+
+    def handle(self, handler: Any, body: dict[str, Any]) -> None:
+        """Answer one chat completion; subclasses inject faults here."""
+        found = self.scripted(handler, body)
+        if found is not None:
+            handler._send(200, completion(body.get("model", "fake"), found[0], found[1], usage=self.usage))
 
     @property
     def base_url(self) -> str:

@@ -128,13 +128,10 @@ class FaultyLLMServer(FakeLLMServer):
             self._stopping.wait(self.plan.silent_s)
             handler.close_connection = True
             return
-        tools = body.get("tools") or []
-        tool = tools[0]["function"]["name"] if tools else None
-        try:
-            args = self.responder(tool or "text", body)
-        except KeyError as exc:
-            handler._send(400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
+        found = self.scripted(handler, body)
+        if found is None:
             return
+        tool, args = found
         usage = (self.plan.huge_tokens, self.plan.huge_tokens // 10) if fault == "huge_usage" else self.usage
         if fault == "bad_args":
             args = wrong_arguments(args)
