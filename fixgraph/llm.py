@@ -114,7 +114,7 @@ def make_chat_model(cfg: RunConfig, role: str) -> BaseChatModel:
         temperature=llm.temperature,
         timeout=llm.timeout_s,
         max_retries=llm.max_retries,
-        max_tokens=llm.max_output_tokens,
+        max_completion_tokens=llm.max_output_tokens,
         http_client=deadline_client(llm.timeout_s),
         use_responses_api=llm.use_responses_api,
         **kwargs,
