@@ -94,7 +94,7 @@ def critic(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
         score = fix_score.compute(outcome, code_quality, llm_score)
         if outcome is not None:
             crash = outcome.crash
-            score["test_run"] = {  # type: ignore[typeddict-unknown-key]
+            score["test_run"] = {
                 "backend": outcome.backend, "runnable": outcome.runnable, "reason": outcome.reason,
                 "seconds": round(outcome.seconds, 1), "timed_out": outcome.timed_out,
                 "network_isolated": outcome.network_isolated}
@@ -106,7 +106,7 @@ def critic(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
                       if s not in tests.PASSING and outcome.pass_to_pass_before.get(t) in tests.PASSING]
             findings += [Finding(source="tests", rule="regression", message=f"{t} passed before the patch and now fails",
                                  severity="error") for t in broken[:10]]
-    score["quality_detail"] = quality_detail  # type: ignore[typeddict-unknown-key]
+    score["quality_detail"] = quality_detail
 
     previous = state.get("attempts", [])
     before = {_key(f) for f in (previous[-1].get("findings", []) if previous else [])}

@@ -98,6 +98,8 @@ class ScoreParts(TypedDict, total=False):
     fail_to_pass: dict[str, str]
     pass_to_pass: dict[str, str]
     note: str
+    test_run: dict[str, Any]  # backend, runnable, reason, seconds, timed_out, network_isolated
+    quality_detail: dict[str, Any]  # how code_quality was reached (scoring/quality.py)
 
 
 class AttemptRecord(TypedDict, total=False):
