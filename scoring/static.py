@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from fixgraph import astlock
 from fixgraph.config import CriticSettings
 from fixgraph.records import atomic_write
 from fixgraph.state import Finding
@@ -213,7 +214,8 @@ def run_pyright(cmd: list[str], root: Path, files: list[Path], config_dir: Path,
 
 def _syntax_error(source: str, filename: str) -> Diag:
     try:
-        compile(source, filename, "exec", 0x400)  # ast.PyCF_ONLY_AST
+        with astlock.LOCK:  # not thread-safe on CPython 3.11: see fixgraph/astlock.py
+            compile(source, filename, "exec", 0x400)  # ast.PyCF_ONLY_AST
     except (SyntaxError, ValueError) as exc:
         return Diag("python", "syntax", f"SyntaxError: {getattr(exc, 'msg', exc)}",
                     getattr(exc, "lineno", 1) or 1, "error")
@@ -224,7 +226,8 @@ def run_pyflakes(source: str, filename: str) -> list[Diag]:
     from pyflakes import checker
 
     try:
-        tree = compile(source, filename, "exec", 0x400)  # ast.PyCF_ONLY_AST
+        with astlock.LOCK:
+            tree = compile(source, filename, "exec", 0x400)  # ast.PyCF_ONLY_AST
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", 1) or 1
         return [Diag("pyflakes", "syntax", f"syntax error: {getattr(exc, 'msg', exc)}", line, "error")]
