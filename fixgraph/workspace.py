@@ -8,6 +8,7 @@ share the cache; each task gets its own worktree, so no two tasks share a workin
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -100,16 +101,25 @@ class RepoCache:
         safe = key.replace("/", "_")
         path = self.cache_dir / "worktrees" / safe
         with file_lock(self.bare_path(repo).with_suffix(".lock")):
-            if not (path / ".git").exists():
+            try:
+                if not (path / ".git").exists():
+                    shutil.rmtree(path, ignore_errors=True)
+                    bare.git.worktree("prune")
+                    # Twice: a worktree whose "add" was killed stays locked ("initializing").
+                    bare.git.worktree("add", "--detach", "--force", "--force", str(path), commit)
+                else:
+                    # One task owns a worktree, so an index.lock in it was left by a killed process.
+                    _remove_index_lock(path)
+                wt = Worktree(path, commit)
+                wt.reset()
+            except git.GitCommandError as exc:
+                # A half-made worktree would be reused by the next call; take it away.
                 shutil.rmtree(path, ignore_errors=True)
-                bare.git.worktree("prune")
-                # Twice: a worktree whose "add" was killed stays locked ("initializing").
-                bare.git.worktree("add", "--detach", "--force", "--force", str(path), commit)
-            else:
-                # One task owns a worktree, so an index.lock in it was left by a killed process.
-                _remove_index_lock(path)
-        wt = Worktree(path, commit)
-        wt.reset()
+                with contextlib.suppress(git.GitCommandError):
+                    bare.git.worktree("prune")
+                detail = (exc.stderr or "").strip().splitlines()
+                raise WorkspaceError(
+                    f"cannot check out {repo} at {commit[:12]}: {detail[-1] if detail else exc}") from None
         return wt
 
     def remove_stale_worktrees(self, prefix: str, keep: set[str]) -> list[Path]:

@@ -54,3 +54,25 @@ def test_worktree_apply_rejects_diff_escaping_the_repo(wt):
         wt.apply(evil)
     with pytest.raises(PatchError, match="empty patch"):
         wt.apply("")
+
+
+def test_a_commit_that_cannot_be_checked_out_is_a_workspace_error(calc, tmp_path):
+    """A mirror missing a blob (seen with astropy here): one clear reason, no half-made worktree."""
+    import subprocess
+
+    from fixgraph.workspace import WorkspaceError
+
+    mirrors, inst = calc
+    cache = RepoCache(tmp_path / "cache", mirrors)
+    bare = cache.ensure_clone(inst.repo, inst.base_commit)
+    blob = bare.git.rev_parse(f"{inst.base_commit}:calc/ops.py")
+    # Unpack, then drop the blob's object file.
+    for pack in (cache.bare_path(inst.repo) / "objects" / "pack").glob("*.pack"):
+        data = pack.read_bytes()
+        pack.unlink()
+        pack.with_suffix(".idx").unlink()
+        subprocess.run(["git", "unpack-objects", "-q"], cwd=cache.bare_path(inst.repo), input=data, check=True)
+    (cache.bare_path(inst.repo) / "objects" / blob[:2] / blob[2:]).unlink()
+    with pytest.raises(WorkspaceError, match="cannot check out fixture/calc"):
+        cache.worktree(inst.repo, inst.base_commit, "broken")
+    assert not (tmp_path / "cache" / "worktrees" / "broken").exists()
