@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -44,3 +46,17 @@ def cfg_factory(tmp_path: Path):
 
 def read_record(cfg: RunConfig, run_id: str, instance_id: str) -> dict[str, Any]:
     return json.loads((cfg.runs_dir / run_id / "records" / f"{instance_id}.json").read_text())
+
+
+@pytest.fixture
+def spawned(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, dict[str, str]]]:
+    """Every subprocess started during the test: (argv, environment it got)."""
+    seen: list[tuple[Any, dict[str, str]]] = []
+    real_init = subprocess.Popen.__init__
+
+    def spy(self: subprocess.Popen[Any], args: Any, *a: Any, **kw: Any) -> None:
+        seen.append((args, dict(kw.get("env") or os.environ)))
+        real_init(self, args, *a, **kw)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", spy)
+    return seen

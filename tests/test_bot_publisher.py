@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -180,17 +179,9 @@ def test_empty_patch_publishes_nothing(fake: FakeGitHub, setup: tuple[Path, str,
 
 
 def test_token_stays_out_of_argv_env_logs_and_body(fake: FakeGitHub, setup: tuple[Path, str, Worktree],
-                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   spawned: list[tuple[Any, dict[str, str]]],
                                                    caplog: pytest.LogCaptureFixture) -> None:
     _, sha, wt = setup
-    spawned: list[tuple[Any, dict[str, str]]] = []
-    real_init = subprocess.Popen.__init__
-
-    def spy(self: subprocess.Popen[Any], args: Any, *a: Any, **kw: Any) -> None:
-        spawned.append((args, dict(kw.get("env") or os.environ)))
-        real_init(self, args, *a, **kw)
-
-    monkeypatch.setattr(subprocess.Popen, "__init__", spy)
     caplog.set_level(logging.DEBUG)
     result = publisher(fake, config(fake)).publish(outcome_for(wt, sha))
     assert result["ok"], result

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import threading
 import time
 import urllib.error
@@ -265,15 +264,8 @@ def test_rate_limit_403_is_waited_out(bot: Bot, fake: FakeGitHub, kind: str) -> 
 
 
 def test_token_never_leaks(bot: Bot, fake: FakeGitHub, monkeypatch: pytest.MonkeyPatch,
+                           spawned: list[tuple[Any, dict[str, str]]],
                            caplog: pytest.LogCaptureFixture) -> None:
-    spawned: list[tuple[Any, dict[str, str]]] = []
-    real_init = subprocess.Popen.__init__
-
-    def spy(self: subprocess.Popen[Any], args: Any, *a: Any, **kw: Any) -> None:
-        spawned.append((args, dict(kw.get("env") or os.environ)))
-        real_init(self, args, *a, **kw)
-
-    monkeypatch.setattr(subprocess.Popen, "__init__", spy)
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
     scrub_environ()  # what `python -m bot` does once the config has read the token
     assert "GITHUB_TOKEN" not in os.environ
