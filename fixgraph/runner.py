@@ -87,13 +87,22 @@ def build_record(instance: Instance, cfg: RunConfig, values: dict[str, Any], *, 
     }
 
 
+# Switching a database to WAL does not wait on the busy timeout: two workers opening a new
+# checkpoint file at once could fail with "database is locked". Set up one at a time.
+_CHECKPOINT_SETUP = threading.Lock()
+
+
 def _checkpointer(path: Path | None) -> SqliteSaver | None:
     if path is None:
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(path), check_same_thread=False, timeout=60)
-    conn.execute("PRAGMA journal_mode=WAL")
-    return SqliteSaver(conn)
+    with _CHECKPOINT_SETUP:
+        conn = sqlite3.connect(str(path), check_same_thread=False, timeout=60)
+        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            conn.execute("PRAGMA journal_mode=WAL")
+        saver = SqliteSaver(conn)
+        saver.setup()
+    return saver
 
 
 def run_task(instance: Instance, cfg: RunConfig, *, publisher: Publisher, repo_cache: RepoCache,
