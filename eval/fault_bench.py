@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.faulty_llm_server import FAULT_KINDS, FaultPlan, FaultyLLMServer
+from eval.fixtures import git_commit_all
 
 PROJECT = Path(__file__).resolve().parent.parent
 CONFIG = """\
@@ -75,14 +76,6 @@ class Spec:
     applies: bool
 
 
-def _git(cwd: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid",
-           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.invalid",
-           "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1", "PATH": os.environ.get("PATH", ""),
-           "HOME": str(cwd)}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
-
-
 def make_bench_repos(root: Path, n_tasks: int, per_repo: int = 30) -> tuple[list[dict[str, Any]], dict[str, Spec]]:
     """Fixture repos under ``root`` (mirror layout) and one SWE-bench-format instance per bug."""
     instances: list[dict[str, Any]] = []
@@ -100,10 +93,7 @@ def make_bench_repos(root: Path, n_tasks: int, per_repo: int = 30) -> tuple[list
         (repo / name / "__init__.py").write_text("")
         (repo / name / "funcs.py").write_text(f'"""Scaling helpers of {name}."""\n\n\n' + "\n\n".join(funcs))
         (repo / "README.md").write_text(f"# {name}\n\nScaling helpers.\n")
-        _git(repo, "init", "-q", "-b", "main")
-        _git(repo, "add", "-A")
-        _git(repo, "commit", "-q", "-m", f"{name}: initial")
-        base = _git(repo, "rev-parse", "HEAD")
+        base = git_commit_all(repo, f"{name}: initial")
         for j in range(count):
             iid = f"bench__{name}-{j}"
             factor = j + 2

@@ -8,6 +8,7 @@ so ``--repos <root>`` finds it.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -61,12 +62,25 @@ FIXED_LINE = "    return sum(values) / len(values)\n"
 BROKEN_LINE = "    return total(values) / len(values)\n"
 
 
-def _git(cwd: Path, *args: str) -> str:
+def git_commit_all(repo: Path, message: str) -> str:
+    """``git init`` (if needed), commit everything under ``repo`` with a fixed identity; the new sha.
+
+    No global or system git config is read, so fixtures are the same on every machine.
+    """
     env = {"GIT_AUTHOR_NAME": "fixture", "GIT_AUTHOR_EMAIL": "fixture@example.invalid",
            "GIT_COMMITTER_NAME": "fixture", "GIT_COMMITTER_EMAIL": "fixture@example.invalid",
-           "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1", "PATH": "/usr/bin:/bin:/usr/local/bin",
-           "HOME": str(cwd)}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+           "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1",
+           "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(repo)}
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    if not (repo / ".git").exists():
+        git("init", "-q", "-b", "main")
+    git("add", "-A")
+    git("commit", "-q", "-m", message)
+    return git("rev-parse", "HEAD")
 
 
 def _diff(before: str, after: str, path: str) -> str:
@@ -87,10 +101,7 @@ def make_calc_repo(root: Path, owner: str = "fixture", name: str = "calc") -> di
     (repo / "tests" / "__init__.py").write_text("")
     (repo / "tests" / "test_ops.py").write_text(TESTS_BASE)
     (repo / "pyproject.toml").write_text('[project]\nname = "calc"\nversion = "0.1"\n')
-    _git(repo, "init", "-q", "-b", "main")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "calc: initial")
-    base = _git(repo, "rev-parse", "HEAD")
+    base = git_commit_all(repo, "calc: initial")
     test_patch = _diff(TESTS_BASE, TESTS_BASE + TEST_PATCH_ADDITION, "tests/test_ops.py")
     gold = _diff(OPS_BUGGY, OPS_BUGGY.replace(BUGGY_LINE, FIXED_LINE), "calc/ops.py")
     return {
