@@ -119,6 +119,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=0, help="judge only the first N labelled rows")
     p.add_argument("--stride", type=int, default=1,
                    help="judge every K-th labelled row (a spread sample across repos and runs)")
+    p.add_argument("--shard", default="", metavar="I/N",
+                   help="judge only shard I of N (0-based) of the labelled rows: run N shards side by side with "
+                        "separate --output files, then concatenate them and count them with --resume")
     p.add_argument("--llm", action="store_true", help="add the LLM check (needs an OpenAI-compatible endpoint)")
     p.add_argument("--config", default="redo", help="config for the Critic settings and the LLM")
     p.add_argument("--cache-dir", type=Path, default=None,
@@ -158,6 +161,9 @@ def run(args: argparse.Namespace) -> int:
         rows = rows[:: args.stride]
     if args.limit:
         rows = rows[: args.limit]
+    if args.shard:
+        index, count = _shard(args.shard)
+        rows = rows[index::count]
     if not rows:
         raise InputError("no labelled rows with a mirror to judge")
 
@@ -268,6 +274,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"F1={ours.f1:.3f} F1_redo_static={redo.f1:.3f} median_s={ours.median_s:.2f} "
           f"median_s_redo={redo.median_s:.2f}")
     return 0
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise InputError(f"--shard: expected I/N, e.g. 0/2, got {text!r}") from None
+    if count < 1 or not 0 <= index < count:
+        raise InputError(f"--shard: need 0 <= I < N, got {text!r}")
+    return index, count
 
 
 def _count(rec: dict[str, Any], truth: bool, redo: Tally, ours: Tally, full: Tally, llm: bool) -> None:

@@ -60,7 +60,7 @@ from scoring.patchinfo import (
     parse_patch,
 )
 
-ANALYZER_VERSION = "1"  # bump when keys or rules change, to invalidate the base-side cache
+ANALYZER_VERSION = "2"  # bump when keys or rules change, to invalidate the base-side cache
 
 # pyright rules that are runtime-error evidence (see the module docstring for why).
 RUNTIME_RULES: frozenset[str] = frozenset({
@@ -174,7 +174,7 @@ def run_pyright(cmd: list[str], root: Path, files: list[Path], config_dir: Path,
                 timeout: float) -> dict[Path, list[Diag]]:
     """One pyright process over ``files``; diagnostics per file. Raises when pyright did not run."""
     config_dir.mkdir(parents=True, exist_ok=True)
-    config = dict(PYRIGHT_CONFIG, extraPaths=[str(root)])
+    config = dict(PYRIGHT_CONFIG, extraPaths=[str(root)] + ([str(root / "src")] if (root / "src").is_dir() else []))
     cfg_path = config_dir / f"pyrightconfig-{hashlib.sha256(str(root).encode()).hexdigest()[:12]}.json"
     if not cfg_path.is_file() or cfg_path.read_text() != json.dumps(config):
         atomic_write(cfg_path, json.dumps(config))

@@ -99,6 +99,14 @@ def test_caller_of_a_changed_signature_is_checked(wt: Worktree, cache: Path) -> 
     assert ("reportCallIssue", "unit_area") in [(f["rule"], f["symbol"]) for f in result.new]
 
 
+def test_src_layout_imports_resolve(wt: Worktree, cache: Path) -> None:
+    # srcpkg lives under src/: unless pyright looks there, scale() is Unknown and any call passes.
+    patch = edit(wt, "src/srcpkg/api.py", "return scale(x, 2)", "return scale(x)")
+    result = analyze(wt, patch, cache)
+    assert [(f["rule"], f["symbol"]) for f in result.new] == [("reportCallIssue", "double")]
+    assert '"k"' in result.new[0]["message"]
+
+
 def test_possibly_unbound_variable_is_evidence(wt: Worktree, cache: Path) -> None:
     # An UnboundLocalError waiting for c.r == 0 (sphinx-8801 failed this way).
     patch = edit(wt, "pkg/shapes.py", '    return "circle of radius %s" % c.r',
