@@ -99,6 +99,8 @@ class CriticSettings(_Strict):
     enabled: bool = True
     static: bool = True
     pyflakes: bool = True
+    # Attributes the patch reads that exist nowhere in the repository or the standard library.
+    names: bool = True
     llm_check: bool = True
     llm_check_calls: int = Field(default=1, ge=1, le=5)
     tests: bool = True

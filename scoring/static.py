@@ -50,6 +50,7 @@ from fixgraph.config import CriticSettings
 from fixgraph.records import atomic_write
 from fixgraph.state import Finding
 from fixgraph.workspace import Worktree
+from scoring import names
 from scoring.patchinfo import (
     FileChange,
     PatchParseError,
@@ -299,6 +300,8 @@ def is_evidence(d: Diag) -> bool:
         return True
     if d.source == "pyflakes":
         return d.rule in PYFLAKES_RUNTIME
+    if d.source == "names":
+        return True
     return d.rule in RUNTIME_RULES
 
 
@@ -457,6 +460,17 @@ def analyze_patch(wt: Worktree, patch: str, *, settings: CriticSettings, cache_d
         found = results.get(sidecars[(path, side)].resolve(), []) if (path, side) in sidecars else []
         return _relative_import_diags([d for d in found if d.line <= last])
 
+    unknown: dict[str, list[Diag]] = {}
+    if settings.names:
+        trees = [(c, syms[(c.path, "after")].tree) for c in py if c.path not in broken]
+        try:
+            for c, attr, line in names.unknown_attributes(wt.path, wt.base, [(c, t) for c, t in trees if t]):
+                unknown.setdefault(c.path, []).append(Diag(
+                    "names", names.RULE, f'"{attr}" is not an attribute of anything: no file of the repository '
+                    "mentions it and the standard library does not have it", line, "error"))
+        except (RuntimeError, OSError, subprocess.TimeoutExpired):
+            pass  # the search is an extra; pyright and pyflakes still count
+
     all_new: list[Finding] = []
     new: list[Finding] = []
     for c in py:
@@ -476,11 +490,15 @@ def analyze_patch(wt: Worktree, patch: str, *, settings: CriticSettings, cache_d
                 before_diags += run_pyflakes(befores[c.path] or "", c.path)
             after_diags += run_pyflakes(afters[c.path], c.path)
         fresh = introduced(before_diags, after_diags, syms[(c.path, "before")], syms[(c.path, "after")], c.added)
+        fresh += unknown.get(c.path, [])  # new by construction: nothing at the base commit mentions them
         fresh.sort(key=lambda d: (d.line, d.source))
+        # An unknown attribute pyright already reports on the base code, which works, is its
+        # misjudgement of a class that gets attributes at run time; saying it again is no evidence.
+        misjudged = {normalize(d.message) for d in before_diags if d.rule == "reportAttributeAccessIssue"}
         for d in _dedupe(fresh):
             f = _finding(d, c.path, syms[(c.path, "after")], afters[c.path])
             all_new.append(f)
-            if is_evidence(d):
+            if is_evidence(d) and not (d.rule == "reportAttributeAccessIssue" and normalize(d.message) in misjudged):
                 new.append(f)
     return done("ok", new, "", all_new)
 

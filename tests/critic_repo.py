@@ -40,6 +40,10 @@ def legacy(c):
 
 def bounds(c):
     return 0, c.r, 2 * c.r
+
+
+def radius_of(c: Circle):
+    return c.radius  # set at run time: a type checker does not know Circle has it
 '''
 
 UTIL = '''\

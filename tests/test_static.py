@@ -71,6 +71,16 @@ def test_same_message_in_another_function_is_new(wt: Worktree, cache: Path) -> N
     assert [(f["rule"], f["symbol"]) for f in result.new] == [("reportUndefinedVariable", "describe")]
 
 
+def test_attribute_error_pyright_already_reports_on_base_code_is_not_evidence(wt: Worktree, cache: Path) -> None:
+    # pyright says Circle has no radius about code that works (set at run time, as Sphinx's
+    # config does); the same complaint about the patch's new function is that misjudgement again.
+    patch = edit(wt, "pkg/shapes.py", "    return c.radius  #",
+                 "    return diameter_of(c) / 2\n\n\ndef diameter_of(c: Circle):\n    return 2 * c.radius  #")
+    result = analyze(wt, patch, cache)
+    assert result.new == []
+    assert [(f["rule"], f["symbol"]) for f in result.all_new] == [("reportAttributeAccessIssue", "diameter_of")]
+
+
 def test_second_copy_of_an_old_error_is_new_and_points_at_the_added_line(wt: Worktree, cache: Path) -> None:
     patch = edit(wt, "pkg/shapes.py", "    return undefined_helper(c)\n",
                  "    first = undefined_helper(c)\n    return undefined_helper(first)\n")
@@ -105,6 +115,29 @@ def test_src_layout_imports_resolve(wt: Worktree, cache: Path) -> None:
     result = analyze(wt, patch, cache)
     assert [(f["rule"], f["symbol"]) for f in result.new] == [("reportCallIssue", "double")]
     assert '"k"' in result.new[0]["message"]
+
+
+def test_attribute_that_exists_nowhere_is_evidence(wt: Worktree, cache: Path) -> None:
+    # c is an unannotated parameter, so pyright cannot know it has no radius_in_cm; but nothing in
+    # the repository or the standard library has an attribute of that name.
+    patch = edit(wt, "pkg/shapes.py", '% c.r\n', '% c.radius_in_cm\n')
+    result = analyze(wt, patch, cache)
+    assert [(f["source"], f["rule"], f["symbol"], f["line"]) for f in result.new] == [
+        ("names", "UnknownAttribute", "describe", 20)]
+    assert '"radius_in_cm"' in result.new[0]["message"]
+
+
+@pytest.mark.parametrize("old,new", [
+    ('% c.r\n', '% c.r.hex()\n'),  # a method of float: the standard library has it
+    ('% c.r\n', '% c.area()\n'),  # defined in the repository
+    ('% c.r\n', '% np.format_float_positional(c.r)\nimport numpy as np\n'),  # third-party module
+    ('        self.r = r\n', '        self.r = r\n        self.diameter = 2 * r\n\n    def d(self):\n'
+                            '        return self.diameter\n'),  # the patch defines it
+])
+def test_attribute_check_is_silent_on_attributes_that_exist(wt: Worktree, cache: Path, old: str, new: str) -> None:
+    result = analyze(wt, edit(wt, "pkg/shapes.py", old, new), cache)
+    assert result.status == "ok"
+    assert [f for f in result.all_new if f["source"] == "names"] == []
 
 
 def test_possibly_unbound_variable_is_evidence(wt: Worktree, cache: Path) -> None:
