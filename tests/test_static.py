@@ -140,6 +140,17 @@ def test_attribute_check_is_silent_on_attributes_that_exist(wt: Worktree, cache:
     assert [f for f in result.all_new if f["source"] == "names"] == []
 
 
+@pytest.mark.parametrize("param,evidence", [("int", True), ("int | str", False)])
+def test_operator_issue_counts_only_when_it_fails_for_the_whole_type(wt: Worktree, cache: Path, param: str,
+                                                                     evidence: bool) -> None:
+    # "x" + int always raises TypeError; with int | str pyright complains because one member
+    # would, which in untyped code is mostly a union of its own inference.
+    patch = edit(wt, "pkg/shapes.py", "def bounds(c):", f'def label(k: {param}):\n    return "x" + k\n\n\ndef bounds(c):')
+    result = analyze(wt, patch, cache)
+    assert [f["rule"] for f in result.all_new] == ["reportOperatorIssue"]
+    assert [f["rule"] for f in result.new] == (["reportOperatorIssue"] if evidence else [])
+
+
 def test_possibly_unbound_variable_is_evidence(wt: Worktree, cache: Path) -> None:
     # An UnboundLocalError waiting for c.r == 0 (sphinx-8801 failed this way).
     patch = edit(wt, "pkg/shapes.py", '    return "circle of radius %s" % c.r',
