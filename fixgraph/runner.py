@@ -105,6 +105,18 @@ def _checkpointer(path: Path | None) -> SqliteSaver | None:
     return saver
 
 
+def check_checkpoints(path: Path) -> None:
+    """Open (and set up) the run's checkpoint database once before any task, so that a file that
+    is not a database, or a folder that cannot be written, stops the run with the reason instead
+    of failing every task."""
+    try:
+        saver = _checkpointer(path)
+    except (sqlite3.Error, OSError) as exc:
+        raise WorkspaceError(f"checkpoint database {path} cannot be used: {exc}") from None
+    if saver is not None:
+        saver.conn.close()
+
+
 def run_task(instance: Instance, cfg: RunConfig, *, publisher: Publisher, repo_cache: RepoCache,
              store: RunStore | None = None, model_factory: ModelFactory | None = None,
              run_meter: RunMeter | None = None) -> dict[str, Any]:
@@ -217,6 +229,8 @@ def run_tasks(instances: list[Instance], cfg: RunConfig, *, run_id: str, repos: 
     publisher = publisher or DiffPublisher(store)
     summary = RunSummary(run_id=run_id, total=len(instances), predictions=str(store.jsonl_path))
     todo = [i for i in instances if not store.is_done(i.instance_id)]
+    if todo:
+        check_checkpoints(store.checkpoint_path)
     summary.skipped = len(instances) - len(todo)
     # A run killed between a task's record and its clean-up leaves that worktree behind.
     repo_cache.remove_stale_worktrees(

@@ -48,6 +48,21 @@ def test_malformed_jsonl_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def test_checkpoint_file_that_is_not_a_database_stops_the_run_with_one_line(tmp_path, calc):
+    from eval.fixtures import make_calc_repo, write_dataset
+
+    ds = write_dataset(tmp_path / "ds.jsonl", [make_calc_repo(tmp_path / "m3")])
+    db = tmp_path / "runs" / "r1" / "checkpoints.sqlite"
+    db.parent.mkdir(parents=True)
+    db.write_bytes(b"this is not a database, it is a text file long enough to have a header" * 20)
+    proc = run_graph(["--tasks", "all", "--dataset", str(ds), "--run-id", "r1", "--no-progress"], tmp_path,
+                     {"OPENAI_API_KEY": "k", "EVAL_MODE": "true"})
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fixgraph: error: checkpoint database ") and "r1" in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
 def test_unknown_config_and_bad_eval_mode(tmp_path):
     proc = run_graph(["--config", "nosuch"], tmp_path, {"OPENAI_API_KEY": "k"})
     assert proc.returncode == 2 and "unknown config 'nosuch'" in proc.stderr
