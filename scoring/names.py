@@ -36,7 +36,10 @@ from scoring.patchinfo import FileChange
 
 RULE = "UnknownAttribute"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SKIP_STDLIB = {"test", "idlelib", "lib2to3", "turtledemo", "__phello__", "antigravity", "this"}
+# Not read: test suites and demos. Python sources are only read; C modules are imported to list
+# their names, except those with side effects at import (readline may write terminal escapes).
+_SKIP_STDLIB = {"test", "idlelib", "lib2to3", "turtledemo", "__phello__"}
+_NO_IMPORT = {"readline", "_tkinter"}
 
 
 @lru_cache(maxsize=1)
@@ -68,7 +71,7 @@ def standard_names() -> frozenset[str]:
                     names.update(_IDENT.findall(path.read_text(encoding="utf-8", errors="replace")))
                 except OSError:
                     continue
-        elif origin in ("built-in", "frozen") or origin.endswith((".so", ".pyd")):
+        elif mod not in _NO_IMPORT and (origin in ("built-in", "frozen") or origin.endswith((".so", ".pyd"))):
             # C modules: their names are only known by importing them (no side effects at import).
             try:
                 with warnings.catch_warnings():
