@@ -133,6 +133,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    shard = _shard(args.shard) if args.shard else None
     cfg = load_config(args.config)
     settings = cfg.critic
     if args.llm:
@@ -161,9 +162,8 @@ def run(args: argparse.Namespace) -> int:
         rows = rows[:: args.stride]
     if args.limit:
         rows = rows[: args.limit]
-    if args.shard:
-        index, count = _shard(args.shard)
-        rows = rows[index::count]
+    if shard:
+        rows = rows[shard[0]::shard[1]]
     if not rows:
         raise InputError("no labelled rows with a mirror to judge")
 

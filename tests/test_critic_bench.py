@@ -57,6 +57,24 @@ def test_bench_labels_rows_and_compares_with_redo(tmp_path: Path, capsys: pytest
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("F1=1.000 F1_redo_static=0.000")
     assert len(rows.read_text().splitlines()) == 4
 
+    # Two shards side by side, concatenated, and counted with --resume: the same figures.
+    shards = [tmp_path / f"shard{i}.jsonl" for i in range(2)]
+    for i, part in enumerate(shards):
+        assert main(["--predictions", str(preds), "--dataset", str(dataset), "--repos", str(mirrors),
+                     "--cache-dir", str(tmp_path / f"cache{i}"), "-o", str(part), "--shard", f"{i}/2"]) == 0
+    capsys.readouterr()
+    both = tmp_path / "both.jsonl"
+    both.write_text("".join(part.read_text() for part in shards))
+    assert main(["--predictions", str(preds), "--dataset", str(dataset), "--repos", str(mirrors),
+                 "-o", str(both), "--resume"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].startswith("F1=1.000 F1_redo_static=0.000")
+    assert {line.split()[0]: line.split()[1:6] for line in out if line.startswith(("redo_", "ours_"))} == {
+        "redo_static": ["4", "0", "1", "1", "2"], "ours_static": ["4", "1", "0", "0", "3"]}
+    assert main(["--predictions", str(preds), "--dataset", str(dataset), "--repos", str(mirrors),
+                 "--shard", "2/2"]) == 2
+    assert "--shard: need 0 <= I < N" in capsys.readouterr().err
+
 
 def test_unlabelled_predictions_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = make_repo(tmp_path / "src")
