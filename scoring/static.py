@@ -83,7 +83,7 @@ RUNTIME_RULES: frozenset[str] = frozenset({
     "reportAbstractUsage",
     "reportUnhashable",
     "reportNoOverloadImplementation",
-    "reportRelativeImport",  # our own name: an unresolvable relative import (ImportError)
+    "reportRelativeImport",  # our own name: an import of a module the repository lacks (ImportError)
     "syntax",
 })
 
@@ -309,16 +309,33 @@ def is_evidence(d: Diag) -> bool:
     return d.rule in RUNTIME_RULES
 
 
-def _relative_import_diags(after: list[Diag]) -> list[Diag]:
-    """pyright's missing-import diagnostics for relative imports are ImportErrors for sure
-    (the module would be in the repository); absolute ones may just be missing on this machine."""
+_IMPORT = re.compile(r'Import "([\w.]+)" could not be resolved')
+
+
+def _repo_import_diags(after: list[Diag], root: Path, local_tops: set[str]) -> list[Diag]:
+    """pyright's missing-import diagnostics that are ImportErrors for sure: a relative import, or
+    an absolute one into the repository's own packages, of a module that has no file of any kind
+    (source, Cython, C, built extension) where it would be. An absolute import of anything else
+    may just be a package missing on this machine."""
     out = []
     for d in after:
-        if d.rule == "reportMissingImports" and re.search(r'Import "\.', d.message):
+        m = _IMPORT.search(d.message) if d.rule == "reportMissingImports" else None
+        if m and (m.group(1).startswith(".") or _missing_in_repo(m.group(1), root, local_tops)):
             out.append(Diag(d.source, "reportRelativeImport", d.message, d.line, "error"))
         else:
             out.append(d)
     return out
+
+
+def _missing_in_repo(module: str, root: Path, local_tops: set[str]) -> bool:
+    parts = module.split(".")
+    if parts[0] not in local_tops:
+        return False
+    for base in (root, root / "src"):
+        parent = base.joinpath(*parts[:-1])
+        if parent.is_dir():
+            return not any(parent.glob(parts[-1] + ".*")) and not (parent / parts[-1]).exists()
+    return False
 
 
 # ---- the phase -----------------------------------------------------------------------------
@@ -459,10 +476,12 @@ def analyze_patch(wt: Worktree, patch: str, *, settings: CriticSettings, cache_d
         for target in sidecars.values():
             target.unlink(missing_ok=True)
 
+    local_tops = names.local_packages(wt.path)
+
     def diags_of(path: str, side: str, text: str | None) -> list[Diag]:
         last = len((text or "").splitlines())
         found = results.get(sidecars[(path, side)].resolve(), []) if (path, side) in sidecars else []
-        return _relative_import_diags([d for d in found if d.line <= last])
+        return _repo_import_diags([d for d in found if d.line <= last], wt.path, local_tops)
 
     unknown: dict[str, list[Diag]] = {}
     if settings.names:

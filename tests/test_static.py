@@ -151,6 +151,19 @@ def test_operator_issue_counts_only_when_it_fails_for_the_whole_type(wt: Worktre
     assert [f["rule"] for f in result.new] == (["reportOperatorIssue"] if evidence else [])
 
 
+@pytest.mark.parametrize("line,evidence", [
+    ("from pkg.nothere import thing", True),  # the repository's own package has no such module
+    ("from .nothere import thing", True),
+    ("from pkg.util import load", False),  # exists
+    ("import some_package_not_installed_here", False),  # may just be missing on this machine
+])
+def test_import_of_a_module_the_repository_lacks_is_evidence(wt: Worktree, cache: Path, line: str,
+                                                              evidence: bool) -> None:
+    patch = edit(wt, "pkg/shapes.py", "import math\n", f"import math\n{line}\n")
+    result = analyze(wt, patch, cache)
+    assert [f["rule"] for f in result.new] == (["reportRelativeImport"] if evidence else [])
+
+
 def test_possibly_unbound_variable_is_evidence(wt: Worktree, cache: Path) -> None:
     # An UnboundLocalError waiting for c.r == 0 (sphinx-8801 failed this way).
     patch = edit(wt, "pkg/shapes.py", '    return "circle of radius %s" % c.r',
