@@ -36,12 +36,12 @@ from typing import Any
 import git
 
 from eval.redo_static import redo_static
-from fixgraph.config import ConfigError, load_config
-from fixgraph.dataset import DatasetError, load_jsonl
-from fixgraph.llm import LLMFailure, RunMeter
+from fixgraph.config import load_config
+from fixgraph.dataset import load_jsonl
+from fixgraph.llm import RunMeter
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, find_mirror
 from scoring import llm_check, static
-from scoring.critic import InputError, load_predictions, make_llm
+from scoring.critic import InputError, load_predictions, make_llm, run_reporting_errors
 
 POSITIVE = {"runtime_error"}
 NEGATIVE = {"resolved", "assertion_failure"}
@@ -316,14 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     # A terminated run still prints the figures for the rows it judged.
     signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        from dotenv import load_dotenv
-
-        load_dotenv()
-        return run(args)
-    except (InputError, ConfigError, DatasetError, static.StaticAnalysisUnavailable, LLMFailure) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return run_reporting_errors(run, args)
 
 
 if __name__ == "__main__":

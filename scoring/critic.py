@@ -23,6 +23,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -207,8 +208,8 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+def run_reporting_errors(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run a command of this family: ``.env`` loaded, bad input as one line and exit 2."""
     try:
         from dotenv import load_dotenv
 
@@ -217,6 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, ConfigError, DatasetError, static.StaticAnalysisUnavailable, LLMFailure) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return run_reporting_errors(run, args)
     except KeyboardInterrupt:
         print("interrupted; rerun to continue where it stopped", file=sys.stderr)
         return 130
