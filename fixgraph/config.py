@@ -101,6 +101,11 @@ class CriticSettings(_Strict):
     pyflakes: bool = True
     # Attributes the patch reads that exist nowhere in the repository or the standard library.
     names: bool = True
+    # Let pyright infer what unannotated functions outside the touched files return (call-site
+    # return type inference). Off: their calls return Unknown and the touched files alone are
+    # analyzed in full; the static phase is then about 1.3x faster over the benchmark (2x on some
+    # sympy patches) with higher precision and lower recall (README, The Critic).
+    infer_unannotated: bool = True
     llm_check: bool = True
     llm_check_calls: int = Field(default=1, ge=1, le=5)
     tests: bool = True

@@ -16,9 +16,14 @@ version and a copy of the base version written next to the real file (so relativ
 as they do for it; the copies are removed afterwards), and in both copies the bodies of functions
 the patch does not concern are reduced to ``return <Any>`` with line numbers unchanged
 (``patchinfo.focus``): pyright then spends its time on the changed functions and the callers of a
-changed signature instead of on the whole file. The base side's diagnostics are cached under
-``cache_dir`` per (commit, file, focused content, analyzer version), so a retry on the same
-functions checks only the patched side.
+changed function (in any touched file) instead of on the whole file. When the patch touches
+several Python files, the base copies are checked in a second process with every touched file put
+back to the base for its duration, so that an old call to a function another file changed is
+seen as broken by the patch. The base side's diagnostics are cached under ``cache_dir`` per
+(commit, file, focused content, analyzer version), so a retry on the same functions checks only
+the patched side. ``critic.infer_unannotated = false`` stops pyright from inferring what
+unannotated functions outside the touched files return (the median patch 1.3x faster; the touched
+files stay fully analyzed through a per-file ``# pyright:`` comment).
 
 Which diagnostics count as runtime-error evidence (``RUNTIME_RULES``): the ones whose dynamic
 counterpart is an exception Python raises when the line runs: a name that is not defined
@@ -40,6 +45,8 @@ package lacks is an ImportError whether the import is relative or absolute. A th
 from __future__ import annotations
 
 import ast
+import contextlib
+import functools
 import hashlib
 import json
 import re
@@ -47,6 +54,7 @@ import shutil
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -67,7 +75,7 @@ from scoring.patchinfo import (
     parse_patch,
 )
 
-ANALYZER_VERSION = "3"  # bump when keys or rules change, to invalidate the base-side cache
+ANALYZER_VERSION = "4"  # bump when keys or rules change, to invalidate the base-side cache
 
 # pyright rules that are runtime-error evidence (see the module docstring for why).
 RUNTIME_RULES: frozenset[str] = frozenset({
@@ -115,6 +123,10 @@ PYRIGHT_CONFIG: dict[str, Any] = {
     "reportMissingTypeStubs": "none",
     "enableTypeIgnoreComments": True,
 }
+
+# A per-file override (pyright reads `# pyright:` comments anywhere in a file): the copies of the
+# touched files analyze their unannotated functions while the rest of the repository does not.
+OWN_FILE_RULES = "# pyright: analyzeUnannotatedFunctions=true"
 
 SIDE_PREFIX = "_fixgraph_"
 
@@ -177,11 +189,15 @@ def pyright_version(cmd: list[str]) -> str:
     return _version_cache[key]
 
 
+def pyright_config(settings: CriticSettings) -> dict[str, Any]:
+    return dict(PYRIGHT_CONFIG, analyzeUnannotatedFunctions=settings.infer_unannotated)
+
+
 def run_pyright(cmd: list[str], root: Path, files: list[Path], config_dir: Path,
-                timeout: float) -> dict[Path, list[Diag]]:
+                timeout: float, base_config: dict[str, Any] = PYRIGHT_CONFIG) -> dict[Path, list[Diag]]:
     """One pyright process over ``files``; diagnostics per file. Raises when pyright did not run."""
     config_dir.mkdir(parents=True, exist_ok=True)
-    config = dict(PYRIGHT_CONFIG, extraPaths=[str(root)] + ([str(root / "src")] if (root / "src").is_dir() else []))
+    config = dict(base_config, extraPaths=[str(root)] + ([str(root / "src")] if (root / "src").is_dir() else []))
     cfg_path = config_dir / f"pyrightconfig-{hashlib.sha256(str(root).encode()).hexdigest()[:12]}.json"
     if not cfg_path.is_file() or cfg_path.read_text() != json.dumps(config):
         atomic_write(cfg_path, json.dumps(config))
@@ -347,9 +363,11 @@ def _missing_in_repo(module: str, root: Path, local_tops: set[str]) -> bool:
 # ---- the phase -----------------------------------------------------------------------------
 
 
-def _cache_path(cache_dir: Path, wt: Worktree, path: str, version: str, content: str, context: str) -> Path:
-    key = hashlib.sha256("\x00".join([ANALYZER_VERSION, version, wt.base, path, content, context,
-                                      json.dumps(PYRIGHT_CONFIG, sort_keys=True)]).encode()).hexdigest()[:24]
+def _cache_path(cache_dir: Path, wt: Worktree, path: str, version: str, content: str,
+                config: dict[str, Any]) -> Path:
+    # The base side is analyzed with every touched file at the base, so the key needs no patch.
+    key = hashlib.sha256("\x00".join([ANALYZER_VERSION, version, wt.base, path, content,
+                                      json.dumps(config, sort_keys=True)]).encode()).hexdigest()[:24]
     return cache_dir / "static-before" / wt.base[:12] / f"{key}.json"
 
 
@@ -357,24 +375,85 @@ def _sidecar(path: Path, side: str) -> Path:
     return path.with_name(f"{SIDE_PREFIX}{side}_{path.name}")
 
 
+def _check_copies(wt: Worktree, copies: dict[tuple[str, str], str], *, cmd: list[str], cache_dir: Path,
+                  timeout: float, config: dict[str, Any]) -> dict[tuple[str, str], list[Diag]]:
+    """pyright's diagnostics for each (path, side) copy, written beside the real file for one run."""
+    if not copies:
+        return {}
+    sidecars: dict[tuple[str, str], Path] = {}
+    try:
+        for (path, side), text in copies.items():
+            target = _sidecar(wt.path / path, side)
+            target.write_text(text, encoding="utf-8")
+            sidecars[(path, side)] = target
+        results = run_pyright(cmd, wt.path, list(sidecars.values()), cache_dir / "pyright", timeout, config)
+    finally:
+        for target in sidecars.values():
+            target.unlink(missing_ok=True)
+    return {k: results.get(target.resolve(), []) for k, target in sidecars.items()}
+
+
+@contextlib.contextmanager
+def _at_base(wt: Worktree, changes: list[FileChange]) -> Iterator[None]:
+    """The touched files as the base commit has them (a new file absent), restored byte for byte."""
+    saved: dict[Path, bytes | None] = {}
+    made: list[Path] = []
+    try:
+        for c in changes:
+            path = wt.path / c.path
+            saved[path] = path.read_bytes() if path.is_file() else None
+            text = None if c.is_new else base_content(wt, c.path)
+            if text is None:
+                path.unlink(missing_ok=True)
+                continue
+            for parent in reversed(path.relative_to(wt.path).parents):
+                if not (wt.path / parent).exists():
+                    (wt.path / parent).mkdir()
+                    made.append(wt.path / parent)
+            path.write_text(text, encoding="utf-8")
+        yield
+    finally:
+        for path, data in saved.items():
+            if data is None:
+                path.unlink(missing_ok=True)
+            else:
+                path.write_bytes(data)
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
 def _functions(symbols: SymbolMap) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
     return {s.qualname: s.node for s in symbols.scopes if isinstance(s.node, ast.FunctionDef | ast.AsyncFunctionDef)}
 
 
-def keep_set(change: FileChange, before: SymbolMap, after: SymbolMap) -> set[str]:
-    """The functions whose bodies pyright must check on both sides: those the patch changes, and
-    those in the file that call one of them (a changed signature or return value breaks callers:
-    the caller unpacks a tuple of another size, or calls what is now None)."""
-    keep = {s.qualname for s in after.functions_touching(change.added)}
-    keep |= {s.qualname for s in before.functions_touching(change.removed | change.anchors)}
+def _touched(change: FileChange, before: SymbolMap, after: SymbolMap) -> set[str]:
+    return ({s.qualname for s in after.functions_touching(change.added)}
+            | {s.qualname for s in before.functions_touching(change.removed | change.anchors)})
+
+
+def changed_names(change: FileChange, before: SymbolMap, after: SymbolMap) -> set[str]:
+    """The names of the functions the patch changes, removes or renames in one file."""
     old, new = _functions(before), _functions(after)
-    changed_names = {q.rsplit(".", 1)[-1] for q in keep if q in old or q in new}
-    changed_names |= {q.rsplit(".", 1)[-1] for q in old.keys() - new.keys()}  # removed or renamed
-    changed_names.discard("__init__")  # called as the class, and every method reads what it sets
-    if changed_names:
+    names_ = {q.rsplit(".", 1)[-1] for q in _touched(change, before, after) if q in old or q in new}
+    names_ |= {q.rsplit(".", 1)[-1] for q in old.keys() - new.keys()}  # removed or renamed
+    names_.discard("__init__")  # called as the class, and every method reads what it sets
+    return names_
+
+
+def keep_set(change: FileChange, before: SymbolMap, after: SymbolMap,
+             changed_elsewhere: frozenset[str] = frozenset()) -> set[str]:
+    """The functions whose bodies pyright must check on both sides: those the patch changes, and
+    those in the file that call one of them or one changed in another touched file (a changed
+    signature or return value breaks callers: the caller unpacks a tuple of another size, or calls
+    what is now None)."""
+    keep = _touched(change, before, after)
+    old, new = _functions(before), _functions(after)
+    changed = changed_names(change, before, after) | changed_elsewhere
+    if changed:
         for funcs in (old, new):
             for q, node in funcs.items():
-                if changed_names & _references(node):
+                if changed & _references(node):
                     keep.add(q)
     # The functions the kept ones call keep their bodies too: a stub returns Any, and pyright
     # would no longer see what a call in the changed code really returns.
@@ -417,6 +496,9 @@ def analyze_patch(wt: Worktree, patch: str, *, settings: CriticSettings, cache_d
         return done("cannot_analyze", [], problem)
     cmd = pyright_command(settings)
     version = pyright_version(cmd)
+    config = pyright_config(settings)
+    # The checked copies themselves are always analyzed in full, whatever other modules get.
+    own_rules = "" if settings.infer_unannotated else f"\n{OWN_FILE_RULES}\n"
 
     befores: dict[str, str | None] = {}
     afters: dict[str, str] = {}
@@ -438,56 +520,56 @@ def analyze_patch(wt: Worktree, patch: str, *, settings: CriticSettings, cache_d
     syms: dict[tuple[str, str], SymbolMap] = {}
     broken: dict[str, Diag] = {}
     for c in py:
-        sym_b, sym_a = SymbolMap(befores[c.path]), SymbolMap(afters[c.path])
-        syms[(c.path, "before")], syms[(c.path, "after")] = sym_b, sym_a
+        syms[(c.path, "before")], syms[(c.path, "after")] = SymbolMap(befores[c.path]), SymbolMap(afters[c.path])
+    changed_in = {c.path: changed_names(c, syms[(c.path, "before")], syms[(c.path, "after")]) for c in py}
+    for c in py:
+        sym_b, sym_a = syms[(c.path, "before")], syms[(c.path, "after")]
         if sym_a.tree is None:
             # The patch breaks the syntax: that is the finding, and whatever else a type checker
             # says about a file it cannot parse is noise from its error recovery.
             broken[c.path] = _syntax_error(afters[c.path], c.path)
             continue
-        keep = keep_set(c, sym_b, sym_a)
-        checked[(c.path, "after")] = focus(afters[c.path], keep) or afters[c.path]
+        elsewhere = frozenset().union(*(n for p, n in changed_in.items() if p != c.path))
+        keep = keep_set(c, sym_b, sym_a, elsewhere)
+        checked[(c.path, "after")] = (focus(afters[c.path], keep) or afters[c.path]) + own_rules
         if befores[c.path] is not None:
-            checked[(c.path, "before")] = focus(befores[c.path] or "", keep) or ""
+            checked[(c.path, "before")] = (focus(befores[c.path] or "", keep) or "") + own_rules
 
-    # The base side of a file depends on the other touched files through imports; when the patch
-    # touches several, their content is part of the cache key.
-    context = hashlib.sha256("\x00".join(sorted(afters[c.path] for c in py)).encode()).hexdigest()[:12] \
-        if len(py) > 1 else ""
     pyright_before: dict[str, list[Diag]] = {}
     for c in py:
         if (c.path, "before") not in checked or c.path in broken:
             pyright_before[c.path] = []
             continue
-        cp = _cache_path(cache_dir, wt, c.path, version, checked[(c.path, "before")], context)
+        cp = _cache_path(cache_dir, wt, c.path, version, checked[(c.path, "before")], config)
         if cp.is_file():
             try:
                 pyright_before[c.path] = [Diag(*row) for row in json.loads(cp.read_text())]
             except (json.JSONDecodeError, TypeError):
                 pass
 
-    sidecars: dict[tuple[str, str], Path] = {}
-    try:
-        for (path, side), text in checked.items():
-            if side == "before" and path in pyright_before:
-                continue
-            target = _sidecar(wt.path / path, side)
-            if target.exists():
-                return done("cannot_analyze", [], f"{target.name} already exists in the worktree")
-            target.write_text(text, encoding="utf-8")
-            sidecars[(path, side)] = target
-        results = run_pyright(cmd, wt.path, list(sidecars.values()), cache_dir / "pyright",
-                              settings.static_timeout_s) if sidecars else {}
-    finally:
-        for target in sidecars.values():
-            target.unlink(missing_ok=True)
+    todo = {k: text for k, text in checked.items() if not (k[1] == "before" and k[0] in pyright_before)}
+    clash = next((k for k in todo if _sidecar(wt.path / k[0], k[1]).exists()), None)
+    if clash:
+        return done("cannot_analyze", [], f"{_sidecar(wt.path / clash[0], clash[1]).name} already exists in the worktree")
+    run = functools.partial(_check_copies, wt, cmd=cmd, cache_dir=cache_dir,
+                            timeout=settings.static_timeout_s, config=config)
+    touched_py = [c for c in changes if c.is_python]
+    if len(touched_py) > 1:
+        # The base side of one file imports the others, which must then be at the base too: else a
+        # call the patch broke (b.f's new signature against a.py's old call) looks old.
+        results = run({k: t for k, t in todo.items() if k[1] == "after"})
+        base_todo = {k: t for k, t in todo.items() if k[1] == "before"}
+        if base_todo:
+            with _at_base(wt, touched_py):
+                results |= run(base_todo)
+    else:
+        results = run(todo)
 
     local_tops = names.local_packages(wt.path)
 
     def diags_of(path: str, side: str, text: str | None) -> list[Diag]:
         last = len((text or "").splitlines())
-        found = results.get(sidecars[(path, side)].resolve(), []) if (path, side) in sidecars else []
-        return _repo_import_diags([d for d in found if d.line <= last], wt.path, local_tops)
+        return _repo_import_diags([d for d in results.get((path, side), []) if d.line <= last], wt.path, local_tops)
 
     unknown: dict[str, list[Diag]] = {}
     if settings.names:
@@ -510,7 +592,7 @@ def analyze_patch(wt: Worktree, patch: str, *, settings: CriticSettings, cache_d
             continue
         if c.path not in pyright_before:
             pyright_before[c.path] = diags_of(c.path, "before", befores[c.path])
-            atomic_write(_cache_path(cache_dir, wt, c.path, version, checked[(c.path, "before")], context),
+            atomic_write(_cache_path(cache_dir, wt, c.path, version, checked[(c.path, "before")], config),
                          json.dumps([d.to_json() for d in pyright_before[c.path]]))
         before_diags = list(pyright_before[c.path])
         after_diags = diags_of(c.path, "after", afters[c.path])

@@ -89,7 +89,7 @@ FILES = {
     "tests/test_shapes.py": "from pkg.shapes import Circle\n\n\ndef test_area():\n    assert Circle(1).area() > 3\n",
     # A src layout (as pytest and flask have): absolute imports resolve from src/.
     "src/srcpkg/__init__.py": "",
-    "src/srcpkg/core.py": "def scale(x, k):\n    return x * k\n",
+    "src/srcpkg/core.py": "def scale(x, k):\n    return x * k\n\n\ndef version():\n    return 3\n",
     "src/srcpkg/api.py": "from srcpkg.core import scale\n\n\ndef double(x):\n    return scale(x, 2)\n",
     "README.md": "# demo\n",
     ".github/workflows/ci.yml": "on: push\n",

@@ -181,6 +181,41 @@ def test_unpacking_what_an_untouched_function_returns_is_checked(wt: Worktree, c
     assert [(f["symbol"], "Tuple size mismatch" in f["message"]) for f in result.new] == [("describe", True)]
 
 
+@pytest.mark.parametrize(("infer", "expected"), [
+    (False, []),
+    (True, [("reportAttributeAccessIssue", "double")]),
+])
+def test_what_another_modules_unannotated_function_returns_is_inferred_only_when_asked(
+        wt: Worktree, cache: Path, infer: bool, expected: list[tuple[str, str]]) -> None:
+    # version() in core.py returns an int, but only call-site inference knows it: by default other
+    # modules' unannotated functions return Unknown (the speed and false-alarm trade-off), while
+    # the touched file's own functions are still inferred (the test above).
+    patch = edit(wt, "src/srcpkg/api.py", "import scale\n\n\ndef double(x):\n    return scale(x, 2)",
+                 "import scale, version\n\n\ndef double(x):\n    return scale(x, 2) + version().area()")
+    result = analyze(wt, patch, cache, CriticSettings(infer_unannotated=infer))
+    assert result.status == "ok"
+    assert [(f["rule"], f["symbol"]) for f in result.new] == expected
+
+
+@pytest.mark.parametrize("api_edit", [
+    # a comment in double(), whose call to scale() the patch leaves as it was
+    ("    return scale(x, 2)", "    # twice\n    return scale(x, 2)"),
+    # a new function elsewhere in api.py: double() is checked because it calls the changed scale()
+    ("import scale\n", "import scale\n\n\ndef triple(x):\n    return x * 3\n"),
+])
+def test_a_call_broken_by_a_signature_changed_in_another_touched_file_is_new(
+        wt: Worktree, cache: Path, api_edit: tuple[str, str]) -> None:
+    # The base side of api.py must see core.py at the base: if it saw the patched scale(x), the
+    # old call scale(x, 2) would be wrong on both sides and look old.
+    wt.reset()
+    core, api = wt.path / "src/srcpkg/core.py", wt.path / "src/srcpkg/api.py"
+    core.write_text(core.read_text().replace("def scale(x, k):\n    return x * k", "def scale(x):\n    return x * 2"))
+    api.write_text(api.read_text().replace(*api_edit))
+    result = analyze(wt, wt.diff(), cache)
+    assert [(f["file"], f["rule"], f["symbol"]) for f in result.new] == [
+        ("src/srcpkg/api.py", "reportCallIssue", "double")]
+
+
 def test_pyflakes_adds_what_pyright_does_not_report(wt: Worktree, cache: Path) -> None:
     patch = edit(wt, "pkg/shapes.py", 'return "circle of radius %s" % c.r', 'return "circle %s of radius %s" % (c.r,)')
     result = analyze(wt, patch, cache)
