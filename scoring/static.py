@@ -194,7 +194,7 @@ def pyright_config(settings: CriticSettings) -> dict[str, Any]:
 
 
 def run_pyright(cmd: list[str], root: Path, files: list[Path], config_dir: Path,
-                timeout: float, base_config: dict[str, Any] = PYRIGHT_CONFIG) -> dict[Path, list[Diag]]:
+                timeout: float, base_config: dict[str, Any]) -> dict[Path, list[Diag]]:
     """One pyright process over ``files``; diagnostics per file. Raises when pyright did not run."""
     config_dir.mkdir(parents=True, exist_ok=True)
     config = dict(base_config, extraPaths=[str(root)] + ([str(root / "src")] if (root / "src").is_dir() else []))
@@ -441,15 +441,13 @@ def changed_names(change: FileChange, before: SymbolMap, after: SymbolMap) -> se
     return names_
 
 
-def keep_set(change: FileChange, before: SymbolMap, after: SymbolMap,
-             changed_elsewhere: frozenset[str] = frozenset()) -> set[str]:
+def keep_set(change: FileChange, before: SymbolMap, after: SymbolMap, changed: set[str]) -> set[str]:
     """The functions whose bodies pyright must check on both sides: those the patch changes, and
-    those in the file that call one of them or one changed in another touched file (a changed
-    signature or return value breaks callers: the caller unpacks a tuple of another size, or calls
-    what is now None)."""
+    those in the file that call a function the patch changed in any touched file (``changed``,
+    from ``changed_names``): a changed signature or return value breaks callers, which unpack a
+    tuple of another size, or call what is now None."""
     keep = _touched(change, before, after)
     old, new = _functions(before), _functions(after)
-    changed = changed_names(change, before, after) | changed_elsewhere
     if changed:
         for funcs in (old, new):
             for q, node in funcs.items():
@@ -521,7 +519,7 @@ def analyze_patch(wt: Worktree, patch: str, *, settings: CriticSettings, cache_d
     broken: dict[str, Diag] = {}
     for c in py:
         syms[(c.path, "before")], syms[(c.path, "after")] = SymbolMap(befores[c.path]), SymbolMap(afters[c.path])
-    changed_in = {c.path: changed_names(c, syms[(c.path, "before")], syms[(c.path, "after")]) for c in py}
+    changed = set().union(*(changed_names(c, syms[(c.path, "before")], syms[(c.path, "after")]) for c in py))
     for c in py:
         sym_b, sym_a = syms[(c.path, "before")], syms[(c.path, "after")]
         if sym_a.tree is None:
@@ -529,8 +527,7 @@ def analyze_patch(wt: Worktree, patch: str, *, settings: CriticSettings, cache_d
             # says about a file it cannot parse is noise from its error recovery.
             broken[c.path] = _syntax_error(afters[c.path], c.path)
             continue
-        elsewhere = frozenset().union(*(n for p, n in changed_in.items() if p != c.path))
-        keep = keep_set(c, sym_b, sym_a, elsewhere)
+        keep = keep_set(c, sym_b, sym_a, changed)
         checked[(c.path, "after")] = (focus(afters[c.path], keep) or afters[c.path]) + own_rules
         if befores[c.path] is not None:
             checked[(c.path, "before")] = (focus(befores[c.path] or "", keep) or "") + own_rules
