@@ -42,7 +42,7 @@ def run_cli(args: argparse.Namespace) -> int:
         instances = select(load_dataset_any(args.dataset, cfg.cache_dir), args.tasks)
         from fixgraph.runner import run_tasks
 
-        summary = run_tasks(instances, cfg, run_id=args.run_id or cfg.name, repos=args.repos,
+        summary = run_tasks(instances, cfg, run_id=args.run_id or cfg.label, repos=args.repos,
                             workers=args.workers, progress=not args.no_progress, publisher=publisher)
     except (ConfigError, DatasetError, WorkspaceError, StaticAnalysisUnavailable) as exc:
         return fail(str(exc))
