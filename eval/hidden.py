@@ -46,7 +46,10 @@ def test_file_from_test_patch(inst: Instance, wt: Worktree) -> dict[str, Any] | 
         one = _file_diff(inst.test_patch, path)
         if git_apply(scratch, one):
             return None
-        return {"path": path, "content": target.read_text(encoding="utf-8", errors="replace")}
+        # Data files the test patch adds (fixtures, expected outputs) are not part of a one-file test.
+        others = [f for f in patch_files(inst.test_patch) if f != path]
+        return {"path": path, "content": target.read_text(encoding="utf-8", errors="replace"),
+                "other_files": others}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

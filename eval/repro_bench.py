@@ -77,6 +77,7 @@ def run_one(inst: Instance, cfg: Any, repos: RepoCache, store: RunStore) -> dict
         own_test = test_file_from_test_patch(inst, wt)  # evaluation side: the benchmark's stand-in
         if own_test is None:
             return row | {"status": "no_test_file", "reason": "the test patch has no Python test file"}
+        row["test_patch_other_files"] = own_test.get("other_files", [])
         task = inst.task()
         model = ScriptedChatModel(script=oracle_script(inst, own_test))
         llm = LLM(lambda role: model, Meter(cfg.budget, cfg.llm.prices, RunMeter(None)), 0)

@@ -321,8 +321,9 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
             failing_runs.append((after, still))
     # Regression tests: what passed at the base should still pass.
     out.regression_ran = False
-    exclude = {t.path for t in repro}
-    chosen = selection.select_tests(wt, patch, settings, exclude=exclude) if settings.enabled else None
+    # A reproduction test that rewrites an existing test file does not hide that file's base
+    # version from the selection: the two run separately.
+    chosen = selection.select_tests(wt, patch, settings) if settings.enabled else None
     if chosen is not None:
         out.selection = chosen.to_dict()
     if chosen is None or not chosen.files:

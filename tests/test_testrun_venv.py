@@ -90,7 +90,7 @@ def test_a_version_without_specs_is_not_built(tmp_path: Path) -> None:
     inst = inst.model_copy(update={"version": "7.7"})
     settings = config.TestSettings(backend="venv")
     envs = VenvEnvs(tmp_path / "envs", tmp_path / "cache", settings, specs=lambda repo, version: None)
-    out = SubprocessRunner(settings, tmp_path / "cache", envs, "venv").run(inst, wt, "")
+    out = run_hidden(SubprocessRunner(settings, tmp_path / "cache", envs, "venv"), inst, wt, "")
     assert not out.runnable
     assert out.reason == "env could not be built: swebench has no install specs for fixture/calc version '7.7'"
     assert not (tmp_path / "envs").exists() or not any((tmp_path / "envs").iterdir())
