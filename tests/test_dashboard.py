@@ -335,3 +335,18 @@ def test_ingest_from_a_run_summary_alone(tmp_path: Path, capsys: pytest.CaptureF
     cells.feed(out.read_text())
     assert cells.get("config-table", "t-redo", "resolved") == "75.0% (6/8)"
     assert cells.get("config-table", "t-redo", "harness") == "complete (1 harness error, counted unresolved)"
+
+
+def test_an_oracle_tests_run_is_labelled_an_upper_bound(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    fx.write_run(runs, "baseline", "cmp-baseline")
+    fx.write_run(runs, "oracle-tests", "cmp-oracle-tests")
+    out = tmp_path / "dashboard.html"
+    assert dashboard.main([str(runs), "-o", str(out)]) == 0
+    html = out.read_text()
+    parser = Cells()
+    parser.feed(html)
+    assert html.count("oracle-tests: upper bound, not a SWE-bench result") == 1
+    assert "never a SWE-bench result" in html
+    row = html.split('data-run="cmp-oracle-tests"', 1)[1].split("</tr>", 1)[0]
+    assert "upper bound, not a SWE-bench result" in row

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from eval.fixtures import REPRO_PATH, REPRO_TEST, REPRO_TEST_PASSING, calc_script, make_calc_repo
 from fixgraph.dataset import Instance
 from fixgraph.runner import run_tasks
@@ -122,10 +124,27 @@ def _tree_text(root: Path) -> str:
     return "\n".join(out)
 
 
-def test_evaluation_data_never_reaches_the_pipeline(tmp_path, cfg_factory):
+class _PRRecorder:
+    """The bot's delivery without a remote: what the pull request would hold (body, files)."""
+
+    def __init__(self, cfg) -> None:  # noqa: ANN001
+        self.cfg = cfg
+        self.seen: list[str] = []
+
+    def publish(self, outcome) -> dict[str, Any]:  # noqa: ANN001
+        from fixgraph.github_pr import render_body
+
+        self.seen.append(render_body(outcome, self.cfg, 1) + json.dumps(outcome.repro_test) + outcome.patch)
+        return {"kind": "pr", "ok": True}
+
+
+@pytest.mark.parametrize("bot", [False, True], ids=["eval-mode", "bot"])
+def test_evaluation_data_never_reaches_the_pipeline(tmp_path, bot):
     """The same task twice, once with its evaluation data and once with garbage in its place: every
-    prompt, the record (timing aside) and the .diff are identical, and a canary planted in the
-    evaluation fields appears nowhere the run wrote or sent."""
+    prompt, the record (timing aside) and what is delivered (the .diff, or the pull request) are
+    identical, and a canary planted in the evaluation fields appears nowhere the run wrote or sent."""
+    from tests.conftest import make_config
+
     canary = "CANARY-7f3a9e-HIDDEN"
     runs = {}
     for name, garbage in (("real", False), ("garbage", True)):
@@ -139,23 +158,23 @@ def test_evaluation_data_never_reaches_the_pipeline(tmp_path, cfg_factory):
             raw.update(test_patch=raw["test_patch"] + f"\n# {canary}\n",
                        FAIL_TO_PASS=json.dumps(json.loads(raw["FAIL_TO_PASS"]) + [canary]))
         inst = Instance.model_validate(raw)
-        from tests.conftest import make_config
-
-        cfg = make_config(root, "redo")
+        cfg = make_config(root, "redo", **({"eval_mode": False} if bot else {}))
+        recorder = _PRRecorder(cfg) if bot else None
         model = ScriptedChatModel(script=calc_script(first_attempt="wrong"))
-        run_tasks([inst], cfg, run_id="canary", repos=mirrors, model_factory=lambda role, m=model: m, progress=False)
+        run_tasks([inst], cfg, run_id="canary", repos=mirrors, model_factory=lambda role, m=model: m,
+                  progress=False, publisher=recorder)
         record = read_record(cfg, "canary", inst.instance_id)
-        prompts = ["\n".join(str(m.content) for m in msgs).replace(str(root), "<root>") for _, msgs in model.seen]
+        prompts = [_strip_seconds("\n".join(str(m.content) for m in msgs)) for _, msgs in model.seen]
         for key in ("seconds", "started_at", "finished_at", "billed"):
             record.pop(key, None)
-        text = json.dumps(record).replace(str(root), "<root>")
-        diff = (cfg.predictions_dir / f"{inst.instance_id}.diff").read_text()
-        runs[name] = (prompts, text, diff)
-        assert canary not in "\n".join(prompts)
+        text = _strip_seconds(json.dumps(record).replace(str(root), "<root>"))
+        delivered = recorder.seen[0] if recorder else (cfg.predictions_dir / f"{inst.instance_id}.diff").read_text()
+        runs[name] = (prompts, text, delivered)
+        assert canary not in "\n".join(prompts) + delivered
         assert canary not in _tree_text(root / "runs") + _tree_text(root / "predictions") + _tree_text(root / "cache")
-    assert [_strip_seconds(p) for p in runs["real"][0]] == [_strip_seconds(p) for p in runs["garbage"][0]]
-    assert _strip_seconds(runs["real"][1]) == _strip_seconds(runs["garbage"][1])
-    assert runs["real"][2] == runs["garbage"][2]
+    assert runs["real"] == runs["garbage"]
+    if bot:  # the pull request carries the reproduction test that failed before and passes after
+        assert "test_mean_is_sum_over_count" in runs["real"][2] and "### Reproduction test" in runs["real"][2]
 
 
 def _strip_seconds(text: str) -> str:
