@@ -34,9 +34,10 @@ def oracle_script(inst: Instance, repro: dict[str, Any] | None = None) -> dict[s
     return {
         "Plan": [{"files": files, "reasoning": "oracle: the gold patch's files"}],
         "ExploreStep": [{"next_files": [], "suspects": suspects, "learned": "oracle", "confidence": "high"}],
+        # The same test for every try: a refused one is refused again, and the record says why.
         "ReproTestDraft": [{"path": (repro or {}).get("path", "tests/test_oracle_missing.py"),
                             "content": (repro or {}).get("content", "def test_missing():\n    pass\n"),
-                            "explanation": "oracle: the instance's own test file"}],
+                            "explanation": "oracle: the instance's own test file"}] * 10,
         "CodeChange": [{"edits": gold_edits(inst.patch), "explanation": "oracle: the gold patch"}],
         "RuntimeCheck": [{"verdict": "Safe", "errors": []}],
         "PatchJudgment": [{"score": 0.8, "reasoning": "oracle"}],

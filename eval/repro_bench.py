@@ -196,7 +196,11 @@ def main(argv: list[str] | None = None) -> int:
         for inst in chosen:
             if inst.instance_id in done:
                 continue
-            row = run_one(inst, cfg, repos, store)
+            try:
+                row = run_one(inst, cfg, repos, store)
+            except Exception as exc:  # one instance's failure is a row with the reason, not the end of the run
+                row = {"instance_id": inst.instance_id, "repo": inst.repo, "status": "error",
+                       "reason": f"{type(exc).__name__}: {exc}"[:300]}
             done[inst.instance_id] = row
             fh.write(json.dumps(row) + "\n")
             fh.flush()
