@@ -6,9 +6,9 @@ with a :class:`WorkerStore` that keeps the record and the patch instead of writi
 driver writes records, ``.diff`` files and the predictions JSONL, each once and atomically, so two
 workers can never write the same file, and a rerun skips finished tasks as before.
 
-Budgets: a :class:`Ledger` actor, pinned to the driver's node, is the run's one account. Workers
-ask it before every LLM call (the run cap) and report every charge to it, which it appends to the
-run's ``billed/`` ledger before the reply is used; so a cluster stops at the cap the way one
+Budgets: a :class:`Ledger` actor, pinned to the driver's node, holds the run's one account.
+Workers ask it before every LLM call (the run cap) and report every charge to it, which it appends
+to the run's ``billed/`` ledger before the reply is used; so a cluster stops at the cap the way one
 machine does, over it by at most one call per task in flight.
 
 Checkpoints: each task's LangGraph checkpoints go to the run's SQLite file on the worker's own
@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -76,34 +77,61 @@ def _probe(address: str, timeout: float) -> None:
 
 
 class Ledger:
-    """The run's spending, owned by the driver: a Ray actor on the driver's node.
+    """The runs' spending, owned by the driver: one Ray actor on the driver's node per executor.
 
     Its methods run one at a time, so the ``billed/`` files have one writer and the cap check
-    sees every charge made before it.
+    sees every charge made before it. ``run`` keys each run's account (its folder).
     """
 
-    def __init__(self, run_id: str, predictions_dir: Path, runs_dir: Path, model_name: str,
-                 cap: float | None, spent: float):
-        self.store = RunStore(run_id, predictions_dir, runs_dir, model_name)
-        self.cap = cap
-        self.spent = spent
+    def __init__(self) -> None:
+        self.runs: dict[str, tuple[RunStore, float | None, list[float]]] = {}
+
+    def open(self, run: str, run_id: str, predictions_dir: Path, runs_dir: Path, model_name: str,
+             cap: float | None, spent: float) -> None:
+        self.runs[run] = (RunStore(run_id, predictions_dir, runs_dir, model_name), cap, [spent])
+
+    def charge(self, run: str, instance_id: str, tokens: int, dollars: float) -> None:
+        store, _, spent = self.runs[run]
+        store.add_billed(instance_id, tokens, dollars)
+        spent[0] += dollars
+
+    def billed(self, run: str, instance_id: str) -> dict[str, float]:
+        return self.runs[run][0].billed(instance_id)
+
+    def status(self, run: str) -> tuple[float, float | None]:
+        _, cap, spent = self.runs[run]
+        return spent[0], cap
+
+
+@dataclass(frozen=True)
+class Account:
+    """One run's account in the driver's :class:`Ledger`, as a worker holds it."""
+
+    actor: Any
+    run: str
 
     def charge(self, instance_id: str, tokens: int, dollars: float) -> None:
-        self.store.add_billed(instance_id, tokens, dollars)
-        self.spent += dollars
+        import ray
+
+        ray.get(self.actor.charge.remote(self.run, instance_id, tokens, dollars))
 
     def billed(self, instance_id: str) -> dict[str, float]:
-        return self.store.billed(instance_id)
+        import ray
 
-    def status(self) -> tuple[float, float | None]:
-        return self.spent, self.cap
+        return ray.get(self.actor.billed.remote(self.run, instance_id))
+
+    def exhausted(self) -> tuple[bool, float]:
+        import ray
+
+        spent, cap = ray.get(self.actor.status.remote(self.run))
+        return cap is not None and spent >= cap, spent
 
 
 class WorkerStore(RunStore):
     """The run's store as a worker sees it: budget through the driver's :class:`Ledger`, and the
     record and patch kept for the driver to write. It writes none of the run's files."""
 
-    def __init__(self, run_id: str, predictions_dir: Path, runs_dir: Path, model_name: str, ledger: Any):
+    def __init__(self, run_id: str, predictions_dir: Path, runs_dir: Path, model_name: str, account: Account):
         # Not RunStore.__init__: that creates the driver's folders, which are not this node's business.
         self.run_id = run_id
         self.predictions_dir = predictions_dir
@@ -111,7 +139,7 @@ class WorkerStore(RunStore):
         self.records_dir = self.run_dir / "records"
         self.model_name = model_name
         self.secrets = []
-        self.ledger = ledger
+        self.account = account
         self.record: dict[str, Any] | None = None
         self.patch: str | None = None
 
@@ -122,35 +150,29 @@ class WorkerStore(RunStore):
         self.record = record
 
     def add_billed(self, instance_id: str, tokens: int, dollars: float) -> None:
-        import ray
-
-        ray.get(self.ledger.charge.remote(instance_id, tokens, dollars))
+        self.account.charge(instance_id, tokens, dollars)
 
     def billed(self, instance_id: str) -> dict[str, float]:
-        import ray
-
-        return ray.get(self.ledger.billed.remote(instance_id))
+        return self.account.billed(instance_id)
 
 
 class LedgerMeter(RunMeter):
     """The run cap as a worker sees it: the driver's ledger, asked before every call."""
 
-    def __init__(self, ledger: Any, cap: float | None):
+    def __init__(self, account: Account, cap: float | None):
         super().__init__(cap)
-        self.ledger = ledger
+        self.account = account
 
     def add(self, dollars: float) -> None:
         pass  # the ledger counts it when the charge is billed (WorkerStore.add_billed)
 
     def exhausted(self) -> bool:
-        import ray
-
-        self.spent, _ = ray.get(self.ledger.status.remote())
-        return super().exhausted()
+        done, self.spent = self.account.exhausted()
+        return done
 
 
 def execute(instance: Instance, cfg: RunConfig, run_id: str, predictions_dir: Path, runs_dir: Path,
-            model_name: str, repos: Path | None, ledger: Any,
+            model_name: str, repos: Path | None, account: Account,
             model_factory: ModelFactory | None) -> dict[str, Any]:
     """One task on a Ray worker: the record and the patch, for the driver to write."""
     import ray
@@ -159,11 +181,11 @@ def execute(instance: Instance, cfg: RunConfig, run_id: str, predictions_dir: Pa
     from fixgraph.runner import run_task
     from fixgraph.workspace import RepoCache
 
-    store = WorkerStore(run_id, predictions_dir, runs_dir, model_name, ledger)
+    store = WorkerStore(run_id, predictions_dir, runs_dir, model_name, account)
     # This node's own cache, filled from the mirror (or GitHub) on first use.
     repo_cache = RepoCache(cfg.cache_dir, repos)
     record = run_task(instance, cfg, publisher=DiffPublisher(store), repo_cache=repo_cache, store=store,
-                      model_factory=model_factory, run_meter=LedgerMeter(ledger, cfg.budget.run_dollars))
+                      model_factory=model_factory, run_meter=LedgerMeter(account, cfg.budget.run_dollars))
     record = store.record or record
     record["worker"] = {"node": ray.util.get_node_ip_address(), "pid": os.getpid()}
     return {"record": record, "patch": store.patch}
@@ -207,6 +229,8 @@ class RayExecutor:
         self.ray = ray
         self.owned = owned
         self.max_in_flight = max_in_flight
+        # One ledger actor for the executor's life: starting an actor costs a worker process.
+        self.ledger: Any = None
 
     @classmethod
     def start(cls, cfg: RunConfig, address: str | None = None, max_in_flight: int | None = None) -> RayExecutor:
@@ -240,6 +264,10 @@ class RayExecutor:
         return cls(ray, owned=True, max_in_flight=max_in_flight)
 
     def close(self) -> None:
+        if self.ledger is not None and self.ray.is_initialized():
+            with contextlib.suppress(Exception):
+                self.ray.kill(self.ledger)
+        self.ledger = None
         if self.owned and self.ray.is_initialized():
             self.ray.shutdown()
 
@@ -255,25 +283,26 @@ class RayExecutor:
             on_record: Callable[[dict[str, Any]], None]) -> list[Instance]:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        if not todo:
+            return []
         ray = self.ray
         cfg = _absolute(cfg)
         repos = repos.resolve() if repos else None
-        pinned = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        ledger = ray.remote(Ledger).options(num_cpus=0, scheduling_strategy=pinned).remote(
-            store.run_id, store.predictions_dir.resolve(), store.run_dir.parent.resolve(), store.model_name,
-            run_meter.cap, run_meter.spent)
+        if self.ledger is None:
+            pinned = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+            self.ledger = ray.remote(Ledger).options(num_cpus=0, scheduling_strategy=pinned).remote()
+        account = Account(self.ledger, str(store.run_dir.resolve()))
+        ray.get(self.ledger.open.remote(account.run, store.run_id, store.predictions_dir.resolve(),
+                                        store.run_dir.parent.resolve(), store.model_name, run_meter.cap,
+                                        run_meter.spent))
         remote = ray.remote(execute)
         slots = self._slots(cfg)
         queue = list(todo)
         in_flight: dict[Any, tuple[Instance, float, str]] = {}
 
-        def exhausted() -> bool:
-            spent, cap = ray.get(ledger.status.remote())
-            return cap is not None and spent >= cap
-
         try:
             while queue or in_flight:
-                while queue and len(in_flight) < slots and not exhausted():
+                while queue and len(in_flight) < slots and not account.exhausted()[0]:
                     inst = queue.pop(0)
                     res = cfg.executor.resources(inst.repo)
                     options: dict[str, Any] = {"num_cpus": res.cpus, "max_retries": cfg.executor.max_retries,
@@ -282,7 +311,7 @@ class RayExecutor:
                         options["memory"] = res.memory_mb * 1024 * 1024
                     ref = remote.options(**options).remote(
                         inst, cfg, store.run_id, store.predictions_dir.resolve(), store.run_dir.parent.resolve(),
-                        store.model_name, repos, ledger, model_factory)
+                        store.model_name, repos, account, model_factory)
                     in_flight[ref] = (inst, time.monotonic(), _now())
                 if not in_flight:
                     break
@@ -299,8 +328,6 @@ class RayExecutor:
                     ray.cancel(ref, force=True)
             self.close()
             raise
-        with contextlib.suppress(Exception):
-            ray.kill(ledger)
         return queue
 
     def _collect(self, ref: Any, inst: Instance, cfg: RunConfig, store: RunStore, t0: float,

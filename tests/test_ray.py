@@ -36,10 +36,13 @@ VOLATILE = {"seconds", "started_at", "finished_at", "worker", "run_id"}
 
 
 @pytest.fixture(scope="module")
-def ray_session():
+def executor():
+    """One Ray for the module; RayExecutor finds it initialised and leaves it running."""
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level=logging.ERROR)
-    yield ray
+    ex = RayExecutor.start(RunConfig())
+    yield ex
+    ex.close()
     ray.shutdown()
 
 
@@ -97,14 +100,14 @@ def _ray_tasks_of(pid: int, prefix: str = "ray::fixgraph:") -> dict[int, str]:
 
 
 @pytest.mark.slow
-def test_twenty_tasks_on_ray_give_the_thread_pools_records_and_predictions(ray_session, tmp_path):
+def test_twenty_tasks_on_ray_give_the_thread_pools_records_and_predictions(executor, tmp_path):
     mirrors, insts, responder, _ = _tasks(tmp_path, 20)
     with FaultyLLMServer(responder, tag=task_tag) as srv:
         threads = _cfg(tmp_path / "threads", srv.base_url)
         on_ray = _cfg(tmp_path / "ray", srv.base_url)
         by_threads = run_tasks(insts, threads, run_id="r", repos=mirrors, workers=2, progress=False)
         by_ray = run_tasks(insts, on_ray, run_id="r", repos=mirrors, progress=False,
-                           executor=RayExecutor.start(on_ray))
+                           executor=executor)
     assert by_threads.finished == by_ray.finished == 20 and by_ray.patched == by_threads.patched > 0
     assert (by_ray.tokens, round(by_ray.dollars, 9)) == (by_threads.tokens, round(by_threads.dollars, 9))
     recs_t, recs_r = _records(threads, "r"), _records(on_ray, "r")
@@ -118,13 +121,13 @@ def test_twenty_tasks_on_ray_give_the_thread_pools_records_and_predictions(ray_s
     for p in preds_r:
         assert (on_ray.predictions_dir / f"{p['instance_id']}.diff").read_text() == p["model_patch"]
     # A rerun finds everything done.
-    again = run_tasks(insts, on_ray, run_id="r", repos=mirrors, progress=False, executor=RayExecutor.start(on_ray))
+    again = run_tasks(insts, on_ray, run_id="r", repos=mirrors, progress=False, executor=executor)
     assert (again.skipped, again.finished) == (20, 0)
 
 
 @pytest.mark.slow
 def test_a_worker_killed_mid_task_is_rerun_from_its_checkpoint_and_nothing_is_lost_or_doubled(
-        ray_session, tmp_path):
+        executor, tmp_path):
     mirrors, insts, responder, _ = _tasks(tmp_path, 4)
     victim = insts[1].instance_id
     blocked, release = threading.Event(), threading.Event()
@@ -153,7 +156,7 @@ def test_a_worker_killed_mid_task_is_rerun_from_its_checkpoint_and_nothing_is_lo
         cfg = _cfg(tmp_path, srv.base_url)
         watcher = threading.Thread(target=killer, daemon=True)
         watcher.start()
-        summary = run_tasks(insts, cfg, run_id="k", repos=mirrors, progress=False, executor=RayExecutor.start(cfg))
+        summary = run_tasks(insts, cfg, run_id="k", repos=mirrors, progress=False, executor=executor)
         watcher.join(5)
         plans = [e["tag"] for e in srv.log if e["key"].startswith("Plan")]
     assert len(killed) == 1
@@ -169,12 +172,11 @@ def test_a_worker_killed_mid_task_is_rerun_from_its_checkpoint_and_nothing_is_lo
 
 
 @pytest.mark.slow
-def test_the_run_dollar_cap_holds_across_workers(ray_session, tmp_path):
+def test_the_run_dollar_cap_holds_across_workers(executor, tmp_path):
     mirrors, insts, responder, _ = _tasks(tmp_path, 8)
     with FaultyLLMServer(responder, tag=task_tag) as srv:
         # A task here costs about $0.0007 (Planner, Explorer, Critic on gpt-4o-mini, Coder on gpt-4o).
         cfg = _cfg(tmp_path, srv.base_url, **{"budget.run_dollars": 0.002})
-        executor = RayExecutor.start(cfg)
         summary = run_tasks(insts, cfg, run_id="c", repos=mirrors, progress=False, executor=executor)
         at_cap = _records(cfg, "c")
         dearest = max((e["usage"][0] * 2.5 + e["usage"][1] * 10.0) / 1e6 for e in srv.log if e["usage"])
@@ -193,13 +195,13 @@ def test_the_run_dollar_cap_holds_across_workers(ray_session, tmp_path):
     assert sorted(p["instance_id"] for p in preds) == sorted(i.instance_id for i in insts)
 
 
-def test_a_worker_without_the_repo_mirror_says_so_in_the_task_record(ray_session, tmp_path):
+def test_a_worker_without_the_repo_mirror_says_so_in_the_task_record(executor, tmp_path):
     _, insts, responder, _ = _tasks(tmp_path, 1)
     empty = tmp_path / "no-mirrors"
     empty.mkdir()
     with FaultyLLMServer(responder, tag=task_tag) as srv:
         cfg = _cfg(tmp_path, srv.base_url)
-        summary = run_tasks(insts, cfg, run_id="m", repos=empty, progress=False, executor=RayExecutor.start(cfg))
+        summary = run_tasks(insts, cfg, run_id="m", repos=empty, progress=False, executor=executor)
     rec = _records(cfg, "m")[insts[0].instance_id]
     assert summary.failed == 1 and rec["final"] and rec["status"] == "failed"
     assert rec["failed"] == f"cannot clone bench/lib0: no mirror of it under {empty}"
