@@ -342,8 +342,8 @@ class RayExecutor:
         except (rx.WorkerCrashedError, rx.OutOfMemoryError, rx.NodeDiedError) as exc:
             # Ray reran it max_retries times and the worker died each time: a failed task, final.
             record = build_record(inst, cfg, {}, seconds=time.monotonic() - t0, started=started,
-                                  failed=f"its Ray worker died {cfg.executor.max_retries + 1} times "
-                                         f"({type(exc).__name__})")
+                                  failed=f"its Ray worker died on each of {cfg.executor.max_retries + 1} "
+                                         f"tries ({type(exc).__name__})")
             record["billed"] = store.billed(inst.instance_id)
             store.write_record(record)
             return record

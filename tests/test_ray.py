@@ -171,6 +171,33 @@ def test_a_worker_killed_mid_task_is_rerun_from_its_checkpoint_and_nothing_is_lo
     assert "return x * 3\n" in next(p["model_patch"] for p in preds if p["instance_id"] == victim)
 
 
+def test_a_task_whose_worker_dies_on_every_try_gets_one_failed_record(executor, tmp_path):
+    mirrors, insts, responder, _ = _tasks(tmp_path, 1)
+    iid = insts[0].instance_id
+    blocked, release = threading.Event(), threading.Event()
+
+    def hold_the_plan(tool: str, body: dict[str, Any]) -> dict[str, Any]:
+        blocked.set()
+        release.wait(60)  # the worker is killed meanwhile
+        return responder(tool, body)
+
+    def killer() -> None:
+        if blocked.wait(60):
+            for pid, title in _ray_tasks_of(os.getpid()).items():
+                if title == f"ray::fixgraph:{iid}":
+                    os.kill(pid, signal.SIGKILL)
+        release.set()
+
+    with FaultyLLMServer(hold_the_plan, tag=task_tag) as srv:
+        cfg = _cfg(tmp_path, srv.base_url, **{"executor.max_retries": 0})
+        threading.Thread(target=killer, daemon=True).start()
+        summary = run_tasks(insts, cfg, run_id="d", repos=mirrors, progress=False, executor=executor)
+    rec = _records(cfg, "d")[iid]
+    assert summary.failed == 1 and rec["final"] and rec["status"] == "failed"
+    assert rec["failed"] == "its Ray worker died on each of 1 tries (WorkerCrashedError)"
+    assert not _predictions(cfg, "d")
+
+
 @pytest.mark.slow
 def test_the_run_dollar_cap_holds_across_workers(executor, tmp_path):
     mirrors, insts, responder, _ = _tasks(tmp_path, 8)
