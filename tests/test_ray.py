@@ -303,8 +303,11 @@ def test_ctrl_c_on_the_driver_cancels_the_workers_tasks_and_keeps_finished_work(
     records = tmp_path / "runs" / "cc" / "records"
     with FakeLLMServer(hang_after_the_first) as srv:
         env = _env(OPENAI_BASE_URL=srv.base_url, PYTHONPATH=str(ROOT))
+        # A shell's background job ignores SIGINT, and its children inherit that: give the driver
+        # Python's usual Ctrl-C whatever pytest was started from.
         proc = subprocess.Popen([sys.executable, str(ROOT / "graph.py"), *args], cwd=tmp_path, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.monotonic() + 90
         while (len(codes) < 3 or not list(records.glob("*.json"))) and time.monotonic() < deadline:
             time.sleep(0.1)
