@@ -72,7 +72,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tasks", default="stratified50", help="stratified50 | all | ID[,ID...]")
     p.add_argument("--dataset", type=Path, help="SWE-bench-format JSONL (default: SWE-bench Lite from the hub)")
     p.add_argument("--config", default="redo", help="a config name in configs/ or a TOML path")
-    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--workers", type=int, help="tasks at once: threads (default 1); with --executor ray, a cap "
+                   "on tasks in flight (default: what the cluster's CPUs fit)")
+    p.add_argument("--executor", choices=["threads", "ray"], default="threads",
+                   help="where tasks run: a thread pool here, or Ray (README: More than one machine)")
+    p.add_argument("--ray-address", metavar="ADDR", help="join the Ray cluster at ADDR (default: start Ray here)")
     p.add_argument("--repos", type=Path, help="folder of local git mirrors to clone from instead of GitHub")
     p.add_argument("--run-id", help="records and predictions go under this id (default: the config's name)")
     p.add_argument("--no-progress", action="store_true")

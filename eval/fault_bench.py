@@ -11,6 +11,14 @@ get the same answer and a task whose replies came through must produce the refer
 With ``--kill`` the faulty run is SIGKILLed (its whole process group) at a random moment, then
 resumed with the same command.
 
+    python -m eval.fault_bench --tasks 150 --workers 8 --fault-rate 0.2 --executor ray --kill
+
+With ``--executor ray`` the faulty run (and the ``--run-budget`` runs) go through a local Ray
+(``graph.py --executor ray``; the reference stays on the thread pool, so ``identical_to_clean``
+also compares the two executors), and ``--kill`` SIGKILLs ``--kills`` Ray worker processes in
+the middle of their tasks instead of the whole run: Ray reruns those tasks, which resume from
+their checkpoints.
+
 Checks: every task has exactly one final record and at most one predictions line; every task
 whose replies came through (no LLM failure, no budget stop) has the reference's prediction; no
 task's spending before its last call reached a cap (so no cap is exceeded by more than one call,
@@ -22,6 +30,7 @@ recorded); no worktree and no process is left behind. Last line:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -32,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +61,10 @@ runs_dir = "{work}/runs"
 [llm]
 timeout_s = {timeout}
 max_retries = {retries}
+
+[executor]
+cpus = {cpus}
+local_cpus = {local_cpus}
 
 [critic]
 enabled = true
@@ -152,6 +165,8 @@ class RunResult:
     records_at_kill: int = 0
     leftover_processes: int = 0
     leftover_commands: tuple[str, ...] = ()
+    # --executor ray --kill: (seconds into the run, the task whose worker was SIGKILLed)
+    worker_kills: list[tuple[float, str]] = field(default_factory=list)
 
 
 def _group_members(pgid: int) -> list[int]:
@@ -166,6 +181,30 @@ def _group_members(pgid: int) -> list[int]:
     return out
 
 
+def _marked(marker: str) -> list[int]:
+    """Live processes whose environment carries ``marker``: a run's processes, wherever Ray put
+    them (its workers have process groups of their own, and outlive a killed driver)."""
+    needle = marker.encode()
+    out = []
+    for env in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if needle in env.read_bytes() and (env.parent / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                out.append(int(env.parent.name))
+        except (OSError, IndexError):
+            continue
+    return out
+
+
+def ray_task_workers(marker: str) -> dict[int, str]:
+    """This run's Ray worker processes in the middle of a fixgraph task: pid -> instance id."""
+    out = {}
+    for pid in _marked(marker):
+        title = _command(pid)
+        if title.startswith("ray::fixgraph:"):
+            out[pid] = title.removeprefix("ray::fixgraph:").strip()
+    return out
+
+
 def _command(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120]
@@ -174,30 +213,48 @@ def _command(pid: int) -> str:
 
 
 def run_graph(work: Path, config: Path, run_id: str, dataset: Path, base_url: str, workers: int,
-              kill_after: float | None = None, extra_env: dict[str, str] | None = None) -> RunResult:
+              kill_after: float | None = None, extra_env: dict[str, str] | None = None,
+              executor: str = "threads", worker_kills: list[float] | None = None,
+              rng: random.Random | None = None) -> RunResult:
     """``graph.py`` on every task in its own process group.
 
     With ``kill_after``, SIGKILL the whole group that many seconds after the first record appears
     (so the kill lands while tasks are being written and others are in flight, not during start-up).
+    With ``worker_kills`` (``executor="ray"``), SIGKILL one Ray worker in the middle of a task at
+    each of those moments after the first record, chosen with ``rng``.
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "FIXGRAPH_", "GITHUB_"))}
+    marker = f"fault_bench:{work}:{run_id}:{time.monotonic()}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "FIXGRAPH_", "GITHUB_", "RAY_"))}
     env.update(OPENAI_API_KEY="sk-fault-bench", OPENAI_BASE_URL=base_url, EVAL_MODE="true",
-               PYTHONPATH=str(PROJECT), **(extra_env or {}))
+               PYTHONPATH=str(PROJECT), FAULT_BENCH_RUN=marker, **(extra_env or {}))
     cmd = [sys.executable, str(PROJECT / "graph.py"), "--tasks", "all", "--dataset", str(dataset),
            "--config", str(config), "--repos", str(work / "mirrors"), "--run-id", run_id,
-           "--workers", str(workers), "--no-progress"]
+           "--workers", str(workers), "--no-progress", "--executor", executor]
+    kills = sorted(worker_kills or [])
+    rng = rng or random.Random(0)
     log = open(work / f"{run_id}.log", "a")  # noqa: SIM115 - closed below, after the child is reaped
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     result = RunResult(0.0, 0.0, 0)
     folder = work / "runs" / run_id / "records"
     deadline = None
+    first: float | None = None
     while True:
         # wait4 rather than Popen.wait: it also gives the child's peak resident memory.
         pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
         now = time.monotonic()
+        if kills:
+            if first is None and folder.is_dir() and any(folder.glob("*.json")):
+                first = now
+            busy = ray_task_workers(marker) if first is not None and now >= first + kills[0] else {}
+            if busy:
+                pid = rng.choice(sorted(busy))
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                    result.worker_kills.append((now - t0, busy[pid]))
+                kills.pop(0)
         if kill_after is not None and result.killed_at is None:
             if deadline is None and folder.is_dir() and any(folder.glob("*.json")):
                 deadline = now + kill_after
@@ -212,15 +269,22 @@ def run_graph(work: Path, config: Path, run_id: str, dataset: Path, base_url: st
     log.close()
     # Whatever is still in the group a few seconds later outlived the run (SIGKILLed children
     # may take a moment to die): count it, then end it (it is ours).
-    left = _group_members(proc.pid)
+    def leftovers() -> list[int]:
+        return sorted(set(_group_members(proc.pid)) | set(_marked(marker)))
+
+    left = leftovers()
     settle = time.monotonic() + 5.0
     while left and time.monotonic() < settle:
         time.sleep(0.1)
-        left = _group_members(proc.pid)
+        left = leftovers()
     result.leftover_processes = len(left)
     result.leftover_commands = tuple(_command(pid) for pid in left)
     if left:
-        os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     return result
 
 
@@ -282,13 +346,13 @@ def run_budget_phase(args: argparse.Namespace, work: Path, config: Path, dataset
     cap = round(clean_cost * args.run_budget, 6)
     with FaultyLLMServer(responder, FaultPlan(rate=0.0), tag=task_tag) as srv:
         capped = run_graph(work, config, "capped", dataset, srv.base_url, args.workers,
-                           extra_env={"FIXGRAPH_RUN_DOLLARS": str(cap)})
+                           extra_env={"FIXGRAPH_RUN_DOLLARS": str(cap)}, executor=args.executor)
         at_cap = records(work, "capped")
         # One call in flight per worker may finish after the cap is reached: the dearest call here.
         dearest = max((e["usage"][0] * cfg.llm.prices[e["model"]].input
                        + e["usage"][1] * cfg.llm.prices[e["model"]].output) / 1e6
                       for e in srv.log if e["usage"] and e["model"] in cfg.llm.prices)
-        finish = run_graph(work, config, "capped", dataset, srv.base_url, args.workers)
+        finish = run_graph(work, config, "capped", dataset, srv.base_url, args.workers, executor=args.executor)
     spent = sum(float(r["billed"]["dollars"]) for r in at_cap.values())
     unfinished = [i for i, r in at_cap.items() if not r.get("final")]
     bad = [i for i in unfinished if not str(at_cap[i].get("stop_reason", "")).startswith("budget: run")]
@@ -317,7 +381,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tasks", type=int, default=150)
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--fault-rate", type=float, default=0.2)
-    p.add_argument("--kill", action="store_true", help="SIGKILL the faulty run at a random moment, then resume")
+    p.add_argument("--kill", action="store_true", help="SIGKILL the faulty run at a random moment, then resume "
+                   "(with --executor ray: SIGKILL --kills Ray workers mid-task instead)")
+    p.add_argument("--executor", choices=["threads", "ray"], default="threads",
+                   help="run the faulty run (and --run-budget's) on the thread pool or on a local Ray")
+    p.add_argument("--kills", type=int, default=3, help="with --executor ray --kill: Ray workers to SIGKILL")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--run-budget", type=float, metavar="FRACTION",
                    help="also run fault-free with a run-wide dollar cap of FRACTION x the clean run's cost, "
@@ -331,6 +399,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         problems.append("--tasks must be at least 1")
     if args.workers < 1:
         problems.append("--workers must be at least 1")
+    if args.kills < 1:
+        problems.append("--kills must be at least 1")
     if not 0.0 <= args.fault_rate <= 1.0:
         problems.append("--fault-rate must be within [0, 1]")
     if args.timeout <= 0 or not 0 <= args.retries <= 10:
@@ -363,27 +433,36 @@ def bench(args: argparse.Namespace, work: Path) -> int:
     dataset = work / "tasks.jsonl"
     dataset.write_text("".join(json.dumps(i) + "\n" for i in instances))
     config = work / "faultbench.toml"
-    config.write_text(CONFIG.format(name="faultbench", work=work, timeout=args.timeout, retries=args.retries))
+    # On Ray, --workers tasks share this machine's CPUs, as the thread pool's workers do.
+    local_cpus = os.cpu_count() or 1
+    config.write_text(CONFIG.format(name="faultbench", work=work, timeout=args.timeout, retries=args.retries,
+                                    cpus=round(local_cpus / args.workers, 4), local_cpus=local_cpus))
     cfg = load_config(str(config), env={})
     responder = BenchResponder(specs)
     print(f"fault_bench: {args.tasks} fixture tasks in {len(list((work / 'mirrors').iterdir()))} repos, "
           f"{args.workers} workers, fault rate {args.fault_rate}, seed {args.seed}; config: redo without "
           f"pyright and tests (critic.static=false, critic.tests=false, LLM check and judgment on); "
-          f"llm.timeout_s={args.timeout} llm.max_retries={args.retries}")
+          f"llm.timeout_s={args.timeout} llm.max_retries={args.retries}; executor {args.executor}"
+          + (" (the clean reference on the thread pool)" if args.executor == "ray" else ""))
 
     with FaultyLLMServer(responder, FaultPlan(rate=0.0), tag=task_tag) as clean_srv:
         clean = run_graph(work, config, "clean", dataset, clean_srv.base_url, args.workers)
     plan = FaultPlan(rate=args.fault_rate, kinds=FAULT_KINDS, seed=args.seed, retry_after="1",
                      silent_s=args.timeout * 4, trickle_s=args.timeout * 4)
     with FaultyLLMServer(responder, plan, tag=task_tag) as srv:
-        if args.kill:
+        if args.kill and args.executor == "ray":
+            rng = random.Random(args.seed)
+            moments = [clean.seconds * rng.uniform(0.0, 0.7) for _ in range(args.kills)]
+            runs = [run_graph(work, config, "faulty", dataset, srv.base_url, args.workers, executor="ray",
+                              worker_kills=moments, rng=rng)]
+        elif args.kill:
             rng = random.Random(args.seed)
             moment = clean.seconds * rng.uniform(0.0, 0.7)
             first = run_graph(work, config, "faulty", dataset, srv.base_url, args.workers, kill_after=moment)
             resumed = run_graph(work, config, "faulty", dataset, srv.base_url, args.workers)
             runs = [first, resumed]
         else:
-            runs = [run_graph(work, config, "faulty", dataset, srv.base_url, args.workers)]
+            runs = [run_graph(work, config, "faulty", dataset, srv.base_url, args.workers, executor=args.executor)]
         log = list(srv.log)
         served = srv.faults()
 
@@ -428,7 +507,14 @@ def bench(args: argparse.Namespace, work: Path) -> int:
         reasons[reason] = reasons.get(reason, 0) + 1
     for reason, n in sorted(reasons.items(), key=lambda t: -t[1]):
         print(f"  {n:3d} x {reason}")
-    if args.kill:
+    kills = runs[0].worker_kills
+    if args.kill and args.executor == "ray":
+        hit = sorted({iid for _, iid in kills})
+        back = [i for i in hit if recs.get(i, {}).get("resumed")]
+        print(f"kill: {len(kills)} of {args.kills} Ray workers SIGKILLed mid-task at "
+              f"{', '.join(f'{t:.1f} s' for t, _ in kills) or '-'}; Ray reran their {len(hit)} tasks, "
+              f"{len(back)} from a checkpoint: {', '.join(hit)}")
+    elif args.kill:
         resumed = sum(bool(r.get("resumed")) for r in recs.values())
         note = "" if runs[0].killed_at else " (the run ended before the kill moment)"
         print(f"kill: {resumed} tasks resumed from a checkpoint after the SIGKILL{note}")
@@ -445,7 +531,8 @@ def bench(args: argparse.Namespace, work: Path) -> int:
     if args.run_budget is not None:
         budget_ok = run_budget_phase(args, work, config, dataset, responder, cfg, ids, clean_recs, clean_preds)
     ok = (budget_ok and not lost and not duplicated and not over and len(identical) == len(through) and not trees
-          and not procs and clean_ok and runs[-1].returncode == 0)
+          and not procs and clean_ok and runs[-1].returncode == 0
+          and (not args.kill or args.executor != "ray" or len(kills) == args.kills))
     print(f"tasks={len(ids)} lost={len(lost)} duplicated={duplicated} over_budget={len(over)} "
           f"identical_to_clean={len(identical)}/{len(through)}")
     return 0 if ok else 1

@@ -7,6 +7,10 @@ patch applied, the instance's tests run once through the same test runner).
 
     python -m eval.pipeline_bench --dataset ../shared/data/swebench_lite.jsonl --repos MIRRORS \
         --instances pallets__flask-4992 --runs 3
+
+With ``--executor ray`` each task also runs through ``--executor ray`` (a local Ray started once,
+its start-up reported apart) right after the thread pool, and the last line adds the executor's
+own cost: the median of Ray's wall time over the thread pool's on the same task in the same run.
 """
 
 from __future__ import annotations
@@ -23,11 +27,28 @@ from eval.hidden import run_hidden
 from eval.oracle import oracle_script
 from fixgraph.config import ConfigError, load_config
 from fixgraph.dataset import DatasetError, load_jsonl, select
+from fixgraph.executors import ExecutorError, RayExecutor
 from fixgraph.runner import run_tasks
 from fixgraph.scripted import ScriptedChatModel
 from fixgraph.workspace import RepoCache, WorkspaceError, find_mirror
 
 DEFAULT_INSTANCES = "pallets__flask-4992,psf__requests-2317"
+
+
+class OracleModels:
+    """A model factory a Ray worker can receive: it builds the oracle there, on first use."""
+
+    def __init__(self, instance: Any):
+        self.instance = instance
+        self.model: TimedModel | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"instance": self.instance, "model": None}
+
+    def __call__(self, role: str) -> TimedModel:
+        if self.model is None:
+            self.model = TimedModel(script=oracle_script(self.instance))
+        return self.model
 
 
 class TimedModel(ScriptedChatModel):
@@ -51,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", default="redo")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--cache-dir", type=Path, help="default: a temporary folder")
+    p.add_argument("--executor", choices=["threads", "ray"], default="threads",
+                   help="ray: also run each task on a local Ray and report Ray's time over the thread pool's")
     args = p.parse_args(argv)
     try:
         instances = select(load_jsonl(args.dataset), args.instances)
@@ -63,18 +86,33 @@ def main(argv: list[str] | None = None) -> int:
                 "cache_dir": str(cache), "predictions_dir": str(Path(tmp) / "predictions"),
                 "runs_dir": str(Path(tmp) / "runs")})
             return _bench(instances, cfg, args)
-    except (ConfigError, DatasetError, WorkspaceError) as exc:
+    except (ConfigError, DatasetError, WorkspaceError, ExecutorError) as exc:
         print(f"pipeline_bench: error: {exc}", file=sys.stderr)
         return 2
 
 
 def _bench(instances, cfg, args) -> int:  # noqa: ANN001
-    from scoring.tests import make_runner
 
     repo_cache = RepoCache(cfg.cache_dir, args.repos)
     overhead: dict[str, list[float]] = {i.instance_id: [] for i in instances}
     bare: dict[str, list[float]] = {i.instance_id: [] for i in instances}
     print(f"config {cfg.name}; {len(instances)} instance(s); {args.runs} measured runs after one warm-up")
+    executor: RayExecutor | None = None
+    ray_vs_threads: dict[str, list[float]] = {i.instance_id: [] for i in instances}
+    if args.executor == "ray":
+        t0 = time.perf_counter()
+        executor = RayExecutor.start(cfg)
+        print(f"ray: a local Ray started in {time.perf_counter() - t0:.2f}s (once; not in the figures below)")
+    try:
+        return _measure(instances, cfg, args, repo_cache, overhead, bare, executor, ray_vs_threads)
+    finally:
+        if executor is not None:
+            executor.close()
+
+
+def _measure(instances, cfg, args, repo_cache, overhead, bare, executor, ray_vs_threads) -> int:  # noqa: ANN001
+    from scoring.tests import make_runner
+
     for run in range(args.runs + 1):
         for inst in instances:
             # Reference: worktree, gold patch, the tests once.
@@ -96,6 +134,15 @@ def _bench(instances, cfg, args) -> int:  # noqa: ANN001
             print(f"{tag:8s} {inst.instance_id:28s} total {total:6.2f}s llm {llm:5.3f}s "
                   f"overhead {total - llm:6.2f}s bare {t_bare:6.2f}s patched={summary.patched} "
                   f"tests_runnable={outcome.runnable}{'' if outcome.runnable else ' (' + outcome.reason + ')'}")
+            if executor is not None:
+                t0 = time.perf_counter()
+                on_ray = run_tasks([inst], cfg, run_id=f"ray{run}", repos=args.repos,
+                                   model_factory=OracleModels(inst), progress=False, executor=executor)
+                t_ray = time.perf_counter() - t0
+                print(f"{'':8s} {'':28s} on ray {t_ray:6.2f}s ({t_ray / total:.2f}x the thread pool) "
+                      f"patched={on_ray.patched}")
+                if run:
+                    ray_vs_threads[inst.instance_id].append(t_ray / total)
             if run:
                 overhead[inst.instance_id].append(total - llm)
                 bare[inst.instance_id].append(t_bare)
@@ -104,7 +151,12 @@ def _bench(instances, cfg, args) -> int:  # noqa: ANN001
     for iid in overhead:
         print(f"{iid}: median overhead {statistics.median(overhead[iid]):.2f}s, "
               f"bare {statistics.median(bare[iid]):.2f}s")
-    print(f"overhead_per_task_s={med:.2f} bare_task_s={ref:.2f} ratio={med / ref if ref else float('nan'):.2f}")
+    line = f"overhead_per_task_s={med:.2f} bare_task_s={ref:.2f} ratio={med / ref if ref else float('nan'):.2f}"
+    if executor is not None:
+        for iid, ratios in ray_vs_threads.items():
+            print(f"{iid}: ray/threads wall time, median {statistics.median(ratios):.2f} ({len(ratios)} runs)")
+        line += f" ray_over_threads={statistics.median([statistics.median(v) for v in ray_vs_threads.values()]):.2f}"
+    print(line)
     return 0
 
 

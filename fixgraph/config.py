@@ -214,6 +214,32 @@ class GitHubSettings(_Strict):
         return value
 
 
+class TaskResources(_Strict):
+    """What one task asks a Ray cluster for."""
+
+    cpus: float = Field(default=1.0, gt=0)
+    # 0: no memory request (Ray then schedules by CPUs alone).
+    memory_mb: int = Field(default=0, ge=0)
+
+
+class ExecutorSettings(_Strict):
+    """``--executor ray`` (fixgraph/executors.py); the thread pool ignores this block."""
+
+    cpus: float = Field(default=1.0, gt=0)
+    memory_mb: int = Field(default=0, ge=0)
+    # A test-heavy repository may ask for more, e.g. [executor.repo_resources."sympy/sympy"].
+    repo_resources: dict[str, TaskResources] = Field(default_factory=dict)
+    # How often Ray reruns a task whose worker process died; the rerun resumes from its checkpoint.
+    max_retries: int = Field(default=2, ge=0, le=10)
+    # The CPUs a local Ray (no --ray-address) gets; 0: this machine's.
+    local_cpus: int = Field(default=0, ge=0)
+    # How long joining a cluster may take before the run stops with one line.
+    connect_timeout_s: float = Field(default=15.0, gt=0)
+
+    def resources(self, repo: str) -> TaskResources:
+        return self.repo_resources.get(repo) or TaskResources(cpus=self.cpus, memory_mb=self.memory_mb)
+
+
 class RunConfig(_Strict):
     name: str = "redo"
     eval_mode: bool = True
@@ -231,6 +257,7 @@ class RunConfig(_Strict):
     regression: RegressionSettings = RegressionSettings()
     tests: TestSettings = TestSettings()
     github: GitHubSettings = GitHubSettings()
+    executor: ExecutorSettings = ExecutorSettings()
     cache_dir: Path = Path(".cache/fixgraph")
     predictions_dir: Path = Path("predictions")
     runs_dir: Path = Path("runs")

@@ -19,7 +19,7 @@ import traceback
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -34,6 +34,9 @@ from fixgraph.publish import DiffPublisher, Publisher
 from fixgraph.records import RunStore
 from fixgraph.state import TaskState, Usage
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree
+
+if TYPE_CHECKING:
+    from fixgraph.executors import Executor
 
 
 def model_name(cfg: RunConfig) -> str:
@@ -231,8 +234,11 @@ class RunSummary:
 
 def run_tasks(instances: list[Instance] | list[Task], cfg: RunConfig, *, run_id: str, repos: Path | None,
               workers: int = 1, model_factory: ModelFactory | None = None, progress: bool = True,
-              publisher: Publisher | None = None) -> RunSummary:
-    """Run every task not already done; Ctrl-C keeps what finished and exits for a later resume."""
+              publisher: Publisher | None = None, executor: Executor | None = None) -> RunSummary:
+    """Run every task not already done; Ctrl-C keeps what finished and exits for a later resume.
+
+    Tasks run on a thread pool of ``workers``, or on ``executor`` (fixgraph/executors.py) when given.
+    """
     # Workers are threads, and ast.parse is not thread-safe on CPython 3.11 (see fixgraph/astlock.py).
     astlock.install()
     store = RunStore(run_id, cfg.predictions_dir, cfg.runs_dir, model_name(cfg), cfg.secrets())
@@ -252,12 +258,15 @@ def run_tasks(instances: list[Instance] | list[Task], cfg: RunConfig, *, run_id:
     bar = _Progress(len(instances), summary.skipped, enabled=progress)
     lock = threading.Lock()
 
-    def one(inst: Instance | Task) -> dict[str, Any]:
-        record = run_task(inst, cfg, publisher=publisher, repo_cache=repo_cache, store=store,
-                          model_factory=model_factory, run_meter=run_meter)
+    def finished(record: dict[str, Any]) -> None:
         with lock:
             summary.add(record)
             bar.update(summary)
+
+    def one(inst: Instance | Task) -> dict[str, Any]:
+        record = run_task(inst, cfg, publisher=publisher, repo_cache=repo_cache, store=store,
+                          model_factory=model_factory, run_meter=run_meter)
+        finished(record)
         return record
 
     pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="task")
@@ -265,7 +274,10 @@ def run_tasks(instances: list[Instance] | list[Task], cfg: RunConfig, *, run_id:
     queue = list(todo)
     try:
         with bar:
-            while queue or pending:
+            if executor is not None:
+                queue = executor.run(todo, cfg, store=store, repos=repos, model_factory=model_factory,
+                                     run_meter=run_meter, on_record=finished)
+            while executor is None and (queue or pending):
                 while queue and len(pending) < workers and not run_meter.exhausted():
                     pending.add(pool.submit(one, queue.pop(0)))
                 if not pending:
