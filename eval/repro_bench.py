@@ -103,6 +103,14 @@ def run_one(inst: Instance, cfg: Any, repos: RepoCache, store: RunStore) -> dict
             attempts.append(round(time.monotonic() - t1, 1))
         row["attempt_seconds"] = attempts
         row["repro_passes_with_gold"] = bool(out.fail_to_pass) and all(s in PASSING for s in out.fail_to_pass.values())
+        row["repro_after"] = out.fail_to_pass
+        # Evaluation side: do the instance's FAIL_TO_PASS tests fail at the base and pass with the gold
+        # patch in our environment? (Other tests of the file may fail for reasons of their own.)
+        base = repro.get("base_statuses") or {}
+        f2p = [t for t in inst.FAIL_TO_PASS if t in base or t in out.fail_to_pass]
+        row["f2p_seen"] = len(f2p)
+        row["f2p_ok"] = bool(f2p) and all(base.get(t) not in PASSING for t in f2p) and all(
+            out.fail_to_pass.get(t) in PASSING for t in f2p)
         row["repro_ok"] = repro.get("status") == "accepted" and row["repro_passes_with_gold"]
         row["regression_runnable"] = out.regression_ran
         row["selected"] = out.selection.get("files", [])
@@ -131,14 +139,14 @@ def report(rows: list[dict[str, Any]]) -> str:
     by_repo: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         by_repo[r["repo"]].append(r)
-    lines = [f"{'repo':24s} {'insts':>5s} {'env_ok':>6s} {'repro_ok':>8s} {'regr_run':>8s} {'files':>5s} "
+    lines = [f"{'repo':24s} {'insts':>5s} {'env_ok':>6s} {'repro_ok':>8s} {'f2p_ok':>6s} {'regr_run':>8s} {'files':>5s} "
              f"{'tests':>6s} {'s/attempt1':>10s} {'s/attempt2':>10s}"]
     ran_all: list[dict[str, Any]] = []
     for repo in sorted(by_repo):
         group = by_repo[repo]
         ran = [r for r in group if r.get("status") == "ran"]
         ran_all += ran
-        lines.append(f"{repo:24s} {len(group):5d} {len(ran):6d} {_share(ran, 'repro_ok'):>8s} "
+        lines.append(f"{repo:24s} {len(group):5d} {len(ran):6d} {_share(ran, 'repro_ok'):>8s} {_share(ran, 'f2p_ok'):>6s} "
                      f"{_share(ran, 'regression_runnable'):>8s} "
                      f"{statistics.mean([len(r['selected']) for r in ran]) if ran else 0:5.1f} "
                      f"{statistics.mean([r['regression_tests'] for r in ran]) if ran else 0:6.1f} "
@@ -156,11 +164,14 @@ def report(rows: list[dict[str, Any]]) -> str:
         lines.append("repro_ok=n/a regression_runnable=n/a median_s=n/a")
         return "\n".join(lines)
     ok = sum(bool(r["repro_ok"]) for r in ran_all) / len(ran_all)
+    f2p = sum(bool(r.get("f2p_ok")) for r in ran_all) / len(ran_all)
+    lines.append(f"the instance's FAIL_TO_PASS tests, run as the reproduction test, fail at the base and pass "
+                 f"with the gold patch: {f2p:.3f} (every failing test of the file passing with it: {ok:.3f})")
     runnable = sum(bool(r["regression_runnable"]) for r in ran_all) / len(ran_all)
     first = statistics.median(r["attempt_seconds"][0] for r in ran_all)
     later = statistics.median(r["attempt_seconds"][1] for r in ran_all)
     lines.append(f"instances run: {len(ran_all)}; median test seconds: first attempt {first:.1f}, later attempts {later:.1f}")
-    lines.append(f"repro_ok={ok:.3f} regression_runnable={runnable:.3f} median_s={first:.1f}")
+    lines.append(f"repro_ok={ok:.3f} regression_runnable={runnable:.3f} median_s={first:.1f} f2p_ok={f2p:.3f}")
     return "\n".join(lines)
 
 
