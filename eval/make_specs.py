@@ -47,7 +47,7 @@ def build(wheel: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m eval.make_specs", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m eval.make_specs", description="Write the shipped swebench specs table.")
     p.add_argument("wheel", type=Path, help="swebench-4.1.0-py3-none-any.whl")
     p.add_argument("-o", "--out", type=Path, default=OUT)
     args = p.parse_args(argv)
