@@ -20,12 +20,12 @@ from types import FrameType
 from dotenv import load_dotenv
 from github.GithubException import GithubException
 
-from bot.client import GitHubAccess, scrub_environ
 from bot.jobs import JobQueue
 from bot.poll import Poller
 from bot.server import make_server
 from bot.worker import Worker
 from fixgraph.config import ConfigError, RunConfig, load_config
+from fixgraph.github_client import GitHubAccess, scrub_environ
 from fixgraph.records import redact
 from fixgraph.workspace import RepoCache
 

@@ -19,7 +19,7 @@ import traceback
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -34,6 +34,13 @@ from fixgraph.publish import DiffPublisher, Publisher
 from fixgraph.records import RunStore
 from fixgraph.state import TaskState, Usage
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree
+
+
+class GraphFactory(Protocol):
+    """What the runner is given to build the graph (graph.build_graph): the runner never imports
+    the module that wires the agents, which stands above it."""
+
+    def __call__(self, checkpointer: Any = None) -> Any: ...
 
 
 def model_name(cfg: RunConfig) -> str:
@@ -117,12 +124,10 @@ def check_checkpoints(path: Path) -> None:
         saver.conn.close()
 
 
-def run_task(instance: Instance, cfg: RunConfig, *, publisher: Publisher, repo_cache: RepoCache,
-             store: RunStore | None = None, model_factory: ModelFactory | None = None,
+def run_task(instance: Instance, cfg: RunConfig, *, build_graph: GraphFactory, publisher: Publisher,
+             repo_cache: RepoCache, store: RunStore | None = None, model_factory: ModelFactory | None = None,
              run_meter: RunMeter | None = None) -> dict[str, Any]:
     """Run the graph on one task and return its record (also written to ``store`` when given)."""
-    from graph import build_graph
-
     started, t0 = _now(), time.monotonic()
     key = f"{store.run_id}__{instance.instance_id}" if store else f"adhoc__{instance.instance_id}"
     wt: Worktree | None = None
@@ -218,8 +223,8 @@ class RunSummary:
                 f"{self.tokens} tokens, ${self.dollars:.4f}")
 
 
-def run_tasks(instances: list[Instance], cfg: RunConfig, *, run_id: str, repos: Path | None,
-              workers: int = 1, model_factory: ModelFactory | None = None, progress: bool = True,
+def run_tasks(instances: list[Instance], cfg: RunConfig, *, build_graph: GraphFactory, run_id: str,
+              repos: Path | None, workers: int = 1, model_factory: ModelFactory | None = None, progress: bool = True,
               publisher: Publisher | None = None) -> RunSummary:
     """Run every task not already done; Ctrl-C keeps what finished and exits for a later resume."""
     # Workers are threads, and ast.parse is not thread-safe on CPython 3.11 (see fixgraph/astlock.py).
@@ -242,7 +247,7 @@ def run_tasks(instances: list[Instance], cfg: RunConfig, *, run_id: str, repos: 
     lock = threading.Lock()
 
     def one(inst: Instance) -> dict[str, Any]:
-        record = run_task(inst, cfg, publisher=publisher, repo_cache=repo_cache, store=store,
+        record = run_task(inst, cfg, build_graph=build_graph, publisher=publisher, repo_cache=repo_cache, store=store,
                           model_factory=model_factory, run_meter=run_meter)
         with lock:
             summary.add(record)

@@ -11,10 +11,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 import bot.__main__ as cli
-from bot.client import GitHubAccess
 from bot.events import Trigger
 from bot.poll import Poller
 from fixgraph.config import ConfigError, load_config
+from fixgraph.github_client import GitHubAccess
 from fixgraph.github_pr import MARKER
 from tests.bot_harness import SECRET, TOKEN, Bot, bot_config
 from tests.fake_github import FakeGitHub, labeled_payload, make_fixture_repo
