@@ -52,6 +52,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bot", description="fixgraph's GitHub issue-to-PR bot")
     p.add_argument("--config", default="redo", help="a config name in configs/ or a TOML path")
     p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--no-check", action="store_true",
+                   help="start without the preflight (python graph.py --check's checks)")
     sub = p.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="receive webhooks")
     serve.add_argument("--host", help="address to listen on (default FIXGRAPH_WEBHOOK_HOST or 127.0.0.1)")
@@ -81,6 +83,19 @@ def settings(args: argparse.Namespace) -> RunConfig:
     return cfg
 
 
+def preflight_fails(cfg: RunConfig) -> bool:
+    """The same checks as `graph.py --check`: a bot that cannot call its model or push should say
+    so at start, not on the first issue someone labels."""
+    from fixgraph.preflight import print_report, run_checks
+
+    report: list[str] = []
+    if print_report(run_checks(cfg), report.append):
+        return False
+    for line in report:
+        print(f"fixgraph bot: {line}", file=sys.stderr)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     load_dotenv(override=False)
@@ -106,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         except (ConfigError, OSError) as exc:
             print(f"fixgraph bot: error: {exc}", file=sys.stderr)
             return 2
+        if not args.no_check and preflight_fails(cfg):
+            server.server_close()
+            jobs.close()
+            return 2
 
         def shutdown(signum: int, frame: FrameType | None) -> None:
             threading.Thread(target=server.shutdown, daemon=True).start()
@@ -123,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         jobs.close(wait=True)
         return 0
 
+    if not args.no_check and preflight_fails(cfg):
+        jobs.close()
+        return 2
     poller = Poller(cfg, access, args.repo, jobs.submit)
     if args.once:
         try:

@@ -39,7 +39,7 @@ def local_servers() -> list[tuple[str, str]]:
     raw = os.environ.get("FIXGRAPH_LOCAL_SERVERS")
     if raw is None:
         return list(LOCAL_SERVERS)
-    return [(url.strip(), url.strip()) for url in raw.split(",") if url.strip()]
+    return [("server", url.strip()) for url in raw.split(",") if url.strip()]
 
 
 def configure(args: argparse.Namespace) -> RunConfig:

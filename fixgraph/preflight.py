@@ -150,7 +150,11 @@ def check_github(cfg: RunConfig) -> Check:
         return Check("GitHub", False, str(exc))
     if access.app_auth is not None:
         return Check("GitHub", True, "GitHub App configured (each job uses its installation's token)")
-    gh = access.session().gh
+    from github import Auth, Github
+
+    # No retries here: the check says at once what is wrong instead of waiting out backoff.
+    gh = Github(auth=Auth.Token(access.token or ""), base_url=cfg.github.base_url.rstrip("/"),
+                timeout=int(min(cfg.github.timeout_s, 10)), retry=None)
     try:
         login = gh.get_user().login
     except GithubException as exc:
