@@ -291,9 +291,11 @@ def _link(target: Path | None, out_dir: Path) -> str | None:
 
 
 def _diff_file(run: Run, rec: dict[str, Any]) -> Path | None:
-    own = run.predictions_dir / f"{rec['instance_id']}.diff"
-    if own.is_file():
-        return own
+    # The run's own patch first: predictions/<id>.diff outside eval.run's layout is the latest
+    # run's, maybe another run's.
+    for own in (run.path / "patches" / f"{rec['instance_id']}.diff", run.predictions_dir / f"{rec['instance_id']}.diff"):
+        if own.is_file():
+            return own
     recorded = rec.get("diff_path")
     if isinstance(recorded, str) and recorded:
         path = Path(recorded)
