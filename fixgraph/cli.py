@@ -71,11 +71,17 @@ def run_cli(args: argparse.Namespace, build_graph: Any) -> int:
             from fixgraph.preflight import print_report, run_checks
 
             return 0 if print_report(run_checks(cfg)) else 1
+        from fixgraph.dataset import load_dataset_any, select
+
+        if args.dataset is None:
+            from fixgraph.hub import prepare_hub
+
+            prepare_hub(cfg.cache_dir)  # offline: say so in seconds, not after the hub's retries
+        instances = select(load_dataset_any(args.dataset, cfg.cache_dir), args.tasks)
         if cfg.critic.enabled and cfg.critic.static:
             from scoring.static import check_available
 
             check_available(cfg.critic)  # pyright missing: say so before any work
-        from fixgraph.dataset import load_dataset_any, select
         from fixgraph.publish import Publisher
 
         publisher: Publisher | None = None
@@ -83,7 +89,6 @@ def run_cli(args: argparse.Namespace, build_graph: Any) -> int:
             from fixgraph.github_pr import GitHubPublisher
 
             publisher = GitHubPublisher(cfg)
-        instances = select(load_dataset_any(args.dataset, cfg.cache_dir), args.tasks)
         from fixgraph.runner import run_tasks
 
         summary = run_tasks(instances, cfg, build_graph=build_graph, run_id=args.run_id or cfg.name,

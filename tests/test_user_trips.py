@@ -74,3 +74,39 @@ def test_a_replaced_file_keeps_its_mode(tmp_path: Path, monkeypatch: pytest.Monk
     path.chmod(0o600)
     atomic_write(path, "new")
     assert (path.read_text(), stat.S_IMODE(path.stat().st_mode)) == ("new", 0o600)
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_offline_without_dataset_says_to_pass_dataset_within_seconds(tmp_path: Path) -> None:
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "FIXGRAPH", "HF_"))}
+    env.update(OPENAI_API_KEY="k", EVAL_MODE="true", FIXGRAPH_CACHE_DIR=str(tmp_path / "cache"),
+               HF_ENDPOINT=f"http://127.0.0.1:{closed_port()}")
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, str(ROOT / "graph.py"), "--tasks", "all"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - t0 < 5.0
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fixgraph: error: the dataset hub (http://127.0.0.1:")
+    assert lines[0].endswith("is not cached; pass --dataset PATH to a SWE-bench JSONL")
+
+
+def test_offline_with_the_dataset_cached_reads_the_cache_without_retrying(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fixgraph.hub import prepare_hub
+
+    (tmp_path / "hub" / "SWE-bench___swe-bench_lite").mkdir(parents=True)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    prepare_hub(tmp_path)
+    assert os.environ["HF_HUB_OFFLINE"] == os.environ["HF_DATASETS_OFFLINE"] == "1"
