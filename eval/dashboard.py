@@ -75,7 +75,8 @@ def retry_causes(rec: dict[str, Any]) -> list[str]:
     causes = []
     for att in _attempts(rec)[:-1]:
         verdict = att.get("verdict")
-        score = att.get("score") if isinstance(att.get("score"), dict) else {}
+        raw_score = att.get("score")
+        score: dict[str, Any] = raw_score if isinstance(raw_score, dict) else {}
         if verdict == "CannotApply":
             causes.append("patch did not apply")
         elif verdict == "Unsafe":
