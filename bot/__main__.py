@@ -79,7 +79,11 @@ def settings(args: argparse.Namespace) -> RunConfig:
     if not cfg.github.allowlist:
         raise ConfigError("FIXGRAPH_ALLOWLIST is empty: name the repositories the bot may act on "
                           "(owner/name or owner/*, comma-separated)")
-    cfg.require_llm()
+    from fixgraph.discover import local_servers, resolve_llm
+
+    cfg, found = resolve_llm(cfg, local_servers())
+    if found:
+        print(found, file=sys.stderr)
     return cfg
 
 

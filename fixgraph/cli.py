@@ -8,12 +8,14 @@ imported only once the input has been checked, so that mistakes are answered at 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fixgraph.config import ConfigError, RunConfig, load_config
 from fixgraph.discover import ROLES
+
+if TYPE_CHECKING:
+    from fixgraph.runner import GraphFactory
 
 
 def fail(message: str) -> int:
@@ -31,22 +33,11 @@ def model_overrides(args: argparse.Namespace) -> dict[str, str]:
     return out
 
 
-def local_servers() -> list[tuple[str, str]]:
-    """Where to look for a local server: the usual default ports, or ``FIXGRAPH_LOCAL_SERVERS``
-    (comma-separated base URLs; empty to look nowhere)."""
-    from fixgraph.discover import LOCAL_SERVERS
-
-    raw = os.environ.get("FIXGRAPH_LOCAL_SERVERS")
-    if raw is None:
-        return list(LOCAL_SERVERS)
-    return [("server", url.strip()) for url in raw.split(",") if url.strip()]
-
-
 def configure(args: argparse.Namespace) -> RunConfig:
     """The run's config with an LLM it can reach (a local server found, said in one line)."""
     from dotenv import load_dotenv
 
-    from fixgraph.discover import resolve_llm
+    from fixgraph.discover import local_servers, resolve_llm
 
     load_dotenv(override=False)
     cfg = load_config(args.config, overrides=model_overrides(args))
@@ -56,7 +47,7 @@ def configure(args: argparse.Namespace) -> RunConfig:
     return cfg
 
 
-def run_cli(args: argparse.Namespace, build_graph: Any) -> int:
+def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
     from fixgraph.dataset import DatasetError
     from fixgraph.workspace import WorkspaceError
     from scoring.static import StaticAnalysisUnavailable

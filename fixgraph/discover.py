@@ -8,6 +8,7 @@ used. Standard library only, so that ``--help`` and bad-input errors stay fast.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import urllib.error
@@ -71,6 +72,15 @@ def probe(servers: Sequence[tuple[str, str]] = LOCAL_SERVERS, timeout_s: float =
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))
     return found[min(found)] if found else None
+
+
+def local_servers() -> list[tuple[str, str]]:
+    """Where to look: the usual default ports, or ``FIXGRAPH_LOCAL_SERVERS`` (comma-separated base
+    URLs; empty to look nowhere)."""
+    raw = os.environ.get("FIXGRAPH_LOCAL_SERVERS")
+    if raw is None:
+        return list(LOCAL_SERVERS)
+    return [("server", url.strip()) for url in raw.split(",") if url.strip()]
 
 
 def tried(servers: Sequence[tuple[str, str]] = LOCAL_SERVERS) -> str:
