@@ -11,7 +11,6 @@ import json
 import os
 import threading
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,7 +59,7 @@ def probe(servers: Sequence[tuple[str, str]] = LOCAL_SERVERS, timeout_s: float =
     def ask(i: int, name: str, url: str) -> None:
         try:
             models = list_models(url, timeout_s=timeout_s)
-        except (OSError, ValueError, urllib.error.URLError):
+        except Exception:  # noqa: BLE001 - whatever else listens there (a web app on 8000), it is not ours
             return
         if models:
             found[i] = Server(name, url, tuple(models))

@@ -122,3 +122,26 @@ def test_graph_py_without_key_finds_the_server_and_with_nothing_fails_in_3s(tmp_
     # Found, said in one line, then the next problem: the dataset file does not exist.
     assert lines[0] == f"fixgraph: using server at {srv.base_url}, model m1", proc.stderr
     assert proc.returncode == 2 and "none.jsonl" in lines[-1]
+
+
+def test_something_else_on_a_default_port_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A service that does not speak HTTP (or serves a web app) there is not a model server."""
+    import threading
+
+    raised: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", raised.append)
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(4)
+
+    def garbage() -> None:
+        conn, _ = s.accept()
+        conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+        conn.close()
+
+    threading.Thread(target=garbage, daemon=True).start()
+    with FakeLLMServer(ScriptResponder({}), models=("m",)) as srv:
+        found = probe([("other", f"http://127.0.0.1:{s.getsockname()[1]}/v1"), ("fake", srv.base_url)])
+    s.close()
+    assert found is not None and found.name == "fake"
+    assert raised == []
