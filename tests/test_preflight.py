@@ -95,3 +95,15 @@ def test_github_token_scopes(github: FakeGitHub, token: str, ready: bool, says: 
 
 def test_github_is_not_checked_in_eval_mode() -> None:
     assert check_github(load_config("redo", env={"EVAL_MODE": "true"})).ready
+
+
+def test_test_backend_docker_without_an_engine_and_venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import scoring.docker  # noqa: F401 - imported (it imports GitPython, which needs git) before PATH goes
+    from fixgraph.preflight import check_test_backend
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no docker CLI on it
+    got = check_test_backend(load_config("redo", env={}, overrides={"tests.backend": "docker"}))
+    assert not got.ready
+    assert got.detail == 'no docker CLI on this machine: start Docker, or set [tests] backend = "venv"'
+    assert check_test_backend(load_config("redo", env={})).ready  # venv: python -m venv works here
+    assert check_test_backend(load_config("baseline", env={})).detail == "not used by this config"
