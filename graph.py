@@ -22,12 +22,14 @@ def build_graph(checkpointer=None):  # noqa: ANN001 - any LangGraph checkpointer
     from agents.explorer import explorer, needs_replan
     from agents.planner import planner
     from agents.pr import pr_agent
+    from agents.reproducer import reproducer
     from fixgraph.context import TaskContext
     from fixgraph.state import TaskState
 
     g = StateGraph(TaskState, context_schema=TaskContext)
     g.add_node("planner", planner)
     g.add_node("explorer", explorer)
+    g.add_node("reproducer", reproducer)
     g.add_node("coder", coder)
     g.add_node("critic", critic)
     g.add_node("pr_agent", pr_agent)
@@ -41,7 +43,10 @@ def build_graph(checkpointer=None):  # noqa: ANN001 - any LangGraph checkpointer
     def after_explorer(state: TaskState) -> str:
         if stopped(state):
             return "pr_agent"
-        return "planner" if needs_replan(state) else "coder"
+        return "planner" if needs_replan(state) else "reproducer"
+
+    def after_reproducer(state: TaskState) -> str:
+        return "pr_agent" if stopped(state) else "coder"
 
     def after_coder(state: TaskState, runtime: Runtime[TaskContext]) -> str:
         cfg = runtime.context.cfg
@@ -57,7 +62,8 @@ def build_graph(checkpointer=None):  # noqa: ANN001 - any LangGraph checkpointer
 
     g.add_edge(START, "planner")
     g.add_conditional_edges("planner", after_planner, ["explorer", "pr_agent"])
-    g.add_conditional_edges("explorer", after_explorer, ["planner", "coder", "pr_agent"])
+    g.add_conditional_edges("explorer", after_explorer, ["planner", "reproducer", "pr_agent"])
+    g.add_conditional_edges("reproducer", after_reproducer, ["coder", "pr_agent"])
     g.add_conditional_edges("coder", after_coder, ["coder", "critic", "pr_agent"])
     g.add_conditional_edges("critic", after_critic, ["coder", "pr_agent"])
     g.add_edge("pr_agent", END)

@@ -74,6 +74,14 @@ def coder_files(wt: Worktree, index: RepoIndex, read: list[str], suspects: list[
     return files
 
 
+def _repro_view(repro: dict[str, Any]) -> dict[str, str] | None:
+    """The accepted reproduction test as the Coder sees it: the file and how it fails now."""
+    if repro.get("status") != "accepted":
+        return None
+    return {"path": repro.get("path", ""), "content": repro.get("content", ""),
+            "output": str(repro.get("base_output", ""))[-1500:]}
+
+
 @stops_cleanly("coder")
 def coder(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
     ctx = runtime.context
@@ -87,8 +95,8 @@ def coder(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
     previous = state.get("attempts", [])[-1] if state.get("attempts") else None
     prompt = messages(
         "the Coder", "coder",
-        repo=ctx.instance.repo,
-        problem=ctx.instance.problem_statement,
+        repo=ctx.task.repo,
+        problem=ctx.task.issue,
         confidence=exploration.get("confidence", "unknown"),
         learned=exploration.get("learned", ""),
         suspects=suspects,
@@ -96,6 +104,7 @@ def coder(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
         previous_patch=(previous or {}).get("patch", ""),
         feedback=state.get("feedback", ""),
         crash_context=(previous or {}).get("crash_context", ""),
+        repro=_repro_view(state.get("repro") or {}),
         attempt=number,
         max_attempts=ctx.cfg.max_attempts,
     )

@@ -1,5 +1,8 @@
 """Critic, REDO-style: differential static analysis, then an LLM check for runtime errors that
-static analysis misses, then the instance's tests, and the unsafe-patch guard throughout.
+static analysis misses, then the pipeline's own tests (the reproduction tests the Reproducer
+accepted, and the repository's existing tests for the changed code), and the unsafe-patch guard
+throughout. It never sees the evaluation's hidden tests, except under the explicitly labelled
+``oracle-tests`` ablation (``critic.tests = "oracle"``).
 
 It yields ``fix_score`` (see scoring/fix_score.py) and, when it rejects a patch, the findings the
 Coder must fix on the next attempt.
@@ -14,7 +17,8 @@ from langgraph.runtime import Runtime
 from agents.common import messages, stops_cleanly
 from fixgraph.context import TaskContext
 from fixgraph.state import AttemptRecord, Finding, PatchJudgment, ScoreParts, TaskState, Usage, merge_usage
-from scoring import fix_score, guard, llm_check, quality, static, tests
+from scoring import fix_score, guard, harness, llm_check, quality, static, tests
+from scoring.testenv import PASSING
 
 
 def _fmt(f: Finding) -> str:
@@ -54,6 +58,15 @@ def critic(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
     verdict = "Safe"
     notes: list[str] = []
 
+    cannot = harness.harness_apply_error(ctx.task, wt, patch, harness.pre_install_for(ctx.task, ctx.cache_dir),
+                                         ctx.cfg.tests) if settings.tests != "off" else ""
+    if cannot:
+        finding = Finding(source="apply", rule="harness", message=cannot, severity="error")
+        none = ScoreParts(fix_score=0.0, kind="none", note=cannot)
+        attempt = AttemptRecord(number=number, patch=patch, explanation=state.get("explanation", ""),
+                                verdict="CannotApply", findings=[finding], score=none)
+        return {"attempts": [attempt], "verdict": "CannotApply", "score": none, "feedback": _fmt(finding)}
+
     guard_findings = guard.check_patch(wt, patch) if settings.guard != "off" else []
     if guard_findings and settings.guard == "block":
         verdict = "Unsafe"
@@ -70,7 +83,7 @@ def critic(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
             findings += result.new
 
     if verdict == "Safe" and settings.llm_check:
-        check, delta = llm_check.runtime_check(ctx.llm, ctx.instance, wt, patch, calls=settings.llm_check_calls)
+        check, delta = llm_check.runtime_check(ctx.llm, ctx.task, wt, patch, calls=settings.llm_check_calls)
         usage = merge_usage(usage, delta)
         if check is None:
             verdict = "NoVerdict"
@@ -84,11 +97,11 @@ def critic(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
         score = ScoreParts(fix_score=0.0, kind="none", code_quality=code_quality,
                            note="rejected by the Critic before running tests")
     else:
-        outcome = tests.make_runner(ctx.cfg.tests, ctx.cache_dir).run(ctx.instance, wt, patch) if settings.tests else None
+        outcome = _run_tests(ctx, state, patch)
         llm_score = None
-        if outcome is None or not outcome.runnable:
+        if fix_score.needs_judgment(outcome):
             judgment, delta = ctx.llm.structured("critic", "critic", PatchJudgment, messages(
-                "the Critic", "judge", repo=ctx.instance.repo, problem=ctx.instance.problem_statement, patch=patch))
+                "the Critic", "judge", repo=ctx.task.repo, problem=ctx.task.issue, patch=patch))
             usage = merge_usage(usage, delta)
             llm_score = judgment.score
         score = fix_score.compute(outcome, code_quality, llm_score)
@@ -96,16 +109,10 @@ def critic(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
             crash = outcome.crash
             score["test_run"] = {
                 "backend": outcome.backend, "runnable": outcome.runnable, "reason": outcome.reason,
+                "source": outcome.source, "repro_ran": outcome.repro_ran, "regression_ran": outcome.regression_ran,
                 "seconds": round(outcome.seconds, 1), "timed_out": outcome.timed_out,
-                "network_isolated": outcome.network_isolated}
-            failing = [t for t, s in outcome.fail_to_pass.items() if s not in tests.PASSING]
-            if outcome.runnable and failing:
-                findings += [Finding(source="tests", rule="fail_to_pass", message=f"{t}: {outcome.fail_to_pass[t]}",
-                                     severity="error") for t in failing[:10]]
-            broken = [t for t, s in outcome.pass_to_pass_after.items()
-                      if s not in tests.PASSING and outcome.pass_to_pass_before.get(t) in tests.PASSING]
-            findings += [Finding(source="tests", rule="regression", message=f"{t} passed before the patch and now fails",
-                                 severity="error") for t in broken[:10]]
+                "network_isolated": outcome.network_isolated, "selection": outcome.selection}
+            findings += _test_findings(outcome)
     score["quality_detail"] = quality_detail
 
     previous = state.get("attempts", [])
@@ -116,6 +123,38 @@ def critic(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
                             fixed_from_previous=sorted(before - now), crash_context=crash)
     feedback = "\n".join(notes + [_fmt(f) for f in findings])
     return {"attempts": [attempt], "verdict": verdict, "score": score, "feedback": feedback, "usage": usage}
+
+
+def _run_tests(ctx: TaskContext, state: TaskState, patch: str) -> tests.TestOutcome | None:
+    mode = ctx.cfg.critic.tests
+    if mode == "off":
+        return None
+    runner = tests.make_runner(ctx.cfg.tests, ctx.cache_dir)
+    if mode == "oracle":
+        if ctx.oracle is None:
+            return tests.TestOutcome(runnable=False, reason="oracle-tests ablation run without evaluation data",
+                                     source="oracle")
+        return tests.hidden_outcome(runner, ctx.task, ctx.oracle, ctx.worktree, patch)
+    repro = state.get("repro") or {}
+    accepted = [tests.ReproTest.from_dict(repro)] if repro.get("status") == "accepted" else []
+    return tests.own_outcome(runner, ctx.task, ctx.worktree, patch, accepted, ctx.cfg.regression,
+                             ctx.cfg.repro.timeout_s)
+
+
+def _test_findings(outcome: tests.TestOutcome) -> list[Finding]:
+    """Failing reproduction tests and regressions, for the Coder (their output is the crash context)."""
+    if not outcome.runnable:
+        return []
+    own = outcome.source == "own"
+    failing = [t for t, s in outcome.fail_to_pass.items() if s not in PASSING]
+    found = [Finding(source="tests", rule="reproduction" if own else "fail_to_pass", severity="error",
+                     message=f"{t}: {outcome.fail_to_pass[t]}" + (" (the reproduction test still fails)" if own else ""))
+             for t in failing[:10]]
+    broken = [t for t, s in outcome.pass_to_pass_after.items()
+              if s not in PASSING and outcome.pass_to_pass_before.get(t) in PASSING]
+    found += [Finding(source="tests", rule="regression", message=f"{t} passed before the patch and now fails",
+                      severity="error") for t in broken[:10]]
+    return found
 
 
 def should_retry(state: TaskState, max_attempts: int, threshold: float) -> bool:

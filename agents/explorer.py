@@ -89,7 +89,7 @@ def explorer(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
     ctx = runtime.context
     settings = ctx.cfg.explorer
     index = ctx.index()
-    problem = ctx.instance.problem_statement
+    problem = ctx.task.issue
     planned = list(dict.fromkeys(clean_path(p) for p in state.get("plan", {}).get("files", []) if p.strip()))
     reruns_left = len(state.get("reruns", [])) < settings.max_planner_reruns
     runs = state.get("explorer_runs", 0) + 1
@@ -123,7 +123,7 @@ def explorer(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
         remaining = settings.max_files - len(read)
         last = iteration == settings.max_iterations or remaining <= 0
         options = [] if last else _ordered_options(index, problem, read, focus, settings.candidates_shown)
-        prompt = explorer_messages(index, ctx.instance.repo, problem, read, focus, options, iteration, settings)
+        prompt = explorer_messages(index, ctx.task.repo, problem, read, focus, options, iteration, settings)
         step, delta = ctx.llm.structured("explorer", "explorer", ExploreStep, prompt)
         usage = merge_usage(usage, delta)
         focus = list(dict.fromkeys([s.symbol for s in step.suspects if s.symbol] + base_focus))

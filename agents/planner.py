@@ -23,11 +23,11 @@ def planner(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
     ctx = runtime.context
     settings = ctx.cfg.explorer
     index = ctx.index()
-    ranked = index.rank(ctx.instance.problem_statement, k=settings.candidates_shown)
+    ranked = index.rank(ctx.task.issue, k=settings.candidates_shown)
     prompt = messages(
         "the Planner", "planner",
-        repo=ctx.instance.repo,
-        problem=ctx.instance.problem_statement,
+        repo=ctx.task.repo,
+        problem=ctx.task.issue,
         repo_map=index.repo_map(ranked, max_tokens=settings.map_tokens),
         feedback=state.get("plan_feedback", ""),
         previous=state.get("plan", {}).get("files", []),

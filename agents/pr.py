@@ -13,6 +13,7 @@ from langgraph.runtime import Runtime
 from fixgraph.context import TaskContext
 from fixgraph.publish import Outcome
 from fixgraph.state import AttemptRecord, TaskState
+from scoring.testenv import PASSING
 
 
 def choose(attempts: list[AttemptRecord], guard_blocks: bool) -> AttemptRecord | None:
@@ -23,6 +24,18 @@ def choose(attempts: list[AttemptRecord], guard_blocks: bool) -> AttemptRecord |
     if not usable:
         return None
     return max(usable, key=lambda a: (float(a.get("score", {}).get("fix_score") or 0.0), a.get("number", 0)))
+
+
+def _repro_to_deliver(state: TaskState, chosen: AttemptRecord) -> dict[str, Any] | None:
+    """The reproduction test, when it failed at the base and every one of its tests passes with
+    the delivered patch: then it is worth keeping as a regression test."""
+    repro = state.get("repro") or {}
+    after = chosen.get("score", {}).get("fail_to_pass") or {}
+    if repro.get("status") != "accepted" or chosen.get("score", {}).get("tests_source") != "own" or not after:
+        return None
+    if any(status not in PASSING for status in after.values()):
+        return None
+    return {"path": repro.get("path", ""), "content": repro.get("content", ""), "tests": sorted(after)}
 
 
 def pr_agent(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
@@ -40,7 +53,7 @@ def pr_agent(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
     ctx.worktree.reset()
     ctx.worktree.apply(chosen.get("patch", ""))
     outcome = Outcome(
-        instance=ctx.instance,
+        task=ctx.task,
         patch=chosen.get("patch", ""),
         explanation=chosen.get("explanation", ""),
         verdict=chosen.get("verdict", ""),
@@ -52,6 +65,7 @@ def pr_agent(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
         stop_reason=state.get("stop_reason") or "done",
         guard_warnings=[dict(f) for f in chosen.get("findings", []) if f.get("source") == "guard"],
         worktree=ctx.worktree,
+        repro_test=_repro_to_deliver(state, chosen) if ctx.cfg.github.include_repro_test else None,
     )
     published = ctx.publisher.publish(outcome)
     return {"published": published | {"attempt": chosen.get("number")},

@@ -1,4 +1,4 @@
-"""One job: issue -> Instance -> the pipeline -> a PR, with a comment when it starts and ends.
+"""One job: issue -> Task -> the pipeline -> a PR, with a comment when it starts and ends.
 
 The pipeline function is a parameter (default :func:`fixgraph.runner.run_task`), so the bot is
 tested with the real graph driven by a scripted model, or with a stand-in.
@@ -19,7 +19,7 @@ from github.Repository import Repository
 
 from bot.events import Trigger, is_command, is_own_comment
 from fixgraph.config import RunConfig
-from fixgraph.dataset import Instance
+from fixgraph.dataset import Task
 from fixgraph.github_client import GitHubAccess, Session
 from fixgraph.github_pr import MARKER, GitHubPublisher, RemoteGitError, run_git
 from fixgraph.records import RunStore, file_lock, redact
@@ -96,17 +96,17 @@ class Worker:
             except git.GitCommandError:
                 raise CloneError(f"{name} has no branch {branch!r} to start from") from None
 
-    def instance(self, repo: Repository, issue: Issue, base: str) -> Instance:
+    def instance(self, repo: Repository, issue: Issue, base: str) -> Task:
         gh = self.cfg.github
         # The bot's own comments and bare commands say nothing about the bug.
         comments = [(c.user.login, c.body or "") for c in issue.get_comments()
                     if (c.body or "").strip() and not is_own_comment(c.body, c.user.login, gh)
                     and not is_command(c.body, gh.command)]
         owner, name = repo.full_name.split("/", 1)
-        return Instance(instance_id=f"{owner}__{name}-{issue.number}", repo=repo.full_name, base_commit=base,
-                        problem_statement=problem_statement(issue.title, issue.body, comments))
+        return Task(instance_id=f"{owner}__{name}-{issue.number}", repo=repo.full_name, base_commit=base,
+                    problem_statement=problem_statement(issue.title, issue.body, comments))
 
-    def store(self, instance: Instance) -> RunStore:
+    def store(self, instance: Task) -> RunStore:
         # A run id per job: the runner skips tasks a store already has, and every trigger must rerun.
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%f")
         return RunStore(f"bot-{instance.instance_id}-{stamp}", self.cfg.predictions_dir / "bot",

@@ -232,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
                 if args.llm:
                     flagged = bool(rec["ours"]["unsafe"])
                     if not flagged and rec["ours"]["status"] == "ok":
-                        check, usage = llm_check.runtime_check(make_llm(cfg, run_meter), inst, wt, patch,
+                        check, usage = llm_check.runtime_check(make_llm(cfg, run_meter), inst.task(), wt, patch,
                                                                calls=settings.llm_check_calls)
                         if check is None:
                             no_verdict += 1

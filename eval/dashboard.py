@@ -129,6 +129,11 @@ class ConfigView:
         return self.run.config
 
     @property
+    def oracle(self) -> bool:
+        """The hidden tests were in the loop: an upper bound for studying the Critic, not a result."""
+        return "oracle-tests" in self.name or any(t.get("tests_source") == "oracle" for t in self.tasks.values())
+
+    @property
     def run_id(self) -> str:
         return self.run.run_id
 

@@ -60,6 +60,24 @@ BUGGY_LINE = "    return sum(values) / len(values) - 1\n"
 FIXED_LINE = "    return sum(values) / len(values)\n"
 # A first attempt that introduces a name pyright reports as undefined.
 BROKEN_LINE = "    return total(values) / len(values)\n"
+# A first attempt that passes static analysis and is still wrong (the reproduction test catches it).
+WRONG_LINE = "    return sum(values) / len(values) - 0.5\n"
+
+# The reproduction test the scripted Reproducer writes: it fails on the bug, passes on the fix.
+REPRO_PATH = "tests/test_mean_issue.py"
+REPRO_TEST = '''from calc.ops import mean
+
+
+def test_mean_is_sum_over_count():
+    assert mean([1, 2, 3]) == 2
+'''
+# A first draft that does not reproduce the issue: it passes on the unfixed code.
+REPRO_TEST_PASSING = '''from calc.ops import add
+
+
+def test_add_still_adds():
+    assert add(1, 2) == 3
+'''
 
 
 def git_commit_all(repo: Path, message: str) -> str:
@@ -122,21 +140,30 @@ def write_dataset(path: Path, instances: list[dict[str, Any]]) -> Path:
     return path
 
 
-def calc_script(first_attempt_broken: bool = True) -> dict[str, list[dict[str, Any]]]:
+def calc_script(first_attempt_broken: bool = True, first_attempt: str = "",
+                repro_drafts: list[dict[str, str]] | None = None) -> dict[str, list[dict[str, Any]]]:
     """Replies (tool arguments per schema) that take the calc fixture from issue to fix.
 
     With ``first_attempt_broken`` the Coder's first patch uses an undefined name, which the
-    Critic's static phase must catch and send back.
+    Critic's static phase must catch and send back; with ``first_attempt="wrong"`` it passes static
+    analysis and leaves the reproduction test failing. ``repro_drafts`` replaces the Reproducer's
+    replies (default: one test that reproduces the issue).
     """
     edit = {"path": "calc/ops.py", "search": BUGGY_LINE}
     code = [{"edits": [edit | {"replace": FIXED_LINE}], "explanation": "Drop the stray - 1."}]
-    if first_attempt_broken:
+    kind = first_attempt or ("broken" if first_attempt_broken else "")
+    if kind == "broken":
         code.insert(0, {"edits": [edit | {"replace": BROKEN_LINE}], "explanation": "Use total()."})
+    elif kind == "wrong":
+        code.insert(0, {"edits": [edit | {"replace": WRONG_LINE}], "explanation": "Subtract less."})
+    drafts = repro_drafts if repro_drafts is not None else [
+        {"path": REPRO_PATH, "content": REPRO_TEST, "explanation": "mean of 1, 2, 3 is 2."}]
     return {
         "Plan": [{"files": ["calc/ops.py"], "reasoning": "mean() lives in calc/ops.py."}],
         "ExploreStep": [{"next_files": [], "learned": "mean subtracts 1 from the true mean.",
                          "confidence": "high",
                          "suspects": [{"file": "calc/ops.py", "symbol": "mean", "start_line": 9, "end_line": 11}]}],
+        "ReproTestDraft": drafts,
         "CodeChange": code,
         "RuntimeCheck": [{"verdict": "Safe", "errors": []}] * 3,
         "PatchJudgment": [{"score": 0.9, "reasoning": "Removes the off-by-one."}] * 3,

@@ -25,6 +25,7 @@ from typing import Any
 
 import git
 
+from eval.hidden import run_hidden
 from fixgraph.config import TestSettings
 from fixgraph.dataset import DatasetError, Instance, load_jsonl, select
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, find_mirror
@@ -71,11 +72,11 @@ def run_one(inst: Instance, cache: RepoCache, runner: Any) -> dict[str, Any]:
     gold_patch = wt.diff()
     quality, _ = code_quality(wt, gold_patch, inst.patch)
     start = time.monotonic()
-    gold: TestOutcome = runner.run(inst, wt, gold_patch)
+    gold: TestOutcome = run_hidden(runner, inst, wt, gold_patch)
     gold_secs = time.monotonic() - start
     wt.reset()
     start = time.monotonic()
-    empty: TestOutcome = runner.run(inst, wt, "")
+    empty: TestOutcome = run_hidden(runner, inst, wt, "")
     empty_secs = time.monotonic() - start
     cache.remove_worktree(inst.repo, wt)
     parts = fix_score.compute(gold, quality, None)

@@ -25,13 +25,18 @@ def gold_edits(patch: str) -> list[dict[str, str]]:
     return edits
 
 
-def oracle_script(inst: Instance) -> dict[str, list[dict[str, Any]]]:
+def oracle_script(inst: Instance, repro: dict[str, Any] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Replies that replay the gold patch; ``repro`` ({"path", "content"}) is the Reproducer's test
+    (the benchmarks pass the instance's own test file from ``test_patch``: eval side only)."""
     files = [pf.path for pf in PatchSet(inst.patch)]
     suspects = [{"file": pf.path, "symbol": "", "start_line": h.source_start,
                  "end_line": h.source_start + h.source_length} for pf in PatchSet(inst.patch) for h in pf]
     return {
         "Plan": [{"files": files, "reasoning": "oracle: the gold patch's files"}],
         "ExploreStep": [{"next_files": [], "suspects": suspects, "learned": "oracle", "confidence": "high"}],
+        "ReproTestDraft": [{"path": (repro or {}).get("path", "tests/test_oracle_missing.py"),
+                            "content": (repro or {}).get("content", "def test_missing():\n    pass\n"),
+                            "explanation": "oracle: the instance's own test file"}],
         "CodeChange": [{"edits": gold_edits(inst.patch), "explanation": "oracle: the gold patch"}],
         "RuntimeCheck": [{"verdict": "Safe", "errors": []}],
         "PatchJudgment": [{"score": 0.8, "reasoning": "oracle"}],

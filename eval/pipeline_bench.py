@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from eval.hidden import run_hidden
 from eval.oracle import oracle_script
 from fixgraph.config import ConfigError, load_config
 from fixgraph.dataset import DatasetError, load_jsonl, select
@@ -80,7 +81,7 @@ def _bench(instances, cfg, args) -> int:  # noqa: ANN001
             t0 = time.perf_counter()
             wt = repo_cache.worktree(inst.repo, inst.base_commit, f"bare-{inst.instance_id}")
             wt.apply(inst.patch)
-            outcome = make_runner(cfg.tests, cfg.cache_dir.resolve()).run(inst, wt, inst.patch)
+            outcome = run_hidden(make_runner(cfg.tests, cfg.cache_dir.resolve()), inst, wt, inst.patch)
             repo_cache.remove_worktree(inst.repo, wt)
             t_bare = time.perf_counter() - t0
 

@@ -82,7 +82,7 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
             publisher = GitHubPublisher(cfg)
         from fixgraph.runner import run_tasks
 
-        summary = run_tasks(instances, cfg, build_graph=build_graph, run_id=args.run_id or cfg.name,
+        summary = run_tasks(instances, cfg, build_graph=build_graph, run_id=args.run_id or cfg.label,
                             repos=args.repos, workers=args.workers, progress=not args.no_progress,
                             publisher=publisher)
     except (ConfigError, DatasetError, WorkspaceError, StaticAnalysisUnavailable) as exc:

@@ -108,12 +108,48 @@ class CriticSettings(_Strict):
     infer_unannotated: bool = True
     llm_check: bool = True
     llm_check_calls: int = Field(default=1, ge=1, le=5)
-    tests: bool = True
+    # Where the loop's test signal comes from: "own" (reproduction tests the pipeline writes and the
+    # repository's existing tests, selected from the patch), "off", or "oracle" (the instance's
+    # hidden FAIL_TO_PASS/PASS_TO_PASS tests: an upper-bound ablation, never a SWE-bench result).
+    tests: Literal["own", "oracle", "off"] = "own"
     guard: Literal["block", "warn", "off"] = "warn"
     # The pyright command (a name on PATH or a path); the static phase fails loudly without it.
     pyright: str = "pyright"
     static_timeout_s: float = Field(default=300.0, gt=0)
     fix_score_threshold: float = Field(default=0.8, ge=0.0, le=1.0)
+
+    @field_validator("tests", mode="before")
+    @classmethod
+    def _tests_bool(cls, value: object) -> object:
+        # Older configs say tests = true/false.
+        if isinstance(value, bool):
+            return "own" if value else "off"
+        return value
+
+
+class ReproSettings(_Strict):
+    """The reproduction test the pipeline writes from the issue (agents/reproducer.py)."""
+
+    enabled: bool = True
+    # LLM tries to get a test that runs and fails at the base commit.
+    max_tries: int = Field(default=3, ge=1, le=10)
+    # Wall-clock cap for one run of the reproduction test.
+    timeout_s: float = Field(default=180.0, gt=0)
+
+
+class RegressionSettings(_Strict):
+    """The repository's existing tests that exercise the changed code (scoring/selection.py)."""
+
+    enabled: bool = True
+    # At most this many test files are run; the rest are recorded as left out.
+    max_files: int = Field(default=6, ge=1)
+    # Test files bigger than this are left out (a 10k-line test module is a slow, broad net).
+    max_file_bytes: int = Field(default=400_000, ge=1000)
+    # Wall-clock cap for one run of the selection; tests it did not reach are left out.
+    timeout_s: float = Field(default=300.0, gt=0)
+    # Runs of the selection at the base commit; a test whose outcome differs between them is
+    # flaky and left out.
+    base_runs: int = Field(default=1, ge=1, le=3)
 
 
 class TestSettings(_Strict):
@@ -128,6 +164,9 @@ class TestSettings(_Strict):
     build_timeout_s: float = Field(default=1800.0, gt=0)
     # Docker backend: registry namespace of the official SWE-bench instance images.
     docker_namespace: str = "swebench"
+    # Where test runs make their working copies (default: the system's temp dir). Never inside
+    # fixgraph's checkout: pytest would climb up to fixgraph's own configuration.
+    run_root: Path | None = None
 
 
 class GitHubSettings(_Strict):
@@ -154,6 +193,8 @@ class GitHubSettings(_Strict):
     fork_owner: str | None = None
     commit_name: str = "fixgraph"
     commit_email: str = "fixgraph@users.noreply.github.com"
+    # The PR also adds the reproduction test (it failed before the fix and passes after).
+    include_repro_test: bool = True
     timeout_s: float = Field(default=30.0, gt=0)
     # Pauses between API calls that GitHub asks integrators to keep (PyGithub's throttle).
     request_pause_s: float = Field(default=0.25, ge=0)
@@ -177,17 +218,33 @@ class RunConfig(_Strict):
     name: str = "redo"
     eval_mode: bool = True
     max_attempts: int = Field(default=3, ge=1, le=10)
+    # SWE-bench's hints_text (comments made on the issue before the fix) is the task's only when
+    # this is true; off, as in the usual SWE-bench setting.
+    hints_text: bool = False
     recursion_limit: int = Field(default=80, ge=10)
     llm: LLMSettings = LLMSettings()
     budget: Budget = Budget()
     explorer: ExplorerSettings = ExplorerSettings()
     coder: CoderSettings = CoderSettings()
     critic: CriticSettings = CriticSettings()
+    repro: ReproSettings = ReproSettings()
+    regression: RegressionSettings = RegressionSettings()
     tests: TestSettings = TestSettings()
     github: GitHubSettings = GitHubSettings()
     cache_dir: Path = Path(".cache/fixgraph")
     predictions_dir: Path = Path("predictions")
     runs_dir: Path = Path("runs")
+
+    @property
+    def oracle(self) -> bool:
+        """The hidden-tests ablation: its results are an upper bound, not SWE-bench results."""
+        return self.critic.enabled and self.critic.tests == "oracle"
+
+    @property
+    def label(self) -> str:
+        """The config's name, marked ``oracle-tests`` when the hidden tests are in the loop, so that
+        no run id, record, predictions file or dashboard column can pass it off as a SWE-bench result."""
+        return self.name if not self.oracle or "oracle-tests" in self.name else f"{self.name}-oracle-tests"
 
     def require_llm(self) -> None:
         """Fail fast, before any work, when no LLM can be called."""

@@ -1,7 +1,7 @@
 """The run context every node receives through ``Runtime[TaskContext]``.
 
-It holds what is not state: the typed config, the task's instance and worktree, the LLM boundary
-with its budget meter, and where the result goes. It is rebuilt when a task resumes from a
+It holds what is not state: the typed config, the task (never its evaluation data) and worktree,
+the LLM boundary with its budget meter, and where the result goes. It is rebuilt when a task resumes from a
 checkpoint; the state is what the checkpoint restores.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fixgraph.config import RunConfig
-from fixgraph.dataset import Instance
+from fixgraph.dataset import EvaluationData, Task
 from fixgraph.llm import LLM
 from fixgraph.publish import Publisher
 from fixgraph.workspace import Worktree
@@ -24,11 +24,14 @@ if TYPE_CHECKING:
 @dataclass
 class TaskContext:
     cfg: RunConfig
-    instance: Instance
+    task: Task
     worktree: Worktree
     llm: LLM
     publisher: Publisher
     cache_dir: Path
+    # Set only by the ``oracle-tests`` ablation (critic.tests = "oracle"): the hidden tests in the
+    # loop, an upper bound for studying the Critic, never a SWE-bench result.
+    oracle: EvaluationData | None = None
     # Filled lazily by the nodes that need them; not part of the checkpointed state.
     scratch: dict[str, Any] = field(default_factory=dict)
 

@@ -17,7 +17,55 @@ class DatasetError(Exception):
     """Bad dataset input; the message is one line meant for the user."""
 
 
+class Task(BaseModel):
+    """What the pipeline may know of an issue: the task side of the information boundary.
+
+    A SWE-bench row also carries the evaluation's ground truth (:class:`EvaluationData`); this type
+    has no field for it, so code typed against ``Task`` (the graph, its state and context, the
+    Critic, the test runner, records, prompts) cannot read it, and pyright says so if it tries.
+    ``hints_text`` is empty unless the run's config allows it (``task.hints``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    instance_id: str
+    repo: str
+    base_commit: str
+    problem_statement: str
+    version: str = ""
+    hints_text: str = ""
+    created_at: str = ""
+    environment_setup_commit: str = ""
+
+    @property
+    def repo_slug(self) -> str:
+        return self.repo.replace("/", "+")
+
+    @property
+    def issue(self) -> str:
+        """The issue as the prompts show it: the problem statement, and the hints when allowed."""
+        if not self.hints_text.strip():
+            return self.problem_statement
+        return f"{self.problem_statement}\n\n## Comments on the issue before the fix\n{self.hints_text}"
+
+
+class EvaluationData(BaseModel):
+    """The ground truth the SWE-bench harness grades with. Only ``eval/`` benchmarks, the harness
+    step and the explicitly labelled ``oracle-tests`` ablation may hold one."""
+
+    model_config = ConfigDict(frozen=True)
+
+    patch: str = ""
+    test_patch: str = ""
+    FAIL_TO_PASS: list[str] = []
+    PASS_TO_PASS: list[str] = []
+
+
 class Instance(BaseModel):
+    """A dataset row as published: the task and the evaluation data together. The pipeline never
+    receives one: :meth:`task` is what crosses into it, :meth:`evaluation_data` is the visible act
+    of reading the ground truth."""
+
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     instance_id: str
@@ -44,6 +92,18 @@ class Instance(BaseModel):
     @property
     def repo_slug(self) -> str:
         return self.repo.replace("/", "+")
+
+    def task(self, *, hints: bool = False) -> Task:
+        """The task side only; ``hints_text`` only when ``hints`` (off in the usual SWE-bench setting)."""
+        return Task(instance_id=self.instance_id, repo=self.repo, base_commit=self.base_commit,
+                    problem_statement=self.problem_statement, version=self.version,
+                    hints_text=self.hints_text if hints else "", created_at=self.created_at,
+                    environment_setup_commit=self.environment_setup_commit)
+
+    def evaluation_data(self) -> EvaluationData:
+        """The ground truth. Reading it inside the pipeline makes a run not a SWE-bench result."""
+        return EvaluationData(patch=self.patch, test_patch=self.test_patch,
+                              FAIL_TO_PASS=list(self.FAIL_TO_PASS), PASS_TO_PASS=list(self.PASS_TO_PASS))
 
 
 def load_jsonl(path: Path) -> list[Instance]:

@@ -214,6 +214,7 @@ def render_body(outcome: Outcome, cfg: RunConfig, issue_number: int) -> str:
         calls=usage.get("calls", 0),
         dollars=f"{float(usage.get('dollars', 0.0)):.4f}",
         guard_warnings=warnings,
+        repro_test=outcome.repro_test,
         stop_reason=_one_line(outcome.stop_reason, 120),
         command=cfg.github.command,
     )
@@ -257,17 +258,17 @@ class GitHubPublisher:
         A new object per task, so one publisher shared by parallel tasks holds no per-task state.
         """
         # The same guard as the bot's: a batch of SWE-bench tasks must not open PRs upstream by accident.
-        if not repo_allowed(outcome.instance.repo, self.cfg.github.allowlist):
-            return f"{outcome.instance.repo} is not in FIXGRAPH_ALLOWLIST; no pull request opened"
-        number = issue_number_of(outcome.instance.instance_id)
+        if not repo_allowed(outcome.task.repo, self.cfg.github.allowlist):
+            return f"{outcome.task.repo} is not in FIXGRAPH_ALLOWLIST; no pull request opened"
+        number = issue_number_of(outcome.task.instance_id)
         if number is None:
-            return f"instance id {outcome.instance.instance_id!r} does not end with an issue number"
+            return f"instance id {outcome.task.instance_id!r} does not end with an issue number"
         try:
-            session = GitHubAccess(self.cfg).session(repo=outcome.instance.repo)
-            repo = session.gh.get_repo(outcome.instance.repo)
+            session = GitHubAccess(self.cfg).session(repo=outcome.task.repo)
+            repo = session.gh.get_repo(outcome.task.repo)
             title = repo.get_issue(number).title
         except GithubException as exc:
-            return f"GitHub refused access to {outcome.instance.repo}#{number} ({exc.status})"
+            return f"GitHub refused access to {outcome.task.repo}#{number} ({exc.status})"
         return GitHubPublisher(self.cfg, repo, number, title, session.token, self.push_url_given)
 
     def _secrets(self) -> list[str]:
@@ -284,6 +285,11 @@ class GitHubPublisher:
         """A commit of the patch on the base commit, detached: no local branch to clash with later."""
         wt.reset()
         wt.apply(outcome.patch)
+        if outcome.repro_test:
+            # The reproduction test goes in as a regression test; resolve() keeps it inside the repo.
+            target = wt.resolve(outcome.repro_test["path"])
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(outcome.repro_test["content"], encoding="utf-8")
         wt.repo.git.add("-A")
         message = (f"Fix #{self.number}: {_one_line(self.title, 60)}\n\n"
                    f"{_one_line(outcome.explanation, 600)}\n\n"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from fixgraph.dataset import Instance
+from fixgraph.dataset import Task
 from fixgraph.records import RunStore
 from fixgraph.state import AttemptRecord, ScoreParts, Usage
 from fixgraph.workspace import Worktree
@@ -18,7 +18,7 @@ from fixgraph.workspace import Worktree
 class Outcome:
     """What the pipeline concluded for one task, as the publisher needs it."""
 
-    instance: Instance
+    task: Task
     patch: str
     explanation: str
     verdict: str
@@ -30,6 +30,9 @@ class Outcome:
     stop_reason: str
     guard_warnings: list[dict[str, Any]] = field(default_factory=list)
     worktree: Worktree | None = None
+    # The reproduction test, {"path", "content", "tests"}, when it failed before the fix and passes
+    # with it: a pull request adds it as a regression test. A ``.diff`` prediction never holds it.
+    repro_test: dict[str, Any] | None = None
 
 
 class Publisher(Protocol):
@@ -46,7 +49,7 @@ class DiffPublisher:
         self.store = store
 
     def publish(self, outcome: Outcome) -> dict[str, Any]:
-        iid = outcome.instance.instance_id
+        iid = outcome.task.instance_id
         # The PR agent calls this only with a non-empty patch; a task without one has a record
         # that says why, and no prediction (the harness counts a missing id as unresolved).
         self.store.write_prediction(iid, outcome.patch)

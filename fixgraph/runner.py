@@ -28,7 +28,7 @@ from langgraph.errors import GraphRecursionError
 from fixgraph import astlock
 from fixgraph.config import RunConfig
 from fixgraph.context import TaskContext
-from fixgraph.dataset import Instance
+from fixgraph.dataset import EvaluationData, Instance, Task
 from fixgraph.llm import LLM, ChargeHook, Meter, ModelFactory, RunMeter, default_factory
 from fixgraph.publish import DiffPublisher, Publisher
 from fixgraph.records import RunStore
@@ -44,7 +44,15 @@ class GraphFactory(Protocol):
 
 
 def model_name(cfg: RunConfig) -> str:
-    return f"fixgraph-{cfg.name}-{cfg.llm.models.coder}"
+    return f"fixgraph-{cfg.label}-{cfg.llm.models.coder}"
+
+
+def split(item: Instance | Task, cfg: RunConfig) -> tuple[Task, EvaluationData | None]:
+    """Where a dataset row enters the pipeline: the task crosses into the graph; the evaluation
+    data stays out, except under the ``oracle-tests`` ablation, where it goes to the Critic alone."""
+    if isinstance(item, Task):
+        return item, None
+    return item.task(hints=cfg.hints_text), (item.evaluation_data() if cfg.oracle else None)
 
 
 def _now() -> str:
@@ -57,7 +65,7 @@ def _status(values: dict[str, Any], failed: str) -> str:
     return "failed" if failed else "empty"
 
 
-def build_record(instance: Instance, cfg: RunConfig, values: dict[str, Any], *, seconds: float,
+def build_record(task: Task, cfg: RunConfig, values: dict[str, Any], *, seconds: float,
                  started: str, failed: str = "", resumed: bool = False) -> dict[str, Any]:
     attempts = values.get("attempts", [])
     published = values.get("published") or {}
@@ -65,9 +73,10 @@ def build_record(instance: Instance, cfg: RunConfig, values: dict[str, Any], *, 
     failed = failed or values.get("failed", "")
     stop = values.get("stop_reason") or (f"failed: {failed}" if failed else "done")
     return {
-        "instance_id": instance.instance_id,
-        "repo": instance.repo,
-        "config": cfg.name,
+        "instance_id": task.instance_id,
+        "repo": task.repo,
+        "config": cfg.label,
+        "tests_source": "oracle" if cfg.oracle else ("own" if cfg.critic.enabled and cfg.critic.tests == "own" else "none"),
         "model_name_or_path": model_name(cfg),
         "final": not stop.startswith("budget: run"),
         "status": _status(values, failed),
@@ -84,6 +93,7 @@ def build_record(instance: Instance, cfg: RunConfig, values: dict[str, Any], *, 
         "reruns": values.get("reruns", []),
         "files_read": values.get("files_read", []),
         "exploration": values.get("exploration", {}),
+        "repro": values.get("repro", {}),
         "usage": values.get("usage", {}),
         "published": published,
         "diff_path": published.get("diff_path", ""),
@@ -124,10 +134,11 @@ def check_checkpoints(path: Path) -> None:
         saver.conn.close()
 
 
-def run_task(instance: Instance, cfg: RunConfig, *, build_graph: GraphFactory, publisher: Publisher,
+def run_task(item: Instance | Task, cfg: RunConfig, *, build_graph: GraphFactory, publisher: Publisher,
              repo_cache: RepoCache, store: RunStore | None = None, model_factory: ModelFactory | None = None,
              run_meter: RunMeter | None = None) -> dict[str, Any]:
     """Run the graph on one task and return its record (also written to ``store`` when given)."""
+    instance, oracle = split(item, cfg)
     started, t0 = _now(), time.monotonic()
     key = f"{store.run_id}__{instance.instance_id}" if store else f"adhoc__{instance.instance_id}"
     wt: Worktree | None = None
@@ -152,12 +163,12 @@ def run_task(instance: Instance, cfg: RunConfig, *, build_graph: GraphFactory, p
                 start = Usage(input_tokens=int(billed["tokens"]), dollars=billed["dollars"])
             on_charge = functools.partial(store.add_billed, instance.instance_id)
         meter = Meter(cfg.budget, cfg.llm.prices, run_meter, start=start, on_charge=on_charge)
-        ctx = TaskContext(cfg=cfg, instance=instance, worktree=wt,
+        ctx = TaskContext(cfg=cfg, task=instance, oracle=oracle, worktree=wt,
                           llm=LLM(model_factory or default_factory(cfg), meter, cfg.llm.structured_reasks,
                                   retries=cfg.llm.max_retries),
                           publisher=publisher, cache_dir=cfg.cache_dir.resolve())
         start_state: TaskState | None = None if resumed else TaskState(
-            instance_id=instance.instance_id, problem=instance.problem_statement)
+            instance_id=instance.instance_id, problem=instance.issue)
         values = graph.invoke(start_state, thread, context=ctx)
     except GraphRecursionError:
         failed = f"recursion limit {cfg.recursion_limit} reached"
@@ -223,8 +234,9 @@ class RunSummary:
                 f"{self.tokens} tokens, ${self.dollars:.4f}")
 
 
-def run_tasks(instances: list[Instance], cfg: RunConfig, *, build_graph: GraphFactory, run_id: str,
-              repos: Path | None, workers: int = 1, model_factory: ModelFactory | None = None, progress: bool = True,
+def run_tasks(instances: list[Instance] | list[Task], cfg: RunConfig, *, build_graph: GraphFactory,
+              run_id: str, repos: Path | None, workers: int = 1, model_factory: ModelFactory | None = None,
+              progress: bool = True,
               publisher: Publisher | None = None) -> RunSummary:
     """Run every task not already done; Ctrl-C keeps what finished and exits for a later resume."""
     # Workers are threads, and ast.parse is not thread-safe on CPython 3.11 (see fixgraph/astlock.py).
@@ -246,8 +258,9 @@ def run_tasks(instances: list[Instance], cfg: RunConfig, *, build_graph: GraphFa
     bar = _Progress(len(instances), summary.skipped, enabled=progress)
     lock = threading.Lock()
 
-    def one(inst: Instance) -> dict[str, Any]:
-        record = run_task(inst, cfg, build_graph=build_graph, publisher=publisher, repo_cache=repo_cache, store=store,
+    def one(inst: Instance | Task) -> dict[str, Any]:
+        record = run_task(inst, cfg, build_graph=build_graph, publisher=publisher, repo_cache=repo_cache,
+                          store=store,
                           model_factory=model_factory, run_meter=run_meter)
         with lock:
             summary.add(record)

@@ -66,6 +66,16 @@ class RuntimeCheck(BaseModel):
     errors: list[SuspectedError] = Field(default_factory=list)
 
 
+class ReproTestDraft(BaseModel):
+    """A test that reproduces the issue: it must fail before the fix and pass after it."""
+
+    path: str = Field(description="Repository-relative path of the test file, where the repository keeps "
+                                  "its tests and named as its tests are (a new file is best).")
+    content: str = Field(description="The whole file: imports and one or a few test functions that fail "
+                                     "while the issue is present.")
+    explanation: str = Field("", description="One sentence: what the test checks.")
+
+
 class PatchJudgment(BaseModel):
     """Semantic judgment of a patch against the issue, used only when no test can run."""
 
@@ -89,12 +99,15 @@ class Finding(TypedDict, total=False):
 
 class ScoreParts(TypedDict, total=False):
     fix_score: float
-    kind: Literal["tests", "semantic", "none"]
+    kind: Literal["tests", "partial", "semantic", "none"]
     test_pass_rate: float | None
     no_regression: float | None
     code_quality: float | None
     llm_score: float | None
     tests_run: int
+    tests_source: str  # own (the pipeline's tests) | oracle (the hidden tests: an ablation)
+    # Tests that must go from failing to passing (the reproduction tests) and tests that must keep
+    # passing (the selected existing tests), with their status after the patch.
     fail_to_pass: dict[str, str]
     pass_to_pass: dict[str, str]
     note: str
@@ -153,6 +166,8 @@ class TaskState(TypedDict, total=False):
     exploration: dict[str, Any]
     explorer_runs: int
     reruns: Annotated[list[dict[str, Any]], operator.add]
+    # Reproducer: the accepted reproduction tests (path, content, failing test ids, base output)
+    repro: dict[str, Any]
     # Coder / Critic loop
     attempts: Annotated[list[AttemptRecord], operator.add]
     patch: str

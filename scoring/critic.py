@@ -106,7 +106,7 @@ def judge(wt: Worktree, instance: Instance, patch: str, *, settings: CriticSetti
     elif result.new:
         v.verdict = "Unsafe"
     elif llm is not None and settings.llm_check:
-        check, usage = llm_check.runtime_check(llm, instance, wt, patch, calls=settings.llm_check_calls)
+        check, usage = llm_check.runtime_check(llm, instance.task(), wt, patch, calls=settings.llm_check_calls)
         v.llm = {"verdict": check.verdict if check else None, "usage": usage,
                  "errors": [e.model_dump() for e in check.errors] if check else []}
         if check is None:

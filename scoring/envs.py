@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from fixgraph.config import TestSettings
-from fixgraph.dataset import Instance
+from fixgraph.dataset import Task
 from fixgraph.records import atomic_write, file_lock
 from fixgraph.workspace import Worktree
 from scoring.sandbox import Limits, run_isolated, scrubbed_env
 from scoring.specs import repo_specs, requirements_paths, requirements_text
-from scoring.tests import EnvError, TestEnv, _materialize
+from scoring.testenv import EnvError, TestEnv, materialize
 
 # Later releases of these packages break the old code of these repos (docutils 0.22 dropped the
 # ``roman`` module Sphinx 3.x imports); swebench's images were built before those releases.
@@ -108,14 +108,14 @@ class VenvEnvs:
         # swebench's specs unless given (tests give a spec for a fixture repo)
         self.specs = specs or (lambda repo, version: repo_specs(self.cache_dir, repo, version))
 
-    def env_path(self, instance: Instance) -> Path:
-        return self.root / f"{instance.repo_slug}__{instance.version}"
+    def env_path(self, task: Task) -> Path:
+        return self.root / f"{task.repo_slug}__{task.version}"
 
-    def get(self, instance: Instance, wt: Worktree) -> TestEnv:
-        spec = self.specs(instance.repo, instance.version) if instance.version else None
+    def get(self, task: Task, wt: Worktree) -> TestEnv:
+        spec = self.specs(task.repo, task.version) if task.version else None
         if spec is None:
-            raise EnvError(f"swebench has no install specs for {instance.repo} version {instance.version!r}")
-        path = self.env_path(instance)
+            raise EnvError(f"swebench has no install specs for {task.repo} version {task.version!r}")
+        path = self.env_path(task)
         with file_lock(path.parent / f"{path.name}.lock"):
             meta_path = path / "env.json"
             meta: dict[str, Any] | None = None
@@ -125,34 +125,34 @@ class VenvEnvs:
                 except json.JSONDecodeError:
                     meta = None
             if meta is None:
-                meta = self._build(instance, wt, spec, path)
+                meta = self._build(task, wt, spec, path)
                 atomic_write(meta_path, json.dumps(meta, indent=1))
-            if meta.get("ok") and meta.get("installed_commit") != instance.base_commit:
+            if meta.get("ok") and meta.get("installed_commit") != task.base_commit:
                 failed = meta.setdefault("failed_installs", {})
-                if instance.base_commit not in failed:
+                if task.base_commit not in failed:
                     with file_lock(path.parent / f"{path.name}.run.lock"):  # no run may use it meanwhile
-                        self._install(instance, wt, spec, path, meta)
+                        self._install(task, wt, spec, path, meta)
                     atomic_write(meta_path, json.dumps(meta, indent=1))
-                if instance.base_commit in failed:
-                    raise EnvError(failed[instance.base_commit])
+                if task.base_commit in failed:
+                    raise EnvError(failed[task.base_commit])
         if not meta.get("ok"):
             raise EnvError(meta.get("reason", "unknown build failure"))
         venv = path / "venv"
         return TestEnv(python=str(venv / "bin" / "python"), spec=spec, path_prefix=[str(venv / "bin")],
                        artifacts_root=path / "base", artifacts=list(meta.get("artifacts", [])),
                        # a rebuilt env (or a reinstall) must not reuse runs cached with the old one
-                       key=(f"venv-{instance.repo_slug}-{instance.version}-py{meta.get('python_version')}"
+                       key=(f"venv-{task.repo_slug}-{task.version}-py{meta.get('python_version')}"
                             f"-{meta.get('build_id', '0')}-{meta.get('installed_commit', '')[:12]}"),
                        extra_env={"VIRTUAL_ENV": str(venv)},
                        activate=lambda work: _pointed_at(path, work))
 
-    def _steps(self, path: Path, instance: Instance, meta: dict[str, Any]) -> _Steps:
+    def _steps(self, path: Path, task: Task, meta: dict[str, Any]) -> _Steps:
         env = _build_env(path / "home", path / "venv")
-        if re.fullmatch(r"\d+\.\d+", instance.version):
+        if re.fullmatch(r"\d+\.\d+", task.version):
             # The checkout is not a git clone: setuptools_scm (pytest, xarray, astropy) would find no
             # version, or a 0.x that fails the repos' own ``minversion`` checks.
-            env["SETUPTOOLS_SCM_PRETEND_VERSION"] = f"{instance.version}.0"
-        pins = ERA_CONSTRAINTS.get(instance.repo)
+            env["SETUPTOOLS_SCM_PRETEND_VERSION"] = f"{task.version}.0"
+        pins = ERA_CONSTRAINTS.get(task.repo)
         if pins:
             (path / "constraints.txt").write_text("\n".join(pins) + "\n")
             env["PIP_CONSTRAINT"] = str(path / "constraints.txt")  # the spec's own pip commands too
@@ -160,16 +160,16 @@ class VenvEnvs:
                         network_isolation=False)  # installing needs the package index
         return _Steps(env, limits, meta)
 
-    def _build(self, instance: Instance, wt: Worktree, spec: dict[str, Any], path: Path) -> dict[str, Any]:
+    def _build(self, task: Task, wt: Worktree, spec: dict[str, Any], path: Path) -> dict[str, Any]:
         """The venv and the dependencies: the spec's Python, requirements (read at the
         environment_setup_commit, as swebench does), packages and pip_packages."""
         start = time.monotonic()
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True)
         (path / "home").mkdir()
-        meta: dict[str, Any] = {"ok": False, "repo": instance.repo, "version": instance.version,
+        meta: dict[str, Any] = {"ok": False, "repo": task.repo, "version": task.version,
                                 "wanted_python": spec.get("python"), "build_id": uuid.uuid4().hex[:8]}
-        run = self._steps(path, instance, meta)
+        run = self._steps(path, task, meta)
 
         def fail(reason: str) -> dict[str, Any]:
             shutil.rmtree(path / "setup", ignore_errors=True)
@@ -187,17 +187,17 @@ class VenvEnvs:
             return fail(f"venv with Python {version} failed: {meta['step_error']}")
         vpy = str(venv / "bin" / "python")
         run([vpy, "-m", "pip", "install", "-q", "--upgrade", "pip", "setuptools<70", "wheel"], path, "pip")
-        commit = instance.environment_setup_commit or instance.base_commit
-        if _materialize(wt, commit, setup):
+        commit = task.environment_setup_commit or task.base_commit
+        if materialize(wt, commit, setup):
             shutil.rmtree(setup, ignore_errors=True)
-            err = _materialize(wt, instance.base_commit, setup)
+            err = materialize(wt, task.base_commit, setup)
             if err:
                 return fail(err)
         pkgs = str(spec.get("packages", "")).strip()
         if pkgs == "requirements.txt":
-            reqs = requirements_text(setup, instance.repo, requirements_paths(self.cache_dir, instance.repo))
+            reqs = requirements_text(setup, task.repo, requirements_paths(self.cache_dir, task.repo))
             if reqs is None:
-                return fail(f"no requirements file of {instance.repo} at {commit[:12]}")
+                return fail(f"no requirements file of {task.repo} at {commit[:12]}")
             (path / "requirements.txt").write_text(reqs)
             if not run([vpy, "-m", "pip", "install", "-q", "-r", str(path / "requirements.txt")], setup,
                        "requirements"):
@@ -213,17 +213,17 @@ class VenvEnvs:
         meta.update(ok=True, reason="", seconds=round(time.monotonic() - start, 1), log_tail=run.tail())
         return meta
 
-    def _install(self, instance: Instance, wt: Worktree, spec: dict[str, Any], path: Path,
+    def _install(self, task: Task, wt: Worktree, spec: dict[str, Any], path: Path,
                  meta: dict[str, Any]) -> None:
         """The package itself at the instance's base commit (swebench installs it per instance:
         dependencies change between commits), in ``src``; then ``src`` becomes a symlink to it."""
         start = time.monotonic()
         src, base = path / "src", path / "base"
-        run = self._steps(path, instance, meta)
+        run = self._steps(path, task, meta)
         if src.is_symlink():
             src.unlink()
         shutil.rmtree(src, ignore_errors=True)
-        err = _materialize(wt, instance.base_commit, src)
+        err = materialize(wt, task.base_commit, src)
         ok = not err
         before = _file_set(src) if ok else set()
         for sub in _empty_submodules(src) if ok else []:
@@ -241,12 +241,12 @@ class VenvEnvs:
             if retry != install and run(["bash", "-c", retry], src, "install"):
                 ok, err = True, ""
         if not ok:
-            meta["failed_installs"][instance.base_commit] = f"at {instance.base_commit[:12]}: {err}"
+            meta["failed_installs"][task.base_commit] = f"at {task.base_commit[:12]}: {err}"
             meta["failed_install_log_tail"] = run.tail()
             shutil.rmtree(src, ignore_errors=True)
             _link_source(path)
             return
-        meta.update(artifacts=sorted(_file_set(src) - before), installed_commit=instance.base_commit,
+        meta.update(artifacts=sorted(_file_set(src) - before), installed_commit=task.base_commit,
                     install_seconds=round(time.monotonic() - start, 1), install_log_tail=run.tail())
         shutil.rmtree(base, ignore_errors=True)
         os.rename(src, base)

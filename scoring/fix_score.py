@@ -1,21 +1,26 @@
-"""fix_score exactly as the seed defines it.
+"""fix_score exactly as the seed defines it, from the loop's own tests.
 
-With tests that ran:
-    test_pass_rate = FAIL_TO_PASS passing after / FAIL_TO_PASS total
-    no_regression  = PASS_TO_PASS passing after / PASS_TO_PASS passing before (1.0 if none passed before)
+With tests that ran (the accepted reproduction tests, and the selected existing tests):
+    test_pass_rate = reproduction tests passing after / reproduction tests accepted
+    no_regression  = existing tests passing after / existing tests passing before (1.0 if none passed before)
     fix_score      = 0.5*test_pass_rate + 0.3*no_regression + 0.2*code_quality      kind "tests"
-When the tests cannot run but an LLM judged the patch against the issue:
+When only one of the two sets could run, the missing rate is the LLM's judgment of the patch
+against the issue (0 without one), and the note says which:                    kind "partial"
+When neither can run but an LLM judged the patch against the issue:
     fix_score      = 0.8*llm_score + 0.2*code_quality                              kind "semantic"
 When neither is available: fix_score = 0.0, kind "none" (nothing says the patch works).
 
-"Passing" is swebench's grading: PASSED or XFAIL. A test missing from the output counts as not
-passing.
+The semantic and partial kinds are the loop's retry signal, never ground truth. Under the
+``oracle-tests`` ablation the two sets are the instance's hidden FAIL_TO_PASS and PASS_TO_PASS
+tests (``tests_source`` "oracle"). "Passing" is swebench's grading: PASSED or XFAIL; a test missing
+from the output counts as not passing.
 """
 
 from __future__ import annotations
 
 from fixgraph.state import ScoreParts
-from scoring.tests import PASSING, TestOutcome
+from scoring.testenv import PASSING
+from scoring.tests import TestOutcome
 
 W_TESTS, W_REGRESSION, W_QUALITY = 0.5, 0.3, 0.2
 W_LLM, W_LLM_QUALITY = 0.8, 0.2
@@ -38,18 +43,32 @@ def no_regression(outcome: TestOutcome) -> float:
     return still / len(passed_before)
 
 
+def needs_judgment(outcome: TestOutcome | None) -> bool:
+    """Whether the LLM's judgment is needed: some rate cannot come from tests."""
+    return outcome is None or not outcome.runnable or not (outcome.repro_ran and outcome.regression_ran)
+
+
 def compute(outcome: TestOutcome | None, code_quality: float, llm_score: float | None) -> ScoreParts:
     quality = _clamp(code_quality)
-    if outcome is not None and outcome.runnable:
-        tpr = test_pass_rate(outcome)
-        nr = no_regression(outcome)
-        score = W_TESTS * tpr + W_REGRESSION * nr + W_QUALITY * quality
+    if outcome is not None and outcome.runnable and (outcome.repro_ran or outcome.regression_ran):
+        tpr = test_pass_rate(outcome) if outcome.repro_ran else None
+        nr = no_regression(outcome) if outcome.regression_ran else None
+        stand_in = _clamp(llm_score) if llm_score is not None else 0.0
+        score = W_TESTS * (stand_in if tpr is None else tpr) + W_REGRESSION * (stand_in if nr is None else nr) \
+            + W_QUALITY * quality
+        notes = list(outcome.notes)
+        kind = "tests"
+        if tpr is None or nr is None:
+            kind = "partial"
+            missing = "test_pass_rate" if tpr is None else "no_regression"
+            by = f"the LLM's judgment ({stand_in:.2f})" if llm_score is not None else "0 (no LLM judgment)"
+            notes.insert(0, f"{missing} from {by}: {outcome.reason}")
         return ScoreParts(
-            fix_score=round(score, 6), kind="tests", test_pass_rate=tpr, no_regression=nr,
-            code_quality=quality, llm_score=llm_score,
+            fix_score=round(score, 6), kind=kind, test_pass_rate=tpr, no_regression=nr,
+            code_quality=quality, llm_score=llm_score, tests_source=outcome.source,
             tests_run=len(outcome.fail_to_pass) + len(outcome.pass_to_pass_after),
             fail_to_pass=dict(outcome.fail_to_pass), pass_to_pass=dict(outcome.pass_to_pass_after),
-            note="; ".join(outcome.notes),
+            note="; ".join(notes),
         )
     why = outcome.reason if outcome is not None else "tests not run"
     if llm_score is not None:

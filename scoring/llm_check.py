@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from agents.prompting import render
-from fixgraph.dataset import Instance
+from fixgraph.dataset import Task
 from fixgraph.llm import LLM, InvalidReply
 from fixgraph.state import Finding, RuntimeCheck, SuspectedError, Usage, merge_usage
 from fixgraph.workspace import Worktree
@@ -62,21 +62,21 @@ def original_functions(wt: Worktree, patch: str) -> list[OriginalFunction]:
     return out
 
 
-def prompt(instance: Instance, wt: Worktree, patch: str, static_notes: list[str] | None = None) -> list[BaseMessage]:
+def prompt(task: Task, wt: Worktree, patch: str, static_notes: list[str] | None = None) -> list[BaseMessage]:
     return [
         SystemMessage(render("system", role="the Critic")),
-        HumanMessage(render("runtime_check", repo=instance.repo, problem=instance.problem_statement,
+        HumanMessage(render("runtime_check", repo=task.repo, problem=task.issue,
                             functions=original_functions(wt, patch), patch=patch,
                             static_notes=static_notes or [])),
     ]
 
 
-def runtime_check(llm: LLM, instance: Instance, wt: Worktree, patch: str, calls: int = 1,
+def runtime_check(llm: LLM, task: Task, wt: Worktree, patch: str, calls: int = 1,
                   static_notes: list[str] | None = None) -> tuple[RuntimeCheck | None, Usage]:
     """Ask ``calls`` times; the majority verdict among the replies that gave one wins, a tie is
     Unsafe (a false alarm costs one retry, a missed crash costs the task). ``None`` when no reply
     had a verdict."""
-    messages = prompt(instance, wt, patch, static_notes)
+    messages = prompt(task, wt, patch, static_notes)
     usage: Usage = {}
     answers: list[RuntimeCheck] = []
     for _ in range(max(1, calls)):

@@ -119,15 +119,10 @@ def patch_files(patch: str) -> list[str]:
     return out
 
 
-def test_directives(repo: str, test_patch: str, test_ids: list[str]) -> list[str]:
-    """What to pass to the test command, as swebench's harness does: the test patch's test files
-    (django: as dotted modules). Without a test patch, the files named in the test ids."""
-    files = [f for f in patch_files(test_patch) if not f.endswith(NON_TEST_EXTS)]
-    if not files:
-        for tid in test_ids:
-            path = tid.split("::", 1)[0].split(" ", 1)[0]
-            if path.endswith(".py") and path not in files:
-                files.append(path)
+def test_directives(repo: str, files: list[str]) -> list[str]:
+    """What to pass to the test command for these test files, as swebench's harness does (django:
+    dotted modules relative to ``tests/``)."""
+    files = [f for f in files if not f.endswith(NON_TEST_EXTS)]
     if repo == "django/django":
         files = [f.removesuffix(".py").removeprefix("tests/").replace("/", ".") for f in files]
     return files

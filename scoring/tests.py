@@ -1,11 +1,22 @@
-"""Running a SWE-bench instance's own tests before and after a candidate patch.
+"""The loop's test signal: the pipeline's own tests, run before and after a candidate patch.
 
-A run builds its own working copy (``git archive`` of the base commit from the task's worktree,
-which it only reads), applies the candidate patch, puts the test files back to the base commit's
-content, applies ``test_patch`` (as swebench's harness does: a patch cannot win by editing the
-tests) and runs the repo's own test command on the test patch's files in an isolated process
-(``scoring.sandbox``). Outputs are parsed with swebench's log parsers. The run without the
-candidate patch ("before") is cached per instance.
+Two sets of tests judge a patch, and neither comes from the evaluation:
+
+- **reproduction tests**, written by the pipeline from the issue (``agents/reproducer.py``) and
+  accepted only if they fail at the base commit: they should pass after the patch;
+- **regression tests**, the repository's existing tests that exercise the changed code, chosen
+  from the base tree and the patch alone (``scoring.selection``): those that passed at the base
+  should still pass.
+
+Each run builds its own working copy outside any project checkout (``git archive`` of the base
+commit from the task's worktree, which it only reads), applies the candidate patch, puts the
+tests back to the base commit's content (a patch cannot win by editing the tests), writes the
+reproduction tests, and runs the repository's own test command on the chosen files in an isolated
+process (``scoring.sandbox``). Outputs are parsed with swebench's log parsers. Runs without the
+patch are cached per task.
+
+The ``oracle-tests`` ablation (:func:`hidden_outcome`) runs the instance's hidden tests the same
+way instead; it needs the :class:`~fixgraph.dataset.EvaluationData` handed over explicitly.
 
 Backends (``TestSettings.backend``): ``venv`` builds a virtualenv per (repo, version) from
 swebench's install specs (``scoring.envs``); ``local`` runs with the current interpreter (for
@@ -20,21 +31,20 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import uuid
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from fixgraph.config import TestSettings
-from fixgraph.dataset import Instance
+from fixgraph.config import RegressionSettings, TestSettings
+from fixgraph.dataset import EvaluationData, Task
+from fixgraph.records import atomic_write
 from fixgraph.workspace import Worktree, content_key
 from scoring import crash
 from scoring.sandbox import Limits, run_isolated, scrubbed_env
 from scoring.specs import (
+    NON_TEST_EXTS,
     SpecsError,
     parse_log,
     patch_files,
@@ -43,63 +53,72 @@ from scoring.specs import (
     test_directives,
     uses_pytest,
 )
+from scoring.testenv import (
+    LOG_TAIL_CHARS,
+    PASSING,
+    EnvError,
+    EnvProvider,
+    Suite,
+    SuiteRun,
+    SuiteRunner,
+    TestEnv,
+    git_apply,
+    materialize,
+    run_root,
+)
 
-PASSING = ("PASSED", "XFAIL")  # swebench's grading counts an expected failure as a pass
-LOG_TAIL_CHARS = 3000
+__all__ = ["PASSING", "LOG_TAIL_CHARS", "Suite", "SuiteRun", "SuiteRunner", "TestEnv", "EnvError",
+           "TestOutcome", "ReproTest", "make_runner", "baseline", "own_outcome", "hidden_outcome"]
+
+
+@dataclass(frozen=True)
+class ReproTest:
+    """An accepted reproduction test: the file, and the test ids in it that failed at the base."""
+
+    path: str
+    content: str
+    failing: tuple[str, ...]
+
+    def suite(self, timeout_s: float | None = None) -> Suite:
+        return Suite(targets=(self.path,), added=((self.path, self.content),), timeout_s=timeout_s, label="repro")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ReproTest:
+        return cls(str(data["path"]), str(data["content"]), tuple(data.get("failing") or ()))
 
 
 @dataclass
 class TestOutcome:
+    """What the tests said about one candidate patch.
+
+    ``fail_to_pass``: the tests that must go from failing to passing (the accepted reproduction
+    tests; under the oracle ablation, the instance's FAIL_TO_PASS) with their status after the
+    patch. ``pass_to_pass_before``/``_after``: the tests that must keep passing (the selected
+    existing tests; under the oracle, PASS_TO_PASS) before and after the patch.
+    """
+
     runnable: bool
-    reason: str  # why not runnable; "" when it ran
-    fail_to_pass: dict[str, str] = field(default_factory=dict)  # id -> PASSED|FAILED|ERROR|SKIPPED|MISSING
+    reason: str  # why not runnable, or which set could not run; "" when all ran
+    fail_to_pass: dict[str, str] = field(default_factory=dict)
     pass_to_pass_before: dict[str, str] = field(default_factory=dict)
     pass_to_pass_after: dict[str, str] = field(default_factory=dict)
-    crash: str = ""  # crash context for the Coder
+    # Which sets ran: fix_score uses a set's rate only when it ran.
+    repro_ran: bool = True
+    regression_ran: bool = True
+    source: str = "own"  # own | oracle
+    crash: str = ""  # crash context and failing output for the Coder
     seconds: float = 0.0
     log_tail: str = ""
     timed_out: bool = False
     network_isolated: bool = False
     backend: str = ""
     notes: list[str] = field(default_factory=list)
+    selection: dict[str, Any] = field(default_factory=dict)  # the regression selection, as recorded
 
     __test__ = False  # pytest: not a test class, whatever its name
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-class TestRunner(Protocol):
-    __test__ = False
-
-    def run(self, instance: Instance, wt: Worktree, patch: str) -> TestOutcome: ...
-
-
-class EnvError(Exception):
-    """The test environment for an instance cannot be built; the message is the reason."""
-
-
-@dataclass
-class TestEnv:
-    """Where and how an instance's tests run: interpreter, PATH additions, setup leftovers."""
-
-    python: str
-    spec: dict[str, Any] | None
-    path_prefix: list[str] = field(default_factory=list)
-    # Files the install step generated (compiled extensions, _version.py, egg-info), to copy
-    # into a fresh working copy where missing: relative path -> absolute source path.
-    artifacts_root: Path | None = None
-    artifacts: list[str] = field(default_factory=list)
-    key: str = "local"
-    extra_env: dict[str, str] = field(default_factory=dict)
-    # Points the environment's installed package at a run's working copy for the run's duration
-    # (venv: the editable install's source path is a symlink), so tools that drop PYTHONPATH
-    # (tox) still import the patched code.
-    activate: Callable[[Path], AbstractContextManager[None]] | None = None
-
-
-class EnvProvider(Protocol):
-    def get(self, instance: Instance, wt: Worktree) -> TestEnv: ...
 
 
 class LocalEnvs:
@@ -108,11 +127,11 @@ class LocalEnvs:
     def __init__(self, cache_dir: Path):
         self.cache_dir = cache_dir
 
-    def get(self, instance: Instance, wt: Worktree) -> TestEnv:
+    def get(self, task: Task, wt: Worktree) -> TestEnv:
         spec = None
-        if instance.version:
+        if task.version:
             try:
-                spec = repo_specs(self.cache_dir, instance.repo, instance.version)
+                spec = repo_specs(self.cache_dir, task.repo, task.version)
             except SpecsError:
                 spec = None
         # This interpreter's pytest plugins are fixgraph's (and slow to load), not the repo's.
@@ -121,160 +140,93 @@ class LocalEnvs:
                        extra_env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
 
 
-@dataclass
-class _Run:
-    statuses: dict[str, str]
-    log: str
-    seconds: float
-    timed_out: bool = False
-    network_isolated: bool = False
-    error: str = ""  # set when the run could not happen (test_patch does not apply, ...)
-    crash_records: list[dict[str, Any]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    root: str = ""  # where the working copy was, to read paths in the log
-
-
 class SubprocessRunner:
-    """Runs tests as isolated child processes in an environment from ``envs``."""
+    """Runs suites as isolated child processes in an environment from ``envs``."""
 
     def __init__(self, settings: TestSettings, cache_dir: Path, envs: EnvProvider, backend: str):
         self.settings = settings
         self.cache_dir = cache_dir.resolve()
         self.envs = envs
         self.backend = backend
-        self.limits = Limits(settings.timeout_s, settings.cpu_s, settings.memory_mb,
-                             settings.network_isolation)
 
-    # ---- public -------------------------------------------------------------------------
+    def _limits(self, suite: Suite) -> Limits:
+        timeout = min(suite.timeout_s, self.settings.timeout_s) if suite.timeout_s else self.settings.timeout_s
+        return Limits(timeout, self.settings.cpu_s, self.settings.memory_mb, self.settings.network_isolation)
 
-    def run(self, instance: Instance, wt: Worktree, patch: str) -> TestOutcome:
-        out = TestOutcome(runnable=False, reason="", backend=self.backend)
-        if not instance.FAIL_TO_PASS:
-            out.reason = "no FAIL_TO_PASS tests"
-            return out
+    def env_key(self, task: Task, wt: Worktree) -> str:
         try:
-            env = self.envs.get(instance, wt)
+            return self.envs.get(task, wt).key
+        except (EnvError, SpecsError):
+            return ""
+
+    def run_suite(self, task: Task, wt: Worktree, patch: str | None, suite: Suite) -> SuiteRun:
+        try:
+            env = self.envs.get(task, wt)
         except (EnvError, SpecsError) as exc:
-            out.reason = f"env could not be built: {exc}"
-            return out
-        before = self._before(instance, wt, env)
-        out.seconds += before.seconds
-        out.pass_to_pass_before = {t: before.statuses.get(t, "MISSING") for t in instance.PASS_TO_PASS}
-        if before.error:
-            out.reason = before.error
-            out.log_tail = _tail(before.log)
-            return out
-        # No change: the run without the patch is the answer (and it is cached).
-        after = self._run_once(instance, wt, env, patch) if patch.strip() else before
-        out.seconds += after.seconds if after is not before else 0.0
-        ids = instance.FAIL_TO_PASS + instance.PASS_TO_PASS
-        if not any(t in before.statuses or t in after.statuses for t in ids):
-            # None of the instance's tests was reported, with or without the patch: a collection
-            # error, an environment that cannot import the package, a hang. Nothing here can say
-            # whether the patch works. (Without the patch alone is not enough: some bugs crash
-            # the test runner itself, pytest-dev__pytest-7168.)
-            out.reason = _nothing_collected(before)
-            out.log_tail = _tail(before.log)
-            out.timed_out = before.timed_out
-            return out
-        out.log_tail = _tail(after.log)
-        out.timed_out = after.timed_out
-        out.network_isolated = after.network_isolated
-        out.notes = before.notes + after.notes
-        if after.error:
-            out.reason = after.error
-            return out
-        out.runnable = True
-        out.fail_to_pass = {t: after.statuses.get(t, "MISSING") for t in instance.FAIL_TO_PASS}
-        out.pass_to_pass_after = {t: after.statuses.get(t, "MISSING") for t in instance.PASS_TO_PASS}
-        if after.timed_out:
-            out.notes.append(f"tests killed after {self.settings.timeout_s:g}s; unreported tests count as MISSING")
-        out.crash = self._crash_context(out, after)
-        return out
-
-    # ---- internals ----------------------------------------------------------------------
-
-    def _before(self, instance: Instance, wt: Worktree, env: TestEnv) -> _Run:
-        """The run without the candidate patch, cached per instance (and test patch, env)."""
-        key = content_key(instance.base_commit, instance.test_patch, json.dumps(instance.FAIL_TO_PASS),
-                          json.dumps(instance.PASS_TO_PASS), env.key, self.backend)
-        path = self.cache_dir / "test-baselines" / f"{instance.instance_id.replace('/', '_')}-{key}.json"
-        if path.is_file():
-            try:
-                data = json.loads(path.read_text())
-                return _Run(statuses=data["statuses"], log=data["log"], seconds=0.0,
-                            timed_out=data.get("timed_out", False), error=data.get("error", ""),
-                            network_isolated=data.get("network_isolated", False))
-            except (json.JSONDecodeError, KeyError):
-                pass
-        run = self._run_once(instance, wt, env, None)
-        if not run.timed_out:  # a timeout may be load on the machine; do not pin it
-            from fixgraph.records import atomic_write
-
-            atomic_write(path, json.dumps({"statuses": run.statuses, "log": _tail(run.log),
-                                           "timed_out": run.timed_out, "error": run.error,
-                                           "network_isolated": run.network_isolated}))
-        return run
-
-    def _run_once(self, instance: Instance, wt: Worktree, env: TestEnv, candidate: str | None) -> _Run:
-        run_dir = self.cache_dir / "testruns" / uuid.uuid4().hex[:12]
+            return SuiteRun({}, "", 0.0, error=f"env could not be built: {exc}", backend=self.backend)
+        run_dir = run_root(self.settings.run_root) / uuid.uuid4().hex[:12]
         work = run_dir / "repo"
         home = run_dir / "home"
         home.mkdir(parents=True)
         try:
-            notes: list[str] = []
-            err = _materialize(wt, instance.base_commit, work)
-            if err:
-                return _Run({}, "", 0.0, error=err)
-            test_ids = instance.FAIL_TO_PASS + instance.PASS_TO_PASS
-            directives = test_directives(instance.repo, instance.test_patch, test_ids)
-            test_files = [f for f in patch_files(instance.test_patch) if f.endswith(".py")]
-            for tid in test_ids:
-                f = tid.split("::", 1)[0]
-                if f.endswith(".py") and f not in test_files:
-                    test_files.append(f)
-            saved = {f: (work / f).read_bytes() if (work / f).is_file() else None for f in test_files}
-            if candidate is not None and candidate.strip():
-                err = _git_apply(work, candidate)
-                if err:
-                    notes.append(f"candidate patch did not apply to a fresh copy ({err}); copied its files instead")
-                    _copy_changed(wt, work, candidate)
-                touched = set(patch_files(candidate)) & set(saved)
-                if touched:
-                    notes.append("the patch changes test files; they were reset to the base commit: "
-                                 + ", ".join(sorted(touched)))
-            for rel, data in saved.items():  # the tests are the instance's, not the patch's
-                target = work / rel
-                if data is None:
-                    target.unlink(missing_ok=True)
-                else:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(data)
-            if instance.test_patch.strip():
-                err = _git_apply(work, instance.test_patch)
-                if err:
-                    return _Run({}, "", 0.0, error=f"test_patch does not apply: {err}")
-            _overlay(env, work)
-            run_env, pre_log = self._prepare(env, work, home)
-            argv, cmd_env = test_command(instance.repo, env.spec, env.python)
-            _tox_current_env(argv, env, work)
-            crash_file = run_dir / "crash.jsonl"
-            if uses_pytest(argv):
-                plugin_dir = crash.install_plugin(run_dir / "plugin")
-                argv += ["-p", crash.PLUGIN_MODULE]
-                run_env["PYTHONPATH"] = os.pathsep.join([str(plugin_dir), run_env["PYTHONPATH"]])
-            run_env.update(cmd_env)
-            run_env.update(FIXGRAPH_CRASH_FILE=str(crash_file), FIXGRAPH_REPO_ROOT=str(work),
-                           FIXGRAPH_LOCALS_CHARS=str(self.settings.locals_repr_chars))
-            with env.activate(work) if env.activate else contextlib.nullcontext():
-                done = run_isolated([*argv, *directives], work, run_env, self.limits)
-            log = pre_log + done.output
-            statuses = parse_log(instance.repo, done.output)
-            records = crash.read_records(crash_file)
-            return _Run(statuses, log, done.seconds, done.timed_out, done.isolated_network,
-                        crash_records=records, notes=notes, root=str(work))
+            return self._run(task, wt, env, patch, suite, run_dir, work, home)
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
+
+    def _run(self, task: Task, wt: Worktree, env: TestEnv, patch: str | None, suite: Suite,
+             run_dir: Path, work: Path, home: Path) -> SuiteRun:
+        notes: list[str] = []
+        err = materialize(wt, task.base_commit, work)
+        if err:
+            return SuiteRun({}, "", 0.0, error=err, backend=self.backend)
+        saved = {f: (work / f).read_bytes() if (work / f).is_file() else None for f in suite.protected}
+        if patch is not None and patch.strip():
+            err = git_apply(work, patch)
+            if err:
+                notes.append(f"candidate patch did not apply to a fresh copy ({err}); copied its files instead")
+                _copy_changed(wt, work, patch)
+            touched = set(patch_files(patch)) & (set(saved) | {p for p, _ in suite.added})
+            if touched:
+                notes.append("the patch changes test files; they were reset: " + ", ".join(sorted(touched)))
+        for rel, data in saved.items():  # the tests are the base commit's, not the patch's
+            target = work / rel
+            if data is None:
+                target.unlink(missing_ok=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+        for rel, content in suite.added:
+            target = (work / rel).resolve()
+            if not target.is_relative_to(work.resolve()):
+                return SuiteRun({}, "", 0.0, error=f"test path {rel!r} is outside the repository", backend=self.backend)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content, encoding="utf-8")
+        if suite.extra_patch.strip():
+            err = git_apply(work, suite.extra_patch)
+            if err:
+                return SuiteRun({}, "", 0.0, error=f"test_patch does not apply: {err}", backend=self.backend)
+        _overlay(env, work)
+        run_env, pre_log = self._prepare(env, work, home)
+        argv, cmd_env = test_command(task.repo, env.spec, env.python)
+        _tox_current_env(argv, env, work)
+        crash_file = run_dir / "crash.jsonl"
+        if uses_pytest(argv):
+            plugin_dir = crash.install_plugin(run_dir / "plugin")
+            argv += ["-p", crash.PLUGIN_MODULE]
+            run_env["PYTHONPATH"] = os.pathsep.join([str(plugin_dir), run_env["PYTHONPATH"]])
+        run_env.update(cmd_env)
+        run_env.update(FIXGRAPH_CRASH_FILE=str(crash_file), FIXGRAPH_REPO_ROOT=str(work),
+                       FIXGRAPH_LOCALS_CHARS=str(self.settings.locals_repr_chars))
+        directives = test_directives(task.repo, list(suite.targets))
+        limits = self._limits(suite)
+        with env.activate(work) if env.activate else contextlib.nullcontext():
+            done = run_isolated([*argv, *directives], work, run_env, limits)
+        statuses = parse_log(task.repo, done.output)
+        if done.timed_out:
+            notes.append(f"tests killed after {limits.timeout_s:g}s; tests not reported are left out")
+        return SuiteRun(statuses, pre_log + done.output, done.seconds, done.timed_out, done.isolated_network,
+                        crash_records=crash.read_records(crash_file), notes=notes, root=str(work),
+                        backend=self.backend)
 
     def _prepare(self, env: TestEnv, work: Path, home: Path) -> tuple[dict[str, str], str]:
         """The scrubbed environment for the test process; runs the spec's pre-install edits."""
@@ -286,28 +238,146 @@ class SubprocessRunner:
         for cmd in (env.spec or {}).get("pre_install", []):
             # Seds on setup.py/tox.ini the install step made; tox.ini's edit changes the test command.
             done = run_isolated(["bash", "-c", cmd], work, run_env,
-                                Limits(60, 60, self.limits.memory_mb, self.limits.network_isolation))
+                                Limits(60, 60, self.settings.memory_mb, self.settings.network_isolation))
             if done.returncode != 0:
                 log += f"[fixgraph] pre-install step failed: {cmd}\n{done.output}\n"
         return run_env, log
 
-    def _crash_context(self, out: TestOutcome, after: _Run) -> str:
-        """Why the tests the patch should make pass (or keep passing) failed."""
-        failing = [t for t, s in out.fail_to_pass.items() if s not in PASSING]
-        failing += [t for t, s in out.pass_to_pass_after.items()
-                    if s not in PASSING and out.pass_to_pass_before.get(t) in PASSING]
-        if not failing:
-            return ""
-        if after.crash_records:  # the pytest plugin's: frames and locals
-            return crash.format_records(after.crash_records, failing)
-        return crash.from_log(after.log, Path(after.root), failing) if after.root else ""
+
+# ---- runs without the patch, cached -----------------------------------------------------
 
 
-def _tail(log: str) -> str:
-    return log[-LOG_TAIL_CHARS:]
+def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: int = 1) -> SuiteRun:
+    """The suite at the base commit, cached per task. With ``runs`` > 1 the suite runs that many
+    times and a test whose status differs between runs is flaky: left out, and named in the notes."""
+    env_key = runner.env_key(task, wt)
+    key = content_key(task.base_commit, *suite.key_parts(), env_key, runner.backend, str(runs))
+    path = runner.cache_dir / "test-baselines" / f"{_safe(task.instance_id)}-{key}.json"
+    if env_key and path.is_file():
+        try:
+            data = json.loads(path.read_text())
+            return SuiteRun(statuses=data["statuses"], log=data["log"], seconds=0.0,
+                            timed_out=data.get("timed_out", False), error=data.get("error", ""),
+                            network_isolated=data.get("network_isolated", False),
+                            notes=list(data.get("notes", [])), backend=runner.backend)
+        except (json.JSONDecodeError, KeyError):
+            pass
+    first = runner.run_suite(task, wt, None, suite)
+    seconds = first.seconds
+    for _ in range(runs - 1):
+        if first.error or not first.statuses:
+            break
+        again = runner.run_suite(task, wt, None, suite)
+        seconds += again.seconds
+        flaky = sorted(t for t in set(first.statuses) | set(again.statuses)
+                       if first.statuses.get(t) != again.statuses.get(t))
+        if flaky:
+            first.notes.append(f"flaky at the base, left out: {', '.join(flaky[:20])}"
+                               + (f" (+{len(flaky) - 20} more)" if len(flaky) > 20 else ""))
+            first.statuses = {t: s for t, s in first.statuses.items() if t not in flaky}
+        first.timed_out = first.timed_out or again.timed_out
+    first.seconds = seconds
+    if env_key and not first.timed_out and not first.error.startswith("env could not"):
+        # A timeout may be load on the machine, and an env failure may be mended: do not pin them.
+        atomic_write(path, json.dumps({"statuses": first.statuses, "log": first.log_tail(),
+                                       "timed_out": first.timed_out, "error": first.error,
+                                       "network_isolated": first.network_isolated, "notes": first.notes}))
+    return first
 
 
-def _nothing_collected(run: _Run) -> str:
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:120]
+
+
+# ---- the loop's own tests ---------------------------------------------------------------
+
+
+def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro: list[ReproTest],
+                settings: RegressionSettings, repro_timeout_s: float | None = None) -> TestOutcome:
+    """Judge ``patch`` (applied in ``wt``) with the reproduction tests and the selected existing tests."""
+    from scoring import selection
+
+    out = TestOutcome(runnable=False, reason="", source="own", backend=runner.backend)
+    why: list[str] = []
+    failing_runs: list[tuple[SuiteRun, list[str]]] = []
+    # Reproduction tests: each accepted test id should pass now.
+    out.repro_ran = False
+    if not repro:
+        why.append("no reproduction test")
+    for test in repro:
+        after = runner.run_suite(task, wt, patch, test.suite(repro_timeout_s))
+        out.seconds += after.seconds
+        out.notes += after.notes
+        out.timed_out = out.timed_out or after.timed_out
+        out.network_isolated = after.network_isolated
+        if after.error:
+            why.append(f"reproduction test {test.path}: {after.error}")
+            continue
+        out.repro_ran = True
+        for tid in test.failing:
+            out.fail_to_pass[tid] = after.statuses.get(tid, "MISSING")
+        still = [t for t in test.failing if out.fail_to_pass[t] not in PASSING]
+        if still:
+            failing_runs.append((after, still))
+    # Regression tests: what passed at the base should still pass.
+    out.regression_ran = False
+    # A reproduction test that rewrites an existing test file does not hide that file's base
+    # version from the selection: the two run separately.
+    chosen = selection.select_tests(wt, patch, settings) if settings.enabled else None
+    if chosen is not None:
+        out.selection = chosen.to_dict()
+    if chosen is None or not chosen.files:
+        why.append("no existing test exercises the changed code" if chosen is not None
+                   else "regression tests are off")
+    else:
+        suite = Suite(targets=tuple(chosen.files), protected=tuple(chosen.files), timeout_s=settings.timeout_s,
+                      label="regression")
+        before = baseline(runner, task, wt, suite, runs=settings.base_runs)
+        out.seconds += before.seconds
+        out.notes += before.notes
+        if before.error or not before.statuses:
+            why.append("existing tests could not run at the base: "
+                       + (before.error or _nothing_collected(before)))
+        else:
+            after = runner.run_suite(task, wt, patch, suite)
+            out.seconds += after.seconds
+            out.notes += after.notes
+            out.timed_out = out.timed_out or after.timed_out
+            out.network_isolated = after.network_isolated
+            if after.error:
+                why.append(f"existing tests: {after.error}")
+            else:
+                out.regression_ran = True
+                # A test the base run did not reach (timeout) is left out, as the selection says.
+                out.pass_to_pass_before = dict(before.statuses)
+                out.pass_to_pass_after = {t: after.statuses.get(t, "MISSING") for t in before.statuses}
+                broken = [t for t, s in out.pass_to_pass_after.items()
+                          if s not in PASSING and out.pass_to_pass_before.get(t) in PASSING]
+                if broken:
+                    failing_runs.append((after, broken))
+                out.log_tail = after.log_tail()
+    out.runnable = out.repro_ran or out.regression_ran
+    out.reason = "; ".join(why)
+    out.crash = "\n\n".join(c for c in (_failure_context(run, ids) for run, ids in failing_runs) if c)
+    out.notes = list(dict.fromkeys(out.notes))
+    return out
+
+
+def _failure_context(run: SuiteRun, failing: list[str]) -> str:
+    """Why the tests failed: the crash plugin's frames and locals, else the log's traceback, else
+    the log's tail (an assertion's message is there)."""
+    if run.crash_records:
+        text = crash.format_records(run.crash_records, failing)
+        if text:
+            return text
+    if run.root:
+        text = crash.from_log(run.log, Path(run.root), failing)
+        if text:
+            return text
+    return f"Failing: {', '.join(failing[:10])}\n{run.log_tail(1500)}"
+
+
+def _nothing_collected(run: SuiteRun) -> str:
     if run.timed_out:
         return "nothing collected: the test command timed out"
     lines = [ln for ln in run.log.strip().splitlines() if ln.strip() and not ln.startswith("[fixgraph]")]
@@ -316,41 +386,72 @@ def _nothing_collected(run: _Run) -> str:
     return f"nothing collected ({last[0].strip()[:200]})"
 
 
-def _git(work: Path, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_TERMINAL_PROMPT": "0",
-           "HOME": str(work), "GIT_CONFIG_NOSYSTEM": "1"}
-    return subprocess.run(["git", *args], cwd=work, input=data, capture_output=True, env=env, timeout=600)
+# ---- the oracle-tests ablation ----------------------------------------------------------
 
 
-def _materialize(wt: Worktree, commit: str, work: Path) -> str:
-    """A fresh copy of ``commit`` at ``work`` from the worktree's objects (read only)."""
-    work.mkdir(parents=True)
-    archive = subprocess.Popen(["git", "-C", str(wt.path), "archive", "--format=tar", commit],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    untar = subprocess.run(["tar", "-x", "-C", str(work)], stdin=archive.stdout, capture_output=True)
-    assert archive.stdout is not None
-    archive.stdout.close()
-    err = archive.stderr.read().decode(errors="replace") if archive.stderr else ""
-    if archive.wait() != 0 or untar.returncode != 0:
-        return f"cannot copy the base commit: {(err or untar.stderr.decode(errors='replace')).strip()[:300]}"
-    # Its own repository, so that ``git apply`` applies here and not in an enclosing repository.
-    _git(work, "init", "-q")
-    return ""
+def hidden_suite(task: Task, evaluation: EvaluationData) -> Suite:
+    """The instance's own tests as swebench's harness runs them (its test_patch applied)."""
+    ids = evaluation.FAIL_TO_PASS + evaluation.PASS_TO_PASS
+    files = [f for f in patch_files(evaluation.test_patch) if not f.endswith(NON_TEST_EXTS)]
+    if not files:
+        for tid in ids:
+            path = tid.split("::", 1)[0].split(" ", 1)[0]
+            if path.endswith(".py") and path not in files:
+                files.append(path)
+    protected = [f for f in patch_files(evaluation.test_patch) if f.endswith(".py")]
+    for tid in ids:
+        f = tid.split("::", 1)[0]
+        if f.endswith(".py") and f not in protected:
+            protected.append(f)
+    return Suite(targets=tuple(files), protected=tuple(protected), extra_patch=evaluation.test_patch,
+                 label="hidden")
 
 
-def _git_apply(work: Path, patch: str) -> str:
-    text = patch if patch.endswith("\n") else patch + "\n"
-    proc = _git(work, "apply", "--whitespace=nowarn", "-", data=text.encode())
-    if proc.returncode == 0:
-        return ""
-    # swebench's harness falls back to GNU patch with fuzz; so do we.
-    if shutil.which("patch"):
-        fuzzy = subprocess.run(["patch", "--batch", "--forward", "--fuzz=5", "-p1", "-s"], cwd=work,
-                               input=text.encode(), capture_output=True, timeout=600)
-        if fuzzy.returncode == 0:
-            return ""
-    msg = proc.stderr.decode(errors="replace").strip().splitlines()
-    return msg[0] if msg else "git apply failed"
+def hidden_outcome(runner: SuiteRunner, task: Task, evaluation: EvaluationData, wt: Worktree,
+                   patch: str) -> TestOutcome:
+    """The instance's hidden tests, before and after ``patch``: eval/ benchmarks and the
+    ``oracle-tests`` ablation only. Its figures are an upper bound, never a SWE-bench result."""
+    out = TestOutcome(runnable=False, reason="", source="oracle", backend=runner.backend)
+    if not evaluation.FAIL_TO_PASS:
+        out.reason = "no FAIL_TO_PASS tests"
+        return out
+    suite = hidden_suite(task, evaluation)
+    before = baseline(runner, task, wt, suite)
+    out.seconds += before.seconds
+    out.pass_to_pass_before = {t: before.statuses.get(t, "MISSING") for t in evaluation.PASS_TO_PASS}
+    if before.error:
+        out.reason = before.error
+        out.log_tail = before.log_tail()
+        return out
+    after = runner.run_suite(task, wt, patch, suite) if patch.strip() else before
+    out.seconds += after.seconds if after is not before else 0.0
+    ids = evaluation.FAIL_TO_PASS + evaluation.PASS_TO_PASS
+    if not any(t in before.statuses or t in after.statuses for t in ids):
+        # None of the instance's tests was reported, with or without the patch: a collection
+        # error, an environment that cannot import the package, a hang. (Without the patch alone
+        # is not enough: some bugs crash the test runner itself, pytest-dev__pytest-7168.)
+        out.reason = _nothing_collected(before)
+        out.log_tail = before.log_tail()
+        out.timed_out = before.timed_out
+        return out
+    out.log_tail = after.log_tail()
+    out.timed_out = after.timed_out
+    out.network_isolated = after.network_isolated
+    out.notes = before.notes + after.notes
+    if after.error:
+        out.reason = after.error
+        return out
+    out.runnable = True
+    out.fail_to_pass = {t: after.statuses.get(t, "MISSING") for t in evaluation.FAIL_TO_PASS}
+    out.pass_to_pass_after = {t: after.statuses.get(t, "MISSING") for t in evaluation.PASS_TO_PASS}
+    failing = [t for t, s in out.fail_to_pass.items() if s not in PASSING]
+    failing += [t for t, s in out.pass_to_pass_after.items()
+                if s not in PASSING and out.pass_to_pass_before.get(t) in PASSING]
+    out.crash = _failure_context(after, failing) if failing else ""
+    return out
+
+
+# ---- helpers ----------------------------------------------------------------------------
 
 
 def _copy_changed(wt: Worktree, work: Path, patch: str) -> None:
@@ -392,18 +493,7 @@ def _overlay(env: TestEnv, work: Path) -> None:
             shutil.copy2(src, dst)
 
 
-class UnavailableRunner:
-    """A backend that cannot run here: every outcome says why, so the fallback applies."""
-
-    def __init__(self, reason: str, backend: str):
-        self.reason = reason
-        self.backend = backend
-
-    def run(self, instance: Instance, wt: Worktree, patch: str) -> TestOutcome:
-        return TestOutcome(runnable=False, reason=self.reason, backend=self.backend)
-
-
-def make_runner(settings: TestSettings, cache_dir: Path) -> TestRunner:
+def make_runner(settings: TestSettings, cache_dir: Path) -> SuiteRunner:
     if settings.backend == "local":
         return SubprocessRunner(settings, cache_dir, LocalEnvs(cache_dir), "local")
     if settings.backend == "venv":

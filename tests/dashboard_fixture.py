@@ -50,7 +50,8 @@ FIX_SCORES = {"pallets__flask-4045": 0.3, "pallets__flask-4992": 1.0, "pallets__
               "psf__requests-1963": 1.0, "psf__requests-2317": 1.0, "sympy__sympy-13971": 0.9,
               "sympy__sympy-18057": 0.2, "sympy__sympy-20590": 1.0}
 USAGE = {"baseline": (1000, 200, 0.01, 30.0), "static": (2000, 400, 0.02, 60.0),
-         "redo": (4000, 800, 0.05, 120.0), "quick": (500, 100, 0.005, 10.0)}
+         "redo": (4000, 800, 0.05, 120.0), "quick": (500, 100, 0.005, 10.0),
+         "oracle-tests": (4000, 800, 0.05, 120.0)}
 
 
 def model_name(config: str) -> str:

@@ -29,6 +29,8 @@ def script(runs: int) -> dict[str, list[dict[str, Any]]]:
         "Plan": [{"files": ["calc/__init__.py"], "reasoning": "add() is defined in calc/__init__.py."}],
         "ExploreStep": [{"next_files": [], "learned": "add returns a - b.", "confidence": "high",
                          "suspects": [{"file": "calc/__init__.py", "symbol": "add", "start_line": 1, "end_line": 2}]}],
+        "ReproTestDraft": [{"path": "tests/test_add_issue.py", "explanation": "2 + 3 is 5.",
+                            "content": "import calc\n\n\ndef test_add_adds():\n    assert calc.add(2, 3) == 5\n"}],
         "CodeChange": [{"edits": [{"path": "calc/__init__.py", "search": "    return a - b\n",
                                    "replace": "    return a + b\n"}],
                         "explanation": "add() returned the difference; it now returns the sum."}],
@@ -69,6 +71,8 @@ def test_label_then_comment_gives_one_pr_with_a_fix(world: tuple[FakeGitHub, Pat
         # The branch's diff against main fixes the bug: the fixture's failing test passes on it.
         diff = git(bare, "diff", "main", BRANCH).stdout
         assert "-    return a - b" in diff and "+    return a + b" in diff
+        # The reproduction test rides along in the PR (never in a .diff prediction).
+        assert "+++ b/tests/test_add_issue.py" in diff and "assert calc.add(2, 3) == 5" in diff
         for ref, should_pass in (("main", False), (BRANCH, True)):
             checkout = tmp_path / ref.replace("/", "_")
             assert git(tmp_path, "clone", "-q", "-b", ref, str(bare), str(checkout)).returncode == 0
@@ -80,9 +84,10 @@ def test_label_then_comment_gives_one_pr_with_a_fix(world: tuple[FakeGitHub, Pat
         [pr] = fake.open_pulls("acme/calc")
         body = pr["body"]
         assert body.startswith("Fixes #7") and "Verdict: **Safe**" in body
-        assert "### fix_score: " in body and "This score is semantic, not from tests" in body
+        assert "### fix_score: " in body and "Measured by running tests" in body
+        assert "### Reproduction test" in body and "failed before the fix and passes after it" in body
         assert "`calc/__init__.py` (+1 −1)" in body and "LLM call" in body
-        assert pr["draft"] is False  # semantic 0.8*0.95 + 0.2*quality clears the 0.8 threshold
+        assert pr["draft"] is False  # the reproduction test passes, nothing regressed
         comments = fake.comments_on("acme/calc", 7)
         assert comments[0].startswith("fixgraph is working on this issue")
         assert comments[-1].startswith(f"fixgraph opened a pull request: {pr['html_url']}")

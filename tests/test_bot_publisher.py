@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from fixgraph.config import RunConfig, load_config
-from fixgraph.dataset import Instance
+from fixgraph.dataset import Task
 from fixgraph.github_client import GitHubAccess
 from fixgraph.github_pr import MARKER, GitHubPublisher, branch_name, git_auth, render_body
 from fixgraph.publish import Outcome
@@ -41,9 +41,9 @@ def outcome_for(wt: Worktree, sha: str, score: dict[str, Any] | None = None,
     score = score or {"fix_score": 0.92, "kind": "tests", "test_pass_rate": 1.0, "no_regression": 1.0,
                       "code_quality": 0.8, "tests_run": 1, "fail_to_pass": {"tests/test_calc.py::test_add": "PASSED"},
                       "pass_to_pass": {}}
-    inst = Instance(instance_id="acme__calc-7", repo="acme/calc", base_commit=sha, problem_statement="add subtracts")
+    inst = Task(instance_id="acme__calc-7", repo="acme/calc", base_commit=sha, problem_statement="add subtracts")
     return Outcome(
-        instance=inst, patch=patch, explanation="add() now adds instead of subtracting.", verdict="Safe",
+        task=inst, patch=patch, explanation="add() now adds instead of subtracting.", verdict="Safe",
         score=score,  # type: ignore[arg-type]
         attempts=[{"number": 1, "patch": patch, "verdict": "Safe",
                    "findings": [{"source": "pyflakes", "rule": "unused-import", "message": "os imported but unused",
@@ -227,5 +227,5 @@ def test_standalone_publisher_finds_repo_and_issue_from_the_instance(fake: FakeG
     assert result["ok"] and result["branch"] == "fixgraph/7-add-subtracts", result
     assert fake.open_pulls("acme/calc")[0]["title"] == "Fix #7: add() subtracts!"
     out = outcome_for(wt, sha)
-    out.instance = out.instance.model_copy(update={"instance_id": "acme__calc"})
+    out.task = out.task.model_copy(update={"instance_id": "acme__calc"})
     assert "does not end with an issue number" in pub.publish(out)["reason"]

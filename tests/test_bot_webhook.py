@@ -23,7 +23,7 @@ from bot.events import Trigger, sign
 from bot.jobs import JobQueue
 from bot.worker import NO_BODY
 from fixgraph.config import RunConfig
-from fixgraph.dataset import Instance
+from fixgraph.dataset import Task
 from fixgraph.github_client import scrub_environ
 from fixgraph.github_pr import MARKER
 from fixgraph.publish import Outcome, Publisher
@@ -44,18 +44,18 @@ class StandInPipeline:
     """Plays run_task: a worktree at the base commit, the known fix, the real publisher."""
 
     def __init__(self, delay: float = 0.0):
-        self.instances: list[Instance] = []
+        self.instances: list[Task] = []
         self.delay = delay
         self.lock = threading.Lock()
 
-    def __call__(self, instance: Instance, cfg: RunConfig, *, publisher: Publisher, repo_cache: RepoCache,
+    def __call__(self, instance: Task, cfg: RunConfig, *, publisher: Publisher, repo_cache: RepoCache,
                  store: Any = None, **_: Any) -> dict[str, Any]:
         with self.lock:
             self.instances.append(instance)
         time.sleep(self.delay)
         wt = repo_cache.worktree(instance.repo, instance.base_commit, f"standin__{instance.instance_id}")
         score = {"fix_score": 0.6, "kind": "semantic", "llm_score": 0.7, "code_quality": 0.4}
-        out = Outcome(instance=instance, patch=fix_patch(), explanation="add adds", verdict="Safe",
+        out = Outcome(task=instance, patch=fix_patch(), explanation="add adds", verdict="Safe",
                       score=score,  # type: ignore[arg-type]
                       attempts=[{"number": 1, "patch": fix_patch(), "verdict": "Safe", "findings": []}],
                       plan={"files": ["calc/__init__.py"], "reasoning": "add is in calc"}, files_read=[],
@@ -97,7 +97,8 @@ def test_signed_label_event_runs_a_job_and_comments(bot: Bot, fake: FakeGitHub, 
     [inst] = pipeline.instances
     head = show(tmp_path / "fixture" / "remote.git", "main", "calc/__init__.py")
     assert "a - b" in head
-    assert inst.instance_id == "acme__calc-7" and inst.repo == "acme/calc" and inst.FAIL_TO_PASS == []
+    assert inst.instance_id == "acme__calc-7" and inst.repo == "acme/calc"
+    assert isinstance(inst, Task) and not hasattr(inst, "FAIL_TO_PASS")  # a real issue has no hidden tests
     assert inst.problem_statement.startswith("add() subtracts\n\nadd(2, 3) returns -1")
     assert "@bob wrote:\nSame here on 3.12." in inst.problem_statement
     comments = fake.comments_on("acme/calc", 7)

@@ -358,3 +358,18 @@ def test_retries_from_test_results_count_with_their_cause(tmp_path: Path) -> Non
                                  "fix_score under threshold"]
     view = config_view(0, Run("r", tmp_path, "redo", {"a__b-1": rec}, {}))
     assert (view.flagged, view.tasks_retried, sum(view.retries.values())) == (0, 1, 3)
+
+
+def test_an_oracle_tests_run_is_labelled_an_upper_bound(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    fx.write_run(runs, "baseline", "cmp-baseline")
+    fx.write_run(runs, "oracle-tests", "cmp-oracle-tests")
+    out = tmp_path / "dashboard.html"
+    assert dashboard.main([str(runs), "-o", str(out)]) == 0
+    html = out.read_text()
+    parser = Cells()
+    parser.feed(html)
+    assert html.count("oracle-tests: upper bound, not a SWE-bench result") == 1
+    assert "never a SWE-bench result" in html
+    row = html.split('data-run="cmp-oracle-tests"', 1)[1].split("</tr>", 1)[0]
+    assert "upper bound, not a SWE-bench result" in row

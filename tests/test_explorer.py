@@ -16,7 +16,7 @@ from agents.explorer import explorer, needs_replan
 from agents.planner import planner
 from fixgraph.config import RunConfig
 from fixgraph.context import TaskContext
-from fixgraph.dataset import Instance
+from fixgraph.dataset import Task
 from fixgraph.llm import LLM, Meter
 from fixgraph.localize import count_tokens
 from fixgraph.scripted import ScriptedChatModel
@@ -40,7 +40,7 @@ def run(tmp_path: Path, script: dict[str, list[Any]], problem: str = "func_0 add
     model = ScriptedChatModel(script=script)
     ctx = TaskContext(
         cfg=cfg,
-        instance=Instance(instance_id="fixture-1", repo="acme/pkg", base_commit=wt.base, problem_statement=problem),
+        task=Task(instance_id="fixture-1", repo="acme/pkg", base_commit=wt.base, problem_statement=problem),
         worktree=wt,
         llm=LLM(lambda role: model, Meter(cfg.budget, cfg.llm.prices)),
         publisher=None,  # type: ignore[arg-type]  # never reached: the graph ends after the Explorer

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from eval.hidden import run_hidden
 from fixgraph.state import PatchJudgment
 from scoring import fix_score
 from scoring.quality import code_quality
@@ -57,7 +58,7 @@ def test_repo_where_nothing_is_collected_falls_back_to_the_llm(tmp_path: Path) -
     broken = "import no_such_dependency_xyz\n\n\n" + CALC
     inst, wt, _ = calc_instance(tmp_path, files={"calc.py": broken})
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", broken, broken.replace("a - b", "a + b")))
-    out = make_runner(local_settings(), tmp_path / "cache").run(inst, wt, patch)
+    out = run_hidden(make_runner(local_settings(), tmp_path / "cache"), inst, wt, patch)
     assert not out.runnable
     assert out.reason.startswith("nothing collected")
     assert "no_such_dependency_xyz" in out.reason

@@ -43,4 +43,4 @@ def test_the_graph_entry_imports_and_compiles_without_a_key() -> None:
     kind, nodes = proc.stdout.split(" ", 1)
     assert kind == "CompiledStateGraph"
     assert json.loads(nodes.replace("'", '"')) == [
-        "__end__", "__start__", "coder", "critic", "explorer", "planner", "pr_agent"]
+        "__end__", "__start__", "coder", "critic", "explorer", "planner", "pr_agent", "reproducer"]

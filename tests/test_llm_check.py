@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from fixgraph.config import Budget, CriticSettings, Price
-from fixgraph.dataset import Instance
+from fixgraph.dataset import Task
 from fixgraph.llm import LLM, Meter
 from fixgraph.scripted import ScriptedChatModel, tool_reply
 from fixgraph.workspace import Worktree
@@ -29,8 +29,8 @@ def wt(tmp_path_factory: pytest.TempPathFactory) -> Worktree:
     return make_repo(tmp_path_factory.mktemp("llm") / "repo")
 
 
-def instance(wt: Worktree) -> Instance:
-    return Instance(instance_id="demo__shapes-1", repo="demo/shapes", base_commit=wt.base,
+def instance(wt: Worktree) -> Task:
+    return Task(instance_id="demo__shapes-1", repo="demo/shapes", base_commit=wt.base,
                     problem_statement="describe() should mention the circle's radius.")
 
 

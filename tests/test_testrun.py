@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from eval.hidden import run_hidden
 from scoring import fix_score
 from scoring.tests import make_runner
 from tests.testrun_helpers import CALC, apply_to, calc_instance, diff_for, local_settings
@@ -16,7 +17,7 @@ def test_fixing_patch_passes_fail_to_pass(tmp_path: Path) -> None:
     inst, wt, _ = calc_instance(tmp_path)
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
     runner = make_runner(local_settings(), tmp_path / "cache")
-    out = runner.run(inst, wt, patch)
+    out = run_hidden(runner, inst, wt, patch)
     assert out.runnable, out.reason
     assert out.fail_to_pass == {"tests/test_calc.py::test_add": "PASSED"}
     assert set(out.pass_to_pass_after.values()) == {"PASSED"}
@@ -33,7 +34,7 @@ def test_fixing_patch_passes_fail_to_pass(tmp_path: Path) -> None:
 def test_patch_breaking_one_of_ten_passing_tests(tmp_path: Path) -> None:
     inst, wt, _ = calc_instance(tmp_path)
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, BREAKS_ONE))
-    out = make_runner(local_settings(), tmp_path / "cache").run(inst, wt, patch)
+    out = run_hidden(make_runner(local_settings(), tmp_path / "cache"), inst, wt, patch)
     assert out.runnable, out.reason
     assert out.pass_to_pass_before["tests/test_calc.py::test_mul_3"] == "PASSED"
     assert out.pass_to_pass_after["tests/test_calc.py::test_mul_3"] == "FAILED"
@@ -45,7 +46,7 @@ def test_patch_breaking_one_of_ten_passing_tests(tmp_path: Path) -> None:
 
 def test_empty_patch_fails_fail_to_pass(tmp_path: Path) -> None:
     inst, wt, _ = calc_instance(tmp_path)
-    out = make_runner(local_settings(), tmp_path / "cache").run(inst, wt, "")
+    out = run_hidden(make_runner(local_settings(), tmp_path / "cache"), inst, wt, "")
     assert out.runnable
     assert out.fail_to_pass == {"tests/test_calc.py::test_add": "FAILED"}
     assert fix_score.compute(out, 1.0, None)["test_pass_rate"] == 0.0

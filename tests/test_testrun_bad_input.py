@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from eval.hidden import run_hidden
 from fixgraph import config
 from scoring import fix_score
 from scoring.docker import make_docker_runner
@@ -27,7 +28,7 @@ def test_test_patch_that_does_not_apply(tmp_path: Path) -> None:
     inst, wt, _ = calc_instance(tmp_path)
     bad = diff_for(tmp_path, "tests/test_calc.py", "something else\n", "something new\n")
     inst = inst.model_copy(update={"test_patch": bad})
-    out = make_runner(local_settings(), tmp_path / "cache").run(inst, wt, "")
+    out = run_hidden(make_runner(local_settings(), tmp_path / "cache"), inst, wt, "")
     assert not out.runnable
     assert out.reason.startswith("test_patch does not apply:")
     assert fix_score.compute(out, 1.0, None)["kind"] == "none"
@@ -36,7 +37,7 @@ def test_test_patch_that_does_not_apply(tmp_path: Path) -> None:
 def test_test_id_that_does_not_exist(tmp_path: Path) -> None:
     inst, wt, _ = calc_instance(tmp_path, f2p=[F2P, "tests/test_calc.py::test_no_such_test"])
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
-    out = make_runner(local_settings(), tmp_path / "cache").run(inst, wt, patch)
+    out = run_hidden(make_runner(local_settings(), tmp_path / "cache"), inst, wt, patch)
     assert out.runnable
     assert out.fail_to_pass == {F2P: "PASSED", "tests/test_calc.py::test_no_such_test": "MISSING"}
     assert fix_score.compute(out, 1.0, None)["test_pass_rate"] == 0.5
@@ -45,7 +46,7 @@ def test_test_id_that_does_not_exist(tmp_path: Path) -> None:
 def test_only_unknown_test_ids_means_nothing_collected(tmp_path: Path) -> None:
     inst, wt, _ = calc_instance(tmp_path, f2p=["tests/test_calc.py::test_ghost"])
     inst = inst.model_copy(update={"PASS_TO_PASS": []})
-    out = make_runner(local_settings(), tmp_path / "cache").run(inst, wt, "")
+    out = run_hidden(make_runner(local_settings(), tmp_path / "cache"), inst, wt, "")
     assert not out.runnable
     assert out.reason.startswith("nothing collected")
 
@@ -54,7 +55,7 @@ def test_hanging_test_command(tmp_path: Path) -> None:
     # conftest.py hangs at import: the command never gets to a single test
     hang = "import time\ntime.sleep(600)\n"
     inst, wt, _ = calc_instance(tmp_path, files={"tests/conftest.py": hang})
-    out = make_runner(local_settings(timeout_s=3.0), tmp_path / "cache").run(inst, wt, "")
+    out = run_hidden(make_runner(local_settings(timeout_s=3.0), tmp_path / "cache"), inst, wt, "")
     assert not out.runnable
     assert out.timed_out
     assert out.reason == "nothing collected: the test command timed out"
@@ -67,7 +68,7 @@ def test_output_that_is_not_utf8(tmp_path: Path) -> None:
              "    sys.stdout.flush()\n    assert False\n")
     inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P, "tests/test_calc.py::test_bytes"])
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
-    out = make_runner(local_settings(), tmp_path / "cache").run(inst, wt, patch)
+    out = run_hidden(make_runner(local_settings(), tmp_path / "cache"), inst, wt, patch)
     assert out.runnable
     assert out.fail_to_pass == {F2P: "PASSED", "tests/test_calc.py::test_bytes": "FAILED"}
     out.log_tail.encode("utf-8")  # valid text, whatever the tests printed
@@ -79,7 +80,7 @@ def test_patch_that_deletes_the_test_file(tmp_path: Path) -> None:
     delete = diff_for(tmp_path, "tests/test_calc.py", TEST_FILE, None)
     patch = apply_to(wt, fix + delete)
     assert not wt.exists("tests/test_calc.py")
-    out = make_runner(local_settings(), tmp_path / "cache").run(inst, wt, patch)
+    out = run_hidden(make_runner(local_settings(), tmp_path / "cache"), inst, wt, patch)
     assert out.runnable
     assert out.fail_to_pass == {F2P: "PASSED"}  # the instance's tests, not the patch's, were run
     assert any("tests/test_calc.py" in n for n in out.notes)
@@ -90,7 +91,7 @@ def test_repo_version_with_no_known_specs(tmp_path: Path, specs_cache: Path) -> 
     inst, wt, _ = calc_instance(tmp_path)
     inst = inst.model_copy(update={"repo": "psf/requests", "version": "99.9"})
     settings = config.TestSettings(backend="venv", env_dir=tmp_path / "envs")
-    out = make_runner(settings, specs_cache).run(inst, wt, "")
+    out = run_hidden(make_runner(settings, specs_cache), inst, wt, "")
     assert not out.runnable
     assert out.reason == "env could not be built: swebench has no install specs for psf/requests version '99.9'"
     parts = fix_score.compute(out, 0.5, 0.75)
@@ -99,7 +100,7 @@ def test_repo_version_with_no_known_specs(tmp_path: Path, specs_cache: Path) -> 
 
 def test_no_fail_to_pass_tests(tmp_path: Path) -> None:
     inst, wt, _ = calc_instance(tmp_path, f2p=[])
-    out = make_runner(local_settings(), tmp_path / "cache").run(inst, wt, "")
+    out = run_hidden(make_runner(local_settings(), tmp_path / "cache"), inst, wt, "")
     assert (out.runnable, out.reason) == (False, "no FAIL_TO_PASS tests")
 
 
@@ -109,7 +110,7 @@ def test_docker_backend_without_an_engine_says_so(tmp_path: Path) -> None:
     if not engine_status() == "":
         runner = make_docker_runner(config.TestSettings(backend="docker"), tmp_path)
         inst, wt, _ = calc_instance(tmp_path)
-        out = runner.run(inst, wt, "")
+        out = run_hidden(runner, inst, wt, "")
         assert not out.runnable
         assert out.reason.startswith("docker backend: ")
         assert "Docker" in out.reason or "docker" in out.reason.split(": ", 1)[1]

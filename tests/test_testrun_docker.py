@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from eval.hidden import run_hidden
 from fixgraph import config
 from scoring.docker import DockerRunner, engine_status, eval_script, image_name, make_docker_runner
 from tests.testrun_helpers import calc_instance
@@ -45,7 +46,7 @@ def test_no_engine_gives_a_clear_reason(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("PATH", str(tmp_path))  # no docker CLI at all
     assert engine_status() == "no docker CLI on this machine"
     runner = make_docker_runner(config.TestSettings(backend="docker"), tmp_path)
-    out = runner.run(inst, wt, "")
+    out = run_hidden(runner, inst, wt, "")
     assert (out.runnable, out.reason) == (False, "docker backend: no docker CLI on this machine")
 
 
@@ -63,7 +64,7 @@ def test_runs_in_the_instance_image_without_network(tmp_path: Path, monkeypatch:
     settings = config.TestSettings(backend="docker", memory_mb=2048)
     runner = make_docker_runner(settings, tmp_path / "cache")
     assert isinstance(runner, DockerRunner)
-    out = runner.run(inst, wt, "diff --git a/calc.py b/calc.py\n")
+    out = run_hidden(runner, inst, wt, "diff --git a/calc.py b/calc.py\n")
     assert out.runnable, out.reason
     assert out.fail_to_pass == {"tests/test_calc.py::test_add": "PASSED"}
     assert out.pass_to_pass_before["tests/test_calc.py::test_mul_0"] == "PASSED"
@@ -76,14 +77,28 @@ def test_runs_in_the_instance_image_without_network(tmp_path: Path, monkeypatch:
 
 def test_eval_script_resets_tests_after_the_patch() -> None:
     from fixgraph.dataset import Instance
+    from scoring.tests import hidden_suite
 
     inst = Instance(instance_id="a__b-1", repo="psf/requests", base_commit="abc", problem_statement="",
                     test_patch="diff --git a/test_requests.py b/test_requests.py\n", FAIL_TO_PASS=["x"])
-    script = eval_script(inst, {"test_cmd": "pytest -rA"}, with_patch=True)
+    suite = hidden_suite(inst.task(), inst.evaluation_data())
+    script = eval_script(inst.task(), {"test_cmd": "pytest -rA"}, suite, with_patch=True)
     lines = script.splitlines()
     apply_at = next(i for i, ln in enumerate(lines) if "/fixgraph/patch.diff" in ln)
-    reset_at = lines.index("git checkout abc -- test_requests.py")
+    reset_at = lines.index("git checkout abc -- test_requests.py 2>/dev/null || rm -f test_requests.py")
     test_at = next(i for i, ln in enumerate(lines) if "/fixgraph/test.diff" in ln)
     assert apply_at < reset_at < test_at
     assert "pytest -rA test_requests.py" in script
-    assert "patch.diff" not in eval_script(inst, {"test_cmd": "pytest -rA"}, with_patch=False)
+    assert "patch.diff" not in eval_script(inst.task(), {"test_cmd": "pytest -rA"}, suite, with_patch=False)
+
+
+def test_eval_script_writes_the_reproduction_test_and_runs_it_alone() -> None:
+    from fixgraph.dataset import Task
+    from scoring.tests import ReproTest
+
+    task = Task(instance_id="a__b-1", repo="psf/requests", base_commit="abc", problem_statement="")
+    suite = ReproTest("tests/test_issue.py", "def test_x():\n    assert 0\n", ("x",)).suite(60)
+    script = eval_script(task, {"test_cmd": "pytest -rA"}, suite, with_patch=True)
+    assert "cp /fixgraph/added/0 tests/test_issue.py" in script
+    assert script.index("/fixgraph/patch.diff") < script.index("cp /fixgraph/added/0")
+    assert "pytest -rA tests/test_issue.py" in script and "test.diff" not in script

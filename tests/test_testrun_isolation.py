@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from eval.hidden import run_hidden
 from scoring.sandbox import netns_prefix
 from scoring.tests import make_runner
 from tests.testrun_helpers import CALC, apply_to, calc_instance, diff_for, local_settings
@@ -27,7 +28,7 @@ def test_test_process_sees_no_api_key(tmp_path: Path, monkeypatch: pytest.Monkey
              "    assert 'leak' not in repr(dict(os.environ))\n")
     inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P, "tests/test_calc.py::test_env"])
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
-    out = make_runner(local_settings(), tmp_path / "cache").run(inst, wt, patch)
+    out = run_hidden(make_runner(local_settings(), tmp_path / "cache"), inst, wt, patch)
     assert out.runnable, out.reason
     assert out.fail_to_pass["tests/test_calc.py::test_env"] == "PASSED"
 
@@ -56,7 +57,7 @@ def _socket_case(tmp_path: Path, isolate: bool) -> str:
                  f"    socket.create_connection(('127.0.0.1', {port}), timeout=5).close()\n")
         inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P, "tests/test_calc.py::test_socket"])
         patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
-        out = make_runner(local_settings(network_isolation=isolate), tmp_path / "cache").run(inst, wt, patch)
+        out = run_hidden(make_runner(local_settings(network_isolation=isolate), tmp_path / "cache"), inst, wt, patch)
         assert out.runnable, out.reason
         assert out.network_isolated is isolate
         return out.fail_to_pass["tests/test_calc.py::test_socket"]
@@ -83,7 +84,7 @@ def test_sleeping_test_is_killed_with_its_children(tmp_path: Path) -> None:
     inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P])
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
     start = time.monotonic()
-    out = make_runner(local_settings(timeout_s=4.0), tmp_path / "cache").run(inst, wt, patch)
+    out = run_hidden(make_runner(local_settings(timeout_s=4.0), tmp_path / "cache"), inst, wt, patch)
     assert time.monotonic() - start < 30
     assert not out.runnable
     assert out.timed_out
@@ -113,7 +114,7 @@ def test_patch_that_hangs_scores_zero(tmp_path: Path) -> None:
     hangs = CALC.replace("    return a - b", "    while True:\n        pass")
     inst, wt, _ = calc_instance(tmp_path)
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, hangs))
-    out = make_runner(local_settings(timeout_s=4.0), tmp_path / "cache").run(inst, wt, patch)
+    out = run_hidden(make_runner(local_settings(timeout_s=4.0), tmp_path / "cache"), inst, wt, patch)
     assert out.runnable  # the tests ran before the patch; the patch is what hangs
     assert out.timed_out
     assert out.fail_to_pass[F2P] == "MISSING"
@@ -123,7 +124,7 @@ def test_crash_context_names_exception_frames_and_locals(tmp_path: Path) -> None
     crashing = CALC.replace("    return a - b", "    total = [a]\n    return total + b")
     inst, wt, _ = calc_instance(tmp_path)
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, crashing))
-    out = make_runner(local_settings(locals_repr_chars=20), tmp_path / "cache").run(inst, wt, patch)
+    out = run_hidden(make_runner(local_settings(locals_repr_chars=20), tmp_path / "cache"), inst, wt, patch)
     assert out.runnable
     assert out.fail_to_pass[F2P] == "FAILED"
     assert "TypeError" in out.crash
@@ -137,7 +138,7 @@ def test_crash_locals_are_truncated(tmp_path: Path) -> None:
     crashing = CALC.replace("    return a - b", "    big = 'x' * 5000\n    return big + a")
     inst, wt, _ = calc_instance(tmp_path)
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, crashing))
-    out = make_runner(local_settings(locals_repr_chars=40), tmp_path / "cache").run(inst, wt, patch)
+    out = run_hidden(make_runner(local_settings(locals_repr_chars=40), tmp_path / "cache"), inst, wt, patch)
     line = next(ln for ln in out.crash.splitlines() if ln.strip().startswith("big ="))
     assert len(line.strip()) <= len("big = ") + 40
     assert line.strip().endswith("...")
@@ -147,7 +148,7 @@ def test_memory_limit_turns_a_huge_allocation_into_a_failure(tmp_path: Path) -> 
     extra = "\n\ndef test_alloc():\n    block = bytearray(2 * 1024 ** 3)\n    assert block\n"
     inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P, "tests/test_calc.py::test_alloc"])
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
-    out = make_runner(local_settings(memory_mb=1024), tmp_path / "cache").run(inst, wt, patch)
+    out = run_hidden(make_runner(local_settings(memory_mb=1024), tmp_path / "cache"), inst, wt, patch)
     assert out.runnable
     assert out.fail_to_pass == {F2P: "PASSED", "tests/test_calc.py::test_alloc": "FAILED"}
     assert "MemoryError" in out.crash
@@ -158,7 +159,7 @@ def test_cpu_time_limit_kills_a_spinning_patch_before_the_wall_clock(tmp_path: P
     inst, wt, _ = calc_instance(tmp_path)
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, spins))
     start = time.monotonic()
-    out = make_runner(local_settings(cpu_s=3, timeout_s=120.0), tmp_path / "cache").run(inst, wt, patch)
+    out = run_hidden(make_runner(local_settings(cpu_s=3, timeout_s=120.0), tmp_path / "cache"), inst, wt, patch)
     assert time.monotonic() - start < 100
     assert out.runnable and not out.timed_out  # SIGXCPU, not the wall clock
     assert out.fail_to_pass[F2P] == "MISSING"

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from eval.hidden import run_hidden
 from fixgraph import config
 from scoring.envs import VenvEnvs
 from scoring.tests import SubprocessRunner
@@ -66,7 +67,7 @@ def test_venv_backend_builds_once_and_runs_the_patched_code(tmp_path: Path) -> N
     runner = SubprocessRunner(settings, tmp_path / "cache", envs, "venv")
 
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
-    out = runner.run(inst, wt, patch)
+    out = run_hidden(runner, inst, wt, patch)
     assert out.runnable, (out.reason, out.log_tail)
     assert out.fail_to_pass == {"tests/test_calc.py::test_add": "PASSED"}
     assert set(out.pass_to_pass_after.values()) == {"PASSED"}
@@ -79,7 +80,7 @@ def test_venv_backend_builds_once_and_runs_the_patched_code(tmp_path: Path) -> N
     assert (env_dir / "src").resolve() == (env_dir / "base").resolve()
 
     wt.reset()
-    empty = runner.run(inst, wt, "")
+    empty = run_hidden(runner, inst, wt, "")
     assert empty.fail_to_pass == {"tests/test_calc.py::test_add": "FAILED"}
     assert json.loads((env_dir / "env.json").read_text())["seconds"] == meta["seconds"]  # not rebuilt
 
@@ -89,7 +90,7 @@ def test_a_version_without_specs_is_not_built(tmp_path: Path) -> None:
     inst = inst.model_copy(update={"version": "7.7"})
     settings = config.TestSettings(backend="venv")
     envs = VenvEnvs(tmp_path / "envs", tmp_path / "cache", settings, specs=lambda repo, version: None)
-    out = SubprocessRunner(settings, tmp_path / "cache", envs, "venv").run(inst, wt, "")
+    out = run_hidden(SubprocessRunner(settings, tmp_path / "cache", envs, "venv"), inst, wt, "")
     assert not out.runnable
     assert out.reason == "env could not be built: swebench has no install specs for fixture/calc version '7.7'"
     assert not (tmp_path / "envs").exists() or not any((tmp_path / "envs").iterdir())
@@ -102,12 +103,12 @@ def test_a_failed_build_is_cached_with_its_reason(tmp_path: Path) -> None:
     settings = config.TestSettings(backend="venv")
     envs = VenvEnvs(tmp_path / "envs", tmp_path / "cache", settings, specs=lambda repo, version: spec)
     runner = SubprocessRunner(settings, tmp_path / "cache", envs, "venv")
-    out = runner.run(inst, wt, "")
+    out = run_hidden(runner, inst, wt, "")
     assert not out.runnable
     assert out.reason == "env could not be built: no Python 1.0 (or a close version) on this machine"
     meta = json.loads((envs.env_path(inst) / "env.json").read_text())
     assert meta["ok"] is False and "no Python 1.0" in meta["reason"]
-    assert runner.run(inst, wt, "").reason == out.reason
+    assert run_hidden(runner, inst, wt, "").reason == out.reason
 
 
 def test_requirements_are_flattened_as_swebench_does(tmp_path: Path) -> None:

@@ -34,10 +34,11 @@ def test_chatopenai_on_the_wire_structured_output_auth_and_usage(calc, cfg_facto
     usage = rec["usage"]
     assert usage["calls"] == calls
     assert usage["input_tokens"] == 1000 * calls and usage["output_tokens"] == 200 * calls
-    big = names.count("CodeChange")
+    big = names.count("CodeChange") + names.count("ReproTestDraft")  # both on the coder's model
     expected = (big * (1000 * 10 + 200 * 20) + (calls - big) * (1000 * 1 + 200 * 2)) / 1e6
     assert abs(usage["dollars"] - expected) < 1e-9
-    assert usage["by_node"]["coder"]["calls"] == big
+    assert usage["by_node"]["coder"]["calls"] == names.count("CodeChange")
+    assert usage["by_node"]["reproducer"]["calls"] == names.count("ReproTestDraft") == 1
     # The key never lands in the record or the prediction.
     text = (cfg.runs_dir / "wire" / "records" / f"{inst.instance_id}.json").read_text()
     assert TEST_KEY not in text

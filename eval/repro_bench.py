@@ -1,0 +1,211 @@
+"""Does the loop's own test signal work on real repositories?
+
+    python -m eval.repro_bench --dataset ../shared/data/swebench_lite.jsonl --repos DIR \
+        [--only pallets/flask,pytest-dev/pytest,sympy/sympy] [--limit N] [--out FILE]
+
+For each SWE-bench Lite instance whose repository has a mirror in DIR, the real Reproducer node
+runs with a scripted model whose "reproduction test" is the instance's own test file as its
+``test_patch`` leaves it (the evaluation side hands it over here, in the benchmark only: the
+pipeline never sees it). Then the Critic's test phase (``scoring.tests.own_outcome``) judges the
+gold patch with that test and the existing tests it selects from the patch. Per repo it prints:
+
+- ``repro_ok``: the share of instances whose test was accepted (it runs, and fails at the base)
+  and passes with the gold patch, among those whose environment builds;
+- ``regression_runnable``: the share whose selection found existing tests that ran at the base;
+- the tests selected (files, tests run) and the seconds of the test phase per attempt.
+
+Last line: ``repro_ok=<share> regression_runnable=<share> median_s=<seconds>``, where median_s is the
+median over instances of the Critic's added test time for one attempt (the base run of the
+selected tests is cached after the first attempt of a task, so later attempts cost less: both are
+printed). Results go to ``--out`` (JSONL) as they come, and a rerun resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from agents.reproducer import reproducer
+from eval.hidden import test_file_from_test_patch
+from eval.oracle import oracle_script
+from fixgraph.config import ConfigError, load_config
+from fixgraph.context import TaskContext
+from fixgraph.dataset import DatasetError, Instance, load_jsonl
+from fixgraph.llm import LLM, Meter, RunMeter
+from fixgraph.publish import DiffPublisher
+from fixgraph.records import RunStore
+from fixgraph.scripted import ScriptedChatModel
+from fixgraph.state import TaskState
+from fixgraph.workspace import RepoCache, WorkspaceError, find_mirror
+from scoring.testenv import PASSING
+from scoring.tests import ReproTest, make_runner, own_outcome
+
+
+def pick(instances: list[Instance], mirrors: Path, only: set[str], limit: int | None) -> list[Instance]:
+    """Instances with a mirror; per repo the commonest versions first, so environments are shared."""
+    by_repo: dict[str, list[Instance]] = defaultdict(list)
+    for inst in instances:
+        if (not only or inst.repo in only) and find_mirror(mirrors, inst.repo) is not None:
+            by_repo[inst.repo].append(inst)
+    out: list[Instance] = []
+    for repo in sorted(by_repo):
+        group = by_repo[repo]
+        count: dict[str, int] = defaultdict(int)
+        for inst in group:
+            count[inst.version] += 1
+        group.sort(key=lambda i: (-count[i.version], i.version, i.instance_id))
+        out += group[:limit] if limit else group
+    return out
+
+
+def run_one(inst: Instance, cfg: Any, repos: RepoCache, store: RunStore) -> dict[str, Any]:
+    row: dict[str, Any] = {"instance_id": inst.instance_id, "repo": inst.repo, "version": inst.version}
+    t0 = time.monotonic()
+    try:
+        wt = repos.worktree(inst.repo, inst.base_commit, f"repro-{inst.instance_id}")
+    except WorkspaceError as exc:
+        return row | {"status": "no_checkout", "reason": str(exc)}
+    try:
+        own_test = test_file_from_test_patch(inst, wt)  # evaluation side: the benchmark's stand-in
+        if own_test is None:
+            return row | {"status": "no_test_file", "reason": "the test patch has no Python test file"}
+        row["test_patch_other_files"] = own_test.get("other_files", [])
+        task = inst.task()
+        model = ScriptedChatModel(script=oracle_script(inst, own_test))
+        llm = LLM(lambda role: model, Meter(cfg.budget, cfg.llm.prices, RunMeter(None)), 0)
+        ctx = TaskContext(cfg=cfg, task=task, worktree=wt, llm=llm, publisher=DiffPublisher(store),
+                          cache_dir=cfg.cache_dir.resolve())
+        state = TaskState(instance_id=task.instance_id, problem=task.issue, files_read=[], exploration={})
+        t_repro = time.monotonic()
+        repro = reproducer(state, Runtime(context=ctx)).get("repro") or {}
+        row["repro_seconds"] = round(time.monotonic() - t_repro, 1)
+        row["repro_status"] = repro.get("status")
+        row["repro_reason"] = repro.get("reason", "")
+        if repro.get("status") != "accepted" and "env could not be built" in repro.get("reason", ""):
+            return row | {"status": "no_env", "reason": repro.get("reason", "")}
+        accepted = [ReproTest.from_dict(repro)] if repro.get("status") == "accepted" else []
+        row["repro_failing_at_base"] = len(repro.get("failing") or [])
+        wt.reset()
+        wt.apply(inst.patch)
+        runner = make_runner(cfg.tests, cfg.cache_dir.resolve())
+        attempts = []
+        for _ in range(2):  # the first attempt runs the selected tests at the base; the second finds them cached
+            t1 = time.monotonic()
+            out = own_outcome(runner, task, wt, inst.patch, accepted, cfg.regression, cfg.repro.timeout_s)
+            attempts.append(round(time.monotonic() - t1, 1))
+        row["attempt_seconds"] = attempts
+        row["repro_passes_with_gold"] = bool(out.fail_to_pass) and all(s in PASSING for s in out.fail_to_pass.values())
+        row["repro_ok"] = repro.get("status") == "accepted" and row["repro_passes_with_gold"]
+        row["regression_runnable"] = out.regression_ran
+        row["selected"] = out.selection.get("files", [])
+        row["left_out"] = len(out.selection.get("left_out", []))
+        row["regression_tests"] = len(out.pass_to_pass_before)
+        row["regressions_with_gold"] = sorted(t for t, s in out.pass_to_pass_after.items()
+                                              if s not in PASSING and out.pass_to_pass_before.get(t) in PASSING)
+        row["reason"] = out.reason
+        row["status"] = "ran"
+        return row
+    finally:
+        row["seconds"] = round(time.monotonic() - t0, 1)
+        repos.remove_worktree(inst.repo, wt)
+
+
+def _share(rows: list[dict[str, Any]], key: str) -> str:
+    return f"{sum(bool(r.get(key)) for r in rows) / len(rows):.2f}" if rows else "n/a"
+
+
+def _median_s(rows: list[dict[str, Any]], attempt: int) -> str:
+    vals = [r["attempt_seconds"][attempt] for r in rows]
+    return f"{statistics.median(vals):.1f}" if vals else "n/a"
+
+
+def report(rows: list[dict[str, Any]]) -> str:
+    by_repo: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_repo[r["repo"]].append(r)
+    lines = [f"{'repo':24s} {'insts':>5s} {'env_ok':>6s} {'repro_ok':>8s} {'regr_run':>8s} {'files':>5s} "
+             f"{'tests':>6s} {'s/attempt1':>10s} {'s/attempt2':>10s}"]
+    ran_all: list[dict[str, Any]] = []
+    for repo in sorted(by_repo):
+        group = by_repo[repo]
+        ran = [r for r in group if r.get("status") == "ran"]
+        ran_all += ran
+        lines.append(f"{repo:24s} {len(group):5d} {len(ran):6d} {_share(ran, 'repro_ok'):>8s} "
+                     f"{_share(ran, 'regression_runnable'):>8s} "
+                     f"{statistics.mean([len(r['selected']) for r in ran]) if ran else 0:5.1f} "
+                     f"{statistics.mean([r['regression_tests'] for r in ran]) if ran else 0:6.1f} "
+                     f"{_median_s(ran, 0):>10s} {_median_s(ran, 1):>10s}")
+    misses = [r for r in ran_all if not r.get("repro_ok")]
+    if misses:
+        lines.append("reproduction tests not ok:")
+        lines += [f"  {r['instance_id']}: {r.get('repro_status')} {str(r.get('repro_reason'))[:150]}"
+                  + ("" if r.get("repro_passes_with_gold") else " (not passing with the gold patch)") for r in misses]
+    others = [r for r in rows if r.get("status") != "ran"]
+    if others:
+        lines.append("not run:")
+        lines += [f"  {r['instance_id']}: {r.get('status')} {str(r.get('reason'))[:150]}" for r in others]
+    if not ran_all:
+        lines.append("repro_ok=n/a regression_runnable=n/a median_s=n/a")
+        return "\n".join(lines)
+    ok = sum(bool(r["repro_ok"]) for r in ran_all) / len(ran_all)
+    runnable = sum(bool(r["regression_runnable"]) for r in ran_all) / len(ran_all)
+    first = statistics.median(r["attempt_seconds"][0] for r in ran_all)
+    later = statistics.median(r["attempt_seconds"][1] for r in ran_all)
+    lines.append(f"instances run: {len(ran_all)}; median test seconds: first attempt {first:.1f}, later attempts {later:.1f}")
+    lines.append(f"repro_ok={ok:.3f} regression_runnable={runnable:.3f} median_s={first:.1f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m eval.repro_bench", description=(__doc__ or "").split("\n")[0])
+    p.add_argument("--dataset", type=Path, required=True)
+    p.add_argument("--repos", type=Path, required=True)
+    p.add_argument("--only", default="", help="comma-separated owner/name repos (default: every mirrored one)")
+    p.add_argument("--limit", type=int, default=None, help="instances per repo")
+    p.add_argument("--config", default="redo")
+    p.add_argument("--out", type=Path, default=Path("runs/repro_bench.jsonl"))
+    args = p.parse_args(argv)
+    try:
+        cfg = load_config(args.config, overrides={"budget.task_dollars": 1000.0})
+        instances = load_jsonl(args.dataset)
+        if not args.repos.is_dir():
+            raise ConfigError(f"--repos {args.repos} is not a folder")
+    except (ConfigError, DatasetError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    chosen = pick(instances, args.repos, only, args.limit)
+    done: dict[str, dict[str, Any]] = {}
+    if args.out.is_file():
+        for line in args.out.read_text().splitlines():
+            row = json.loads(line)
+            done[row["instance_id"]] = row
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    repos = RepoCache(cfg.cache_dir, args.repos)
+    store = RunStore("repro-bench", Path(args.out.parent / "repro-bench-predictions"), args.out.parent,
+                     "repro-bench", [])
+    with args.out.open("a") as fh:
+        for inst in chosen:
+            if inst.instance_id in done:
+                continue
+            row = run_one(inst, cfg, repos, store)
+            done[inst.instance_id] = row
+            fh.write(json.dumps(row) + "\n")
+            fh.flush()
+            print(f"{inst.instance_id}: {row.get('status')} repro={row.get('repro_status')} "
+                  f"ok={row.get('repro_ok')} regr={row.get('regression_runnable')} "
+                  f"{row.get('attempt_seconds')} {row.get('seconds')}s", file=sys.stderr)
+    print(report([done[i.instance_id] for i in chosen if i.instance_id in done]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

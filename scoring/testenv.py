@@ -1,0 +1,181 @@
+"""What every test backend shares: what a run executes (:class:`Suite`), what it reports
+(:class:`SuiteRun`), where it runs (:class:`TestEnv`) and the working copy it runs in.
+
+This module is the floor of the test-running layer: the backends (``scoring.tests``' subprocess
+runner, ``scoring.envs``' virtualenvs, ``scoring.docker``) build on it and not on each other.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from fixgraph.dataset import Task
+from fixgraph.workspace import Worktree
+
+PASSING = ("PASSED", "XFAIL")  # swebench's grading counts an expected failure as a pass
+LOG_TAIL_CHARS = 3000
+
+
+@dataclass(frozen=True)
+class Suite:
+    """What one test run executes, on a fresh copy of the base commit plus the candidate patch.
+
+    - ``targets``: test files (repository-relative) handed to the repository's test command;
+    - ``added``: files written after the patch, (path, content) pairs: the reproduction tests;
+    - ``protected``: test files put back to the base commit's content after the patch, so that a
+      patch cannot make a test pass by editing it;
+    - ``extra_patch``: a diff applied last (only the ``oracle-tests`` ablation has one: the
+      instance's ``test_patch``);
+    - ``timeout_s``: the run's wall-clock cap (None: the backend's).
+    """
+
+    targets: tuple[str, ...]
+    added: tuple[tuple[str, str], ...] = ()
+    protected: tuple[str, ...] = ()
+    extra_patch: str = ""
+    timeout_s: float | None = None
+    label: str = ""
+
+    def key_parts(self) -> list[str]:
+        """What identifies the suite's outcome at a given commit (for caching a base run)."""
+        return [self.label, "\0".join(self.targets), "\0".join(p + "\0" + c for p, c in self.added),
+                "\0".join(self.protected), self.extra_patch]
+
+
+@dataclass
+class SuiteRun:
+    """What one run of a :class:`Suite` reported."""
+
+    statuses: dict[str, str]  # test id -> PASSED | FAILED | ERROR | SKIPPED | XFAIL
+    log: str
+    seconds: float
+    timed_out: bool = False
+    network_isolated: bool = False
+    # Set when the run could not happen at all (no environment, the patch does not apply, ...).
+    error: str = ""
+    crash_records: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    root: str = ""  # where the working copy was, to read paths in the log
+    backend: str = ""
+
+    def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
+        """The end of the log, with the run's temporary working copy written as ``.``: what a
+        record keeps and a prompt shows says nothing of this machine's paths."""
+        text = self.log[-chars - 500:]
+        if self.root:
+            text = text.replace(self.root + "/", "").replace(self.root, ".")
+        return text[-chars:]
+
+
+class SuiteRunner(Protocol):
+    """A test backend: runs a suite on the task's base commit with (or without) a patch."""
+
+    backend: str
+    cache_dir: Path
+
+    def run_suite(self, task: Task, wt: Worktree, patch: str | None, suite: Suite) -> SuiteRun: ...
+
+    def env_key(self, task: Task, wt: Worktree) -> str:
+        """Identifies the environment runs happen in (for caching), "" when none can be had."""
+        ...
+
+
+class EnvError(Exception):
+    """The test environment for a task cannot be built; the message is the reason."""
+
+
+@dataclass
+class TestEnv:
+    """Where and how a task's tests run: interpreter, PATH additions, setup leftovers."""
+
+    python: str
+    spec: dict[str, Any] | None
+    path_prefix: list[str] = field(default_factory=list)
+    # Files the install step generated (compiled extensions, _version.py, egg-info), to copy
+    # into a fresh working copy where missing: relative path -> absolute source path.
+    artifacts_root: Path | None = None
+    artifacts: list[str] = field(default_factory=list)
+    key: str = "local"
+    extra_env: dict[str, str] = field(default_factory=dict)
+    # Points the environment's installed package at a run's working copy for the run's duration
+    # (venv: the editable install's source path is a symlink), so tools that drop PYTHONPATH
+    # (tox) still import the patched code.
+    activate: Callable[[Path], AbstractContextManager[None]] | None = None
+
+    __test__ = False  # pytest: not a test class, whatever its name
+
+
+class EnvProvider(Protocol):
+    def get(self, task: Task, wt: Worktree) -> TestEnv: ...
+
+
+class UnavailableRunner:
+    """A backend that cannot run here: every run says why, so the Critic's fallback applies."""
+
+    def __init__(self, reason: str, backend: str, cache_dir: Path):
+        self.reason = reason
+        self.backend = backend
+        self.cache_dir = cache_dir
+
+    def run_suite(self, task: Task, wt: Worktree, patch: str | None, suite: Suite) -> SuiteRun:
+        return SuiteRun({}, "", 0.0, error=self.reason, backend=self.backend)
+
+    def env_key(self, task: Task, wt: Worktree) -> str:
+        return ""
+
+
+def run_root(configured: Path | None) -> Path:
+    """Where test runs make their working copies: outside any project checkout by default, so
+    pytest finds no configuration but the repository's own (it climbs up looking for one)."""
+    root = configured or Path(tempfile.gettempdir()) / "fixgraph-testruns"
+    root.mkdir(parents=True, exist_ok=True)
+    return root.resolve()
+
+
+def git(work: Path, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    """git in a run's own working copy, reading no configuration but what is given here."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_TERMINAL_PROMPT": "0",
+           "HOME": str(work), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+    return subprocess.run(["git", "-c", "core.hooksPath=" + os.devnull, *args], cwd=work, input=data,
+                          capture_output=True, env=env, timeout=600)
+
+
+def materialize(wt: Worktree, commit: str, work: Path) -> str:
+    """A fresh copy of ``commit`` at ``work`` from the worktree's objects (read only); "" or why not."""
+    work.mkdir(parents=True)
+    archive = subprocess.Popen(["git", "-C", str(wt.path), "archive", "--format=tar", commit],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    untar = subprocess.run(["tar", "-x", "-C", str(work)], stdin=archive.stdout, capture_output=True)
+    assert archive.stdout is not None
+    archive.stdout.close()
+    err = archive.stderr.read().decode(errors="replace") if archive.stderr else ""
+    if archive.wait() != 0 or untar.returncode != 0:
+        return f"cannot copy the base commit: {(err or untar.stderr.decode(errors='replace')).strip()[:300]}"
+    # Its own repository, so that ``git apply`` applies here and not in an enclosing repository.
+    git(work, "init", "-q")
+    return ""
+
+
+def git_apply(work: Path, patch: str, check_only: bool = False) -> str:
+    """Apply ``patch`` in ``work`` as swebench's harness does (git apply, then GNU patch with fuzz);
+    "" or the first line of why not."""
+    text = patch if patch.endswith("\n") else patch + "\n"
+    proc = git(work, "apply", "--whitespace=nowarn", *(["--check"] if check_only else []), "-", data=text.encode())
+    if proc.returncode == 0:
+        return ""
+    if shutil.which("patch"):
+        fuzzy = subprocess.run(["patch", "--batch", "--forward", "--fuzz=5", "-p1", "-s",
+                                *(["--dry-run"] if check_only else [])], cwd=work,
+                               input=text.encode(), capture_output=True, timeout=600)
+        if fuzzy.returncode == 0:
+            return ""
+    msg = proc.stderr.decode(errors="replace").strip().splitlines()
+    return msg[0] if msg else "git apply failed"
