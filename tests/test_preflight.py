@@ -107,3 +107,5 @@ def test_test_backend_docker_without_an_engine_and_venv(tmp_path: Path, monkeypa
     assert got.detail == 'no docker CLI on this machine: start Docker, or set [tests] backend = "venv"'
     assert check_test_backend(load_config("redo", env={})).ready  # venv: python -m venv works here
     assert check_test_backend(load_config("baseline", env={})).detail == "not used by this config"
+    no_tests = load_config("redo", env={}, overrides={"critic.tests": "off", "tests.backend": "docker"})
+    assert check_test_backend(no_tests).detail == "not used by this config"
