@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fixgraph import records
-from fixgraph.dataset import Instance
+from fixgraph.dataset import Task
 from fixgraph.publish import DiffPublisher, Outcome
 from fixgraph.records import RunStore, atomic_write
 
@@ -19,9 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def outcome(tmp_path: Path, patch: str) -> Outcome:
-    inst = Instance.model_validate({"instance_id": "fixture__calc-1", "repo": "fixture/calc",
-                                    "base_commit": "0" * 40, "problem_statement": "p"})
-    return Outcome(instance=inst, patch=patch, explanation="", verdict="Safe", score={}, attempts=[],  # type: ignore[typeddict-item]
+    task = Task.model_validate({"instance_id": "fixture__calc-1", "repo": "fixture/calc",
+                                "base_commit": "0" * 40, "problem_statement": "p"})
+    return Outcome(task=task, patch=patch, explanation="", verdict="Safe", score={}, attempts=[],  # type: ignore[typeddict-item]
                    plan={}, files_read=[], usage={}, stop_reason="done")
 
 
