@@ -3,26 +3,29 @@
     EVAL_MODE=true python graph.py --tasks stratified50 --dataset ../shared/data/swebench_lite.jsonl
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: LangGraph reads the edge functions' annotations
+# (Runtime[...]) at compile time, and they name classes imported inside build_graph.
 import argparse
 import sys
 from pathlib import Path
-
-from langgraph.graph import END, START, StateGraph
-from langgraph.runtime import Runtime
-
-from agents.coder import coder
-from agents.critic import critic, should_retry
-from agents.explorer import explorer, needs_replan
-from agents.planner import planner
-from agents.pr import pr_agent
-from agents.reproducer import reproducer
-from fixgraph.context import TaskContext
-from fixgraph.state import TaskState
+from typing import Any
 
 
 def build_graph(checkpointer=None):  # noqa: ANN001 - any LangGraph checkpointer
+    # Imported here, not at the top: `--help` and bad-input errors must not wait for LangGraph
+    # and the agents (seconds on a cold start).
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.runtime import Runtime
+
+    from agents.coder import coder
+    from agents.critic import critic, should_retry
+    from agents.explorer import explorer, needs_replan
+    from agents.planner import planner
+    from agents.pr import pr_agent
+    from agents.reproducer import reproducer
+    from fixgraph.context import TaskContext
+    from fixgraph.state import TaskState
+
     g = StateGraph(TaskState, context_schema=TaskContext)
     g.add_node("planner", planner)
     g.add_node("explorer", explorer)
@@ -67,7 +70,27 @@ def build_graph(checkpointer=None):  # noqa: ANN001 - any LangGraph checkpointer
     return g.compile(checkpointer=checkpointer)
 
 
+def make_graph() -> Any:
+    """The compiled graph with no checkpointer and no key: the entry named in langgraph.json."""
+    return build_graph()
+
+
+def run_tasks(*args: Any, **kwargs: Any) -> Any:
+    """fixgraph.runner.run_tasks with this graph: the runner is given the graph, never imports it."""
+    from fixgraph import runner
+
+    return runner.run_tasks(*args, build_graph=build_graph, **kwargs)
+
+
+def run_task(*args: Any, **kwargs: Any) -> Any:
+    from fixgraph import runner
+
+    return runner.run_task(*args, build_graph=build_graph, **kwargs)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from fixgraph.discover import ROLES
+
     p = argparse.ArgumentParser(prog="graph.py", description="Turn issues into verified patches.")
     p.add_argument("--tasks", default="stratified50", help="stratified50 | all | ID[,ID...]")
     p.add_argument("--dataset", type=Path, help="SWE-bench-format JSONL (default: SWE-bench Lite from the hub)")
@@ -80,13 +103,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repos", type=Path, help="folder of local git mirrors to clone from instead of GitHub")
     p.add_argument("--run-id", help="records and predictions go under this id (default: the config's name)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--model", help="the model for every role (default: the config's, or what a local server lists)")
+    for role in ROLES:
+        p.add_argument(f"--model-{role}", metavar="NAME", help=f"the {role}'s model (overrides --model)")
+    p.add_argument("--check", action="store_true",
+                   help="check the LLM endpoint, models, pyright, git, the test backend and GitHub; run nothing")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     from fixgraph.cli import run_cli
 
-    return run_cli(parse_args(argv))
+    return run_cli(args, build_graph)
 
 
 if __name__ == "__main__":

@@ -20,12 +20,12 @@ from types import FrameType
 from dotenv import load_dotenv
 from github.GithubException import GithubException
 
-from bot.client import GitHubAccess, scrub_environ
 from bot.jobs import JobQueue
 from bot.poll import Poller
 from bot.server import make_server
 from bot.worker import Worker
 from fixgraph.config import ConfigError, RunConfig, load_config
+from fixgraph.github_client import GitHubAccess, scrub_environ
 from fixgraph.records import redact
 from fixgraph.workspace import RepoCache
 
@@ -52,6 +52,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bot", description="fixgraph's GitHub issue-to-PR bot")
     p.add_argument("--config", default="redo", help="a config name in configs/ or a TOML path")
     p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--no-check", action="store_true",
+                   help="start without the preflight (python graph.py --check's checks)")
     sub = p.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="receive webhooks")
     serve.add_argument("--host", help="address to listen on (default FIXGRAPH_WEBHOOK_HOST or 127.0.0.1)")
@@ -77,8 +79,25 @@ def settings(args: argparse.Namespace) -> RunConfig:
     if not cfg.github.allowlist:
         raise ConfigError("FIXGRAPH_ALLOWLIST is empty: name the repositories the bot may act on "
                           "(owner/name or owner/*, comma-separated)")
-    cfg.require_llm()
+    from fixgraph.discover import local_servers, resolve_llm
+
+    cfg, found = resolve_llm(cfg, local_servers())
+    if found:
+        print(found, file=sys.stderr)
     return cfg
+
+
+def preflight_fails(cfg: RunConfig) -> bool:
+    """The same checks as `graph.py --check`: a bot that cannot call its model or push should say
+    so at start, not on the first issue someone labels."""
+    from fixgraph.preflight import print_report, run_checks
+
+    report: list[str] = []
+    if print_report(run_checks(cfg), report.append):
+        return False
+    for line in report:
+        print(f"fixgraph bot: {line}", file=sys.stderr)
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         except (ConfigError, OSError) as exc:
             print(f"fixgraph bot: error: {exc}", file=sys.stderr)
             return 2
+        if not args.no_check and preflight_fails(cfg):
+            server.server_close()
+            jobs.close()
+            return 2
 
         def shutdown(signum: int, frame: FrameType | None) -> None:
             threading.Thread(target=server.shutdown, daemon=True).start()
@@ -123,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         jobs.close(wait=True)
         return 0
 
+    if not args.no_check and preflight_fails(cfg):
+        jobs.close()
+        return 2
     poller = Poller(cfg, access, args.repo, jobs.submit)
     if args.once:
         try:

@@ -6,13 +6,13 @@ comments) are tested without a server.
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import hmac
 from dataclasses import dataclass
 from typing import Any
 
 from fixgraph.config import GitHubSettings
+from fixgraph.github_client import repo_allowed
 from fixgraph.github_pr import MARKER
 
 # GitHub's author_association values for people with write access or membership.
@@ -47,11 +47,6 @@ def verify_signature(secret: str, body: bytes, header: str | None) -> bool:
 
 def sign(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-
-
-def repo_allowed(repo: str, allowlist: tuple[str, ...]) -> bool:
-    """An empty allowlist allows nothing: the bot acts only where it was told to."""
-    return any(fnmatch.fnmatch(repo.lower(), pattern.lower()) for pattern in allowlist)
 
 
 def is_own_comment(body: str | None, login: str | None, gh: GitHubSettings) -> bool:

@@ -19,9 +19,9 @@ from typing import Any
 
 from github.GithubException import GithubException
 
-from bot.client import GitHubAccess
 from bot.events import Ignored, Trigger, comment_trigger, label_trigger
 from fixgraph.config import RunConfig
+from fixgraph.github_client import GitHubAccess
 from fixgraph.github_pr import MARKER
 from fixgraph.records import atomic_write
 

@@ -17,10 +17,10 @@ from github.GithubException import GithubException
 from github.Issue import Issue
 from github.Repository import Repository
 
-from bot.client import GitHubAccess, Session
 from bot.events import Trigger, is_command, is_own_comment
 from fixgraph.config import RunConfig
 from fixgraph.dataset import Task
+from fixgraph.github_client import GitHubAccess, Session
 from fixgraph.github_pr import MARKER, GitHubPublisher, RemoteGitError, run_git
 from fixgraph.records import RunStore, file_lock, redact
 from fixgraph.workspace import RepoCache
@@ -32,7 +32,7 @@ NO_BODY = "(The issue has no description; its title is all there is.)"
 
 
 def default_run_fn() -> RunFn:
-    from fixgraph.runner import run_task
+    from graph import run_task
 
     return run_task
 

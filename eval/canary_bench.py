@@ -28,9 +28,9 @@ from typing import Any
 from fixgraph.config import ConfigError, load_config
 from fixgraph.dataset import DatasetError, Instance, load_jsonl
 from fixgraph.localize import RepoIndex
-from fixgraph.runner import run_tasks
 from fixgraph.scripted import ScriptedChatModel
 from fixgraph.workspace import RepoCache, WorkspaceError
+from graph import run_tasks
 
 CANARY = "FIXGRAPH-CANARY-5d1e0c77"
 DEFAULT = "pallets__flask-4992,pytest-dev__pytest-5227,sympy__sympy-20590"

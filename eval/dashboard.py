@@ -70,6 +70,24 @@ def n_attempts(rec: dict[str, Any]) -> int:
     return int(n) if isinstance(n, int) else len(_attempts(rec))
 
 
+def retry_causes(rec: dict[str, Any]) -> list[str]:
+    """Why each attempt but the last was followed by another (agents/critic.py should_retry)."""
+    causes = []
+    for att in _attempts(rec)[:-1]:
+        verdict = att.get("verdict")
+        raw_score = att.get("score")
+        score: dict[str, Any] = raw_score if isinstance(raw_score, dict) else {}
+        if verdict == "CannotApply":
+            causes.append("patch did not apply")
+        elif verdict == "Unsafe":
+            causes.append("judged Unsafe")
+        elif score.get("kind") == "tests":
+            causes.append("tests: fix_score under threshold")
+        else:
+            causes.append("fix_score under threshold")
+    return causes
+
+
 def retried_after_flag(rec: dict[str, Any]) -> bool:
     """True when the Critic judged an attempt Unsafe and another attempt followed it."""
     atts = _attempts(rec)
@@ -101,6 +119,10 @@ class ConfigView:
     retry_harness: int = 0
     retry_safe: int = 0
     flagged_final_unsafe: int = 0
+    # Every retry, whatever caused it: a config whose retries all came from test results is not
+    # a config that never retried.
+    tasks_retried: int = 0
+    retries: Counter[str] = field(default_factory=Counter)
 
     @property
     def name(self) -> str:
@@ -166,6 +188,9 @@ def config_view(index: int, run: Run) -> ConfigView:
         view.dollars.append(_num(usage.get("dollars")))
         view.seconds.append(_num(rec.get("seconds")))
         view.attempts[n_attempts(rec)] += 1
+        causes = retry_causes(rec)
+        view.tasks_retried += int(bool(causes))
+        view.retries.update(causes)
         if rec.get("critic_flagged"):
             view.flagged += 1
             if retried_after_flag(rec):
@@ -275,12 +300,22 @@ def pick_baseline(views: list[ConfigView], name: str | None) -> ConfigView:
         return by_run[0]
     by_config = [v for v in views if v.name == name]
     if len(by_config) > 1:
+        latest = max(by_config, key=_recency)
         ids = ", ".join(v.run_id for v in by_config)
-        raise DashboardError(f"--baseline {name!r} is ambiguous: runs {ids} all hold that config; pass a run id")
+        print(f"dashboard: --baseline {name!r} matches runs {ids} (the same config); using the latest, "
+              f"{latest.run_id} (pass --baseline RUN_ID to choose another)", file=sys.stderr)
+        return latest
     if not by_config:
         have = ", ".join(f"{v.name} ({v.run_id})" for v in views)
         raise DashboardError(f"--baseline {name!r}: no run of that config or with that run id (have: {have})")
     return by_config[0]
+
+
+def _recency(v: ConfigView) -> tuple[str, float]:
+    """When the run last finished a task (records say), then when its records last changed."""
+    finished = [str(r.get("finished_at") or "") for r in v.run.records.values()]
+    records = v.run.path / "records"
+    return max(finished, default=""), records.stat().st_mtime if records.is_dir() else 0.0
 
 
 def _label(v: ConfigView, views: list[ConfigView]) -> str:
@@ -296,9 +331,11 @@ def _link(target: Path | None, out_dir: Path) -> str | None:
 
 
 def _diff_file(run: Run, rec: dict[str, Any]) -> Path | None:
-    own = run.predictions_dir / f"{rec['instance_id']}.diff"
-    if own.is_file():
-        return own
+    # The run's own patch first: predictions/<id>.diff outside eval.run's layout is the latest
+    # run's, maybe another run's.
+    for own in (run.path / "patches" / f"{rec['instance_id']}.diff", run.predictions_dir / f"{rec['instance_id']}.diff"):
+        if own.is_file():
+            return own
     recorded = rec.get("diff_path")
     if isinstance(recorded, str) and recorded:
         path = Path(recorded)
@@ -435,7 +472,8 @@ def build_context(runs: list[Run], baseline: str | None, out: Path, seed: int) -
             "fix_scored": len(v.fix_values), "mean_dollars": v.mean("dollars"),
             "mean_tokens": v.mean("tokens"), "mean_seconds": v.mean("seconds"),
             "attempts_mean": v.attempts_mean, "critic_flagged": v.flagged,
-            "flagged_retried": v.flagged_retried, "retry_resolved": v.retry_resolved,
+            "flagged_retried": v.flagged_retried, "tasks_retried": v.tasks_retried,
+            "retries": dict(v.retries), "retry_resolved": v.retry_resolved,
         } for v in views],
         "comparisons": [{
             "run_id": c.view.run_id, "against": base.run_id, "common_tasks": c.common,

@@ -2,7 +2,8 @@
 
 It answers ``POST /v1/chat/completions`` as the OpenAI API does: when the request offers tools,
 it replies with a tool call whose name is the (first) tool's and whose arguments come from the
-script for that name; ``usage`` is reported on every reply. Every request (headers included) is
+script for that name; ``usage`` is reported on every reply. ``GET /v1/models`` lists ``models``.
+With ``tools=False`` it plays a model without tool calling: it answers in plain text. Every request (headers included) is
 kept in ``requests`` so tests can check what went over the wire (header names lowercased).
 """
 
@@ -64,9 +65,12 @@ class _QuietServer(ThreadingHTTPServer):
 class FakeLLMServer:
     """``with FakeLLMServer(responder) as srv: ChatOpenAI(base_url=srv.base_url, ...)``."""
 
-    def __init__(self, responder: Responder, usage: tuple[int, int] = (120, 30), port: int = 0):
+    def __init__(self, responder: Responder, usage: tuple[int, int] = (120, 30), port: int = 0,
+                 models: tuple[str, ...] = ("fake",), tools: bool = True):
         self.responder = responder
         self.usage = usage
+        self.models = models
+        self.tools = tools
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         server = self
@@ -76,6 +80,15 @@ class FakeLLMServer:
 
             def log_message(self, *args: object) -> None:  # keep test output clean
                 pass
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                with server._lock:
+                    server.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": None})
+                if self.path.rstrip("/").endswith("/models"):
+                    self._send(200, {"object": "list", "data": [
+                        {"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in server.models]})
+                else:
+                    self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length", 0))
@@ -119,6 +132,9 @@ class FakeLLMServer:
 
     def handle(self, handler: Any, body: dict[str, Any]) -> None:
         """Answer one chat completion; subclasses inject faults here."""
+        if not self.tools:
+            handler._send(200, completion(body.get("model", "fake"), None, None, text="ok", usage=self.usage))
+            return
         found = self.scripted(handler, body)
         if found is not None:
             handler._send(200, completion(body.get("model", "fake"), found[0], found[1], usage=self.usage))

@@ -28,9 +28,9 @@ from eval.oracle import oracle_script
 from fixgraph.config import ConfigError, load_config
 from fixgraph.dataset import DatasetError, load_jsonl, select
 from fixgraph.executors import ExecutorError, RayExecutor
-from fixgraph.runner import run_tasks
 from fixgraph.scripted import ScriptedChatModel
 from fixgraph.workspace import RepoCache, WorkspaceError, find_mirror
+from graph import run_tasks
 
 DEFAULT_INSTANCES = "pallets__flask-4992,psf__requests-2317"
 

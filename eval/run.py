@@ -202,7 +202,7 @@ def worker_shares(workers: int, n_configs: int) -> list[int] | None:
 
 def run_configs(plan: list[tuple[str, RunConfig]], instances: list[Instance], *, repos: Path | None,
                 workers: int, progress: bool) -> list[RunSummary]:
-    from fixgraph.runner import run_tasks
+    from graph import run_tasks
 
     shares = worker_shares(workers, len(plan))
     if shares is None:

@@ -1,22 +1,21 @@
 """The command line behind graph.py: settings first, then data, then the run.
 
 Bad input ends with one line on stderr and exit code 2; nothing is written before the settings
-and the task list have been checked.
+and the task list have been checked. Heavy modules (LangGraph, the agents, the dataset hub) are
+imported only once the input has been checked, so that mistakes are answered at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-
-from dotenv import load_dotenv
+from typing import TYPE_CHECKING
 
 from fixgraph.config import ConfigError, RunConfig, load_config
-from fixgraph.dataset import DatasetError, load_dataset_any, select
-from fixgraph.executors import ExecutorError, RayExecutor, require_ray
-from fixgraph.publish import Publisher
-from fixgraph.workspace import WorkspaceError
-from scoring.static import StaticAnalysisUnavailable, check_available
+from fixgraph.discover import ROLES
+
+if TYPE_CHECKING:
+    from fixgraph.runner import GraphFactory
 
 
 def fail(message: str) -> int:
@@ -26,46 +25,89 @@ def fail(message: str) -> int:
 
 def check_ray(cfg: RunConfig) -> None:
     """Ray installed, and the settings it needs: before the dataset is read or anything written."""
+    from fixgraph.executors import require_ray
+
     require_ray()
     if not cfg.eval_mode:
         # The bot publishes pull requests from one machine; Ray is for batch runs.
         raise ConfigError("--executor ray runs EVAL_MODE=true batches only")
 
 
-def run_cli(args: argparse.Namespace) -> int:
+def model_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """``--model`` for every role, ``--model-<role>`` for one; both above the config and env."""
+    out: dict[str, str] = {}
+    for role in ROLES:
+        name = getattr(args, f"model_{role}", None) or getattr(args, "model", None)
+        if name:
+            out[f"llm.models.{role}"] = name
+    return out
+
+
+def configure(args: argparse.Namespace) -> RunConfig:
+    """The run's config with an LLM it can reach (a local server found, said in one line)."""
+    from dotenv import load_dotenv
+
+    from fixgraph.discover import local_servers, resolve_llm
+
     load_dotenv(override=False)
+    cfg = load_config(args.config, overrides=model_overrides(args))
+    cfg, found = resolve_llm(cfg, local_servers())
+    if found:
+        print(found, file=sys.stderr)
+    return cfg
+
+
+def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
+    from fixgraph.dataset import DatasetError
+    from fixgraph.workspace import WorkspaceError
+    from scoring.static import StaticAnalysisUnavailable
+
     try:
-        cfg = load_config(args.config)
-        cfg.require_llm()
-        if cfg.critic.enabled and cfg.critic.static:
-            check_available(cfg.critic)  # pyright missing: say so before any work
         if args.workers is not None and args.workers < 1:
             raise ConfigError("--workers must be at least 1")
         if args.ray_address and args.executor != "ray":
             raise ConfigError("--ray-address needs --executor ray")
-        if args.executor == "ray":
-            check_ray(cfg)
         if args.repos is not None and not args.repos.is_dir():
             raise ConfigError(f"--repos {args.repos} is not a folder")
+        cfg = configure(args)
+        if args.executor == "ray":
+            check_ray(cfg)
+        if getattr(args, "check", False):
+            from fixgraph.preflight import print_report, run_checks
+
+            return 0 if print_report(run_checks(cfg)) else 1
+        from fixgraph.dataset import load_dataset_any, select
+
+        if args.dataset is None:
+            from fixgraph.hub import prepare_hub
+
+            prepare_hub(cfg.cache_dir)  # offline: say so in seconds, not after the hub's retries
+        instances = select(load_dataset_any(args.dataset, cfg.cache_dir), args.tasks)
+        if cfg.critic.enabled and cfg.critic.static:
+            from scoring.static import check_available
+
+            check_available(cfg.critic)  # pyright missing: say so before any work
+        from fixgraph.publish import Publisher
+
         publisher: Publisher | None = None
         if not cfg.eval_mode:
-            from fixgraph.github_pr import GitHubPublisher  # type: ignore[import-not-found]
+            from fixgraph.github_pr import GitHubPublisher
 
             publisher = GitHubPublisher(cfg)
-        instances = select(load_dataset_any(args.dataset, cfg.cache_dir), args.tasks)
+        from fixgraph.executors import RayExecutor
         from fixgraph.runner import run_tasks
 
         executor = None
         if args.executor == "ray":
             executor = RayExecutor.start(cfg, args.ray_address, max_in_flight=args.workers)
         try:
-            summary = run_tasks(instances, cfg, run_id=args.run_id or cfg.label, repos=args.repos,
-                                workers=args.workers or 1, progress=not args.no_progress, publisher=publisher,
-                                executor=executor)
+            summary = run_tasks(instances, cfg, build_graph=build_graph, run_id=args.run_id or cfg.label,
+                                repos=args.repos, workers=args.workers or 1, progress=not args.no_progress,
+                                publisher=publisher, executor=executor)
         finally:
             if executor is not None:
                 executor.close()
-    except (ConfigError, DatasetError, WorkspaceError, StaticAnalysisUnavailable, ExecutorError) as exc:
+    except (ConfigError, DatasetError, WorkspaceError, StaticAnalysisUnavailable) as exc:  # ExecutorError too
         return fail(str(exc))
     print(summary.line())
     print(f"predictions: {summary.predictions}")

@@ -31,23 +31,27 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from fixgraph.config import RunConfig
+from fixgraph.config import ConfigError, RunConfig
 from fixgraph.dataset import Instance, Task
 from fixgraph.llm import ModelFactory, RunMeter
 from fixgraph.records import RunStore
 
+if TYPE_CHECKING:
+    from fixgraph.runner import GraphFactory
+
 RAY_EXTRA = 'pip install -e ".[ray]"'
 
 
-class ExecutorError(Exception):
-    """The executor cannot run: one line for the user."""
+class ExecutorError(ConfigError):
+    """The executor cannot run: one line for the user (a ConfigError, so every entry point that
+    reports bad settings reports this too)."""
 
 
 class Executor(Protocol):
-    def run(self, todo: list[Instance | Task], cfg: RunConfig, *, store: RunStore, repos: Path | None,
-            model_factory: ModelFactory | None, run_meter: RunMeter,
+    def run(self, todo: list[Instance | Task], cfg: RunConfig, *, build_graph: GraphFactory, store: RunStore,
+            repos: Path | None, model_factory: ModelFactory | None, run_meter: RunMeter,
             on_record: Callable[[dict[str, Any]], None]) -> list[Instance | Task]:
         """Run ``todo``, write each record through ``store``, call ``on_record`` after each;
         return the tasks not started because the run's budget was spent."""
@@ -173,7 +177,7 @@ class LedgerMeter(RunMeter):
 
 def execute(instance: Instance | Task, cfg: RunConfig, run_id: str, predictions_dir: Path, runs_dir: Path,
             model_name: str, repos: Path | None, account: Account,
-            model_factory: ModelFactory | None) -> dict[str, Any]:
+            model_factory: ModelFactory | None, build_graph: GraphFactory) -> dict[str, Any]:
     """One task on a Ray worker: the record and the patch, for the driver to write."""
     import ray
 
@@ -184,8 +188,9 @@ def execute(instance: Instance | Task, cfg: RunConfig, run_id: str, predictions_
     store = WorkerStore(run_id, predictions_dir, runs_dir, model_name, account)
     # This node's own cache, filled from the mirror (or GitHub) on first use.
     repo_cache = RepoCache(cfg.cache_dir, repos)
-    record = run_task(instance, cfg, publisher=DiffPublisher(store), repo_cache=repo_cache, store=store,
-                      model_factory=model_factory, run_meter=LedgerMeter(account, cfg.budget.run_dollars))
+    # The graph is built here: a compiled graph does not travel; its factory goes by reference.
+    record = run_task(instance, cfg, build_graph=build_graph, publisher=DiffPublisher(store),
+                      repo_cache=repo_cache, store=store, model_factory=model_factory, run_meter=LedgerMeter(account, cfg.budget.run_dollars))
     record = store.record or record
     record["worker"] = {"node": ray.util.get_node_ip_address(), "pid": os.getpid()}
     return {"record": record, "patch": store.patch}
@@ -278,8 +283,8 @@ class RayExecutor:
         fit = max(1, int(cpus // cfg.executor.cpus))
         return min(fit, self.max_in_flight) if self.max_in_flight else fit
 
-    def run(self, todo: list[Instance | Task], cfg: RunConfig, *, store: RunStore, repos: Path | None,
-            model_factory: ModelFactory | None, run_meter: RunMeter,
+    def run(self, todo: list[Instance | Task], cfg: RunConfig, *, build_graph: GraphFactory, store: RunStore,
+            repos: Path | None, model_factory: ModelFactory | None, run_meter: RunMeter,
             on_record: Callable[[dict[str, Any]], None]) -> list[Instance | Task]:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -311,7 +316,7 @@ class RayExecutor:
                         options["memory"] = res.memory_mb * 1024 * 1024
                     ref = remote.options(**options).remote(
                         inst, cfg, store.run_id, store.predictions_dir.resolve(), store.run_dir.parent.resolve(),
-                        store.model_name, repos, account, model_factory)
+                        store.model_name, repos, account, model_factory, build_graph)
                     in_flight[ref] = (inst, time.monotonic(), _now())
                 if not in_flight:
                     break

@@ -17,7 +17,7 @@ import re
 import shlex
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -30,6 +30,7 @@ from github.Repository import Repository
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from fixgraph.config import RunConfig
+from fixgraph.github_client import GitHubAccess, TokenSource, repo_allowed
 from fixgraph.publish import Outcome
 from fixgraph.records import redact
 from fixgraph.workspace import PatchError, Worktree
@@ -43,9 +44,6 @@ MAX_TESTS = 15
 MAX_PRS_SCANNED = 300
 # Hidden in every comment and PR body the bot writes, so it never reacts to its own text.
 MARKER = "<!-- fixgraph -->"
-
-TokenSource = Callable[[], "str | None"]
-
 
 class RemoteGitError(Exception):
     """A clone, fetch or push failed; the message is one line, already redacted."""
@@ -259,9 +257,6 @@ class GitHubPublisher:
 
         A new object per task, so one publisher shared by parallel tasks holds no per-task state.
         """
-        from bot.client import GitHubAccess
-        from bot.events import repo_allowed
-
         # The same guard as the bot's: a batch of SWE-bench tasks must not open PRs upstream by accident.
         if not repo_allowed(outcome.task.repo, self.cfg.github.allowlist):
             return f"{outcome.task.repo} is not in FIXGRAPH_ALLOWLIST; no pull request opened"

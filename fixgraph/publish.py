@@ -42,7 +42,8 @@ class Publisher(Protocol):
 
 
 class DiffPublisher:
-    """EVAL_MODE: ``predictions/{instance_id}.diff`` and the official predictions JSONL; no remote."""
+    """EVAL_MODE: the run's ``.diff`` (``runs/<run-id>/patches/``), the latest one
+    (``predictions/{instance_id}.diff``) and the official predictions JSONL; no remote."""
 
     def __init__(self, store: RunStore):
         self.store = store
@@ -52,5 +53,6 @@ class DiffPublisher:
         # The PR agent calls this only with a non-empty patch; a task without one has a record
         # that says why, and no prediction (the harness counts a missing id as unresolved).
         self.store.write_prediction(iid, outcome.patch)
-        return {"kind": "diff", "diff_path": str(self.store.diff_path(iid)),
+        return {"kind": "diff", "diff_path": str(self.store.run_diff_path(iid)),
+                "latest_diff_path": str(self.store.diff_path(iid)),
                 "predictions_jsonl": str(self.store.jsonl_path)}

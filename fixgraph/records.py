@@ -1,7 +1,8 @@
 """Resumable run records keyed by instance_id, written atomically.
 
 Layout for a run id R:
-  <predictions_dir>/<instance_id>.diff       the patch (EVAL_MODE)
+  <predictions_dir>/<instance_id>.diff       the latest run's patch (EVAL_MODE)
+  <runs_dir>/<R>/patches/<instance_id>.diff   this run's patch, which its record points at
   <predictions_dir>/<R>.jsonl                 official predictions, one line per task
   <runs_dir>/<R>/records/<instance_id>.json   everything else about the task
   <runs_dir>/<R>/checkpoints.sqlite           LangGraph checkpoints for tasks in flight
@@ -22,11 +23,29 @@ from typing import Any
 RECORD_VERSION = 1
 
 
+def _read_umask() -> int:
+    # os.umask can only be read by setting it; done once at import, before any worker thread.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+UMASK = _read_umask()
+
+
 def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` so that readers see the old file or the new one, never half of one."""
+    """Write ``text`` so that readers see the old file or the new one, never half of one.
+
+    The file gets the mode ``open()`` would give it (0666 minus the umask, or the mode of the file
+    it replaces), not mkstemp's 0600."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        mode = 0o666 & ~UMASK
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -80,7 +99,12 @@ class RunStore:
         return self.run_dir / "checkpoints.sqlite"
 
     def diff_path(self, instance_id: str) -> Path:
+        """The latest patch for the task, whichever run wrote it."""
         return self.predictions_dir / f"{instance_id}.diff"
+
+    def run_diff_path(self, instance_id: str) -> Path:
+        """This run's own patch: another run with the same predictions folder does not overwrite it."""
+        return self.run_dir / "patches" / f"{instance_id}.diff"
 
     def record_path(self, instance_id: str) -> Path:
         return self.records_dir / f"{instance_id}.json"
@@ -107,8 +131,10 @@ class RunStore:
         return out
 
     def write_prediction(self, instance_id: str, patch: str) -> None:
-        """The .diff first, then the JSONL line; both atomic, one line per task."""
+        """The .diff files first (the run's own, then the latest), then the JSONL line; all atomic,
+        one line per task."""
         patch = redact(patch, self.secrets)
+        atomic_write(self.run_diff_path(instance_id), patch)
         atomic_write(self.diff_path(instance_id), patch)
         line = {"instance_id": instance_id, "model_name_or_path": self.model_name, "model_patch": patch}
         with file_lock(self.predictions_dir / f".{self.run_id}.lock"):

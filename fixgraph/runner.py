@@ -19,7 +19,7 @@ import traceback
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -37,6 +37,13 @@ from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree
 
 if TYPE_CHECKING:
     from fixgraph.executors import Executor
+
+
+class GraphFactory(Protocol):
+    """What the runner is given to build the graph (graph.build_graph): the runner never imports
+    the module that wires the agents, which stands above it."""
+
+    def __call__(self, checkpointer: Any = None) -> Any: ...
 
 
 def model_name(cfg: RunConfig) -> str:
@@ -130,12 +137,10 @@ def check_checkpoints(path: Path) -> None:
         saver.conn.close()
 
 
-def run_task(item: Instance | Task, cfg: RunConfig, *, publisher: Publisher, repo_cache: RepoCache,
-             store: RunStore | None = None, model_factory: ModelFactory | None = None,
+def run_task(item: Instance | Task, cfg: RunConfig, *, build_graph: GraphFactory, publisher: Publisher,
+             repo_cache: RepoCache, store: RunStore | None = None, model_factory: ModelFactory | None = None,
              run_meter: RunMeter | None = None) -> dict[str, Any]:
     """Run the graph on one task and return its record (also written to ``store`` when given)."""
-    from graph import build_graph
-
     instance, oracle = split(item, cfg)
     started, t0 = _now(), time.monotonic()
     key = f"{store.run_id}__{instance.instance_id}" if store else f"adhoc__{instance.instance_id}"
@@ -232,9 +237,10 @@ class RunSummary:
                 f"{self.tokens} tokens, ${self.dollars:.4f}")
 
 
-def run_tasks(instances: list[Instance] | list[Task], cfg: RunConfig, *, run_id: str, repos: Path | None,
-              workers: int = 1, model_factory: ModelFactory | None = None, progress: bool = True,
-              publisher: Publisher | None = None, executor: Executor | None = None) -> RunSummary:
+def run_tasks(instances: list[Instance] | list[Task], cfg: RunConfig, *, build_graph: GraphFactory,
+              run_id: str, repos: Path | None, workers: int = 1, model_factory: ModelFactory | None = None,
+              progress: bool = True, publisher: Publisher | None = None,
+              executor: Executor | None = None) -> RunSummary:
     """Run every task not already done; Ctrl-C keeps what finished and exits for a later resume.
 
     Tasks run on a thread pool of ``workers``, or on ``executor`` (fixgraph/executors.py) when given.
@@ -264,8 +270,8 @@ def run_tasks(instances: list[Instance] | list[Task], cfg: RunConfig, *, run_id:
             bar.update(summary)
 
     def one(inst: Instance | Task) -> dict[str, Any]:
-        record = run_task(inst, cfg, publisher=publisher, repo_cache=repo_cache, store=store,
-                          model_factory=model_factory, run_meter=run_meter)
+        record = run_task(inst, cfg, build_graph=build_graph, publisher=publisher, repo_cache=repo_cache,
+                          store=store, model_factory=model_factory, run_meter=run_meter)
         finished(record)
         return record
 
@@ -275,7 +281,8 @@ def run_tasks(instances: list[Instance] | list[Task], cfg: RunConfig, *, run_id:
     try:
         with bar:
             if executor is not None:
-                queue = executor.run(todo, cfg, store=store, repos=repos, model_factory=model_factory,
+                queue = executor.run(todo, cfg, build_graph=build_graph, store=store, repos=repos,
+                                     model_factory=model_factory,
                                      run_meter=run_meter, on_record=finished)
             while executor is None and (queue or pending):
                 while queue and len(pending) < workers and not run_meter.exhausted():

@@ -3,26 +3,23 @@
 Install specs and test commands are swebench's ``MAP_REPO_VERSION_TO_SPECS``. swebench 4.x keeps
 it in ``swebench.harness.constants``; swebench 5 moved it out of the package (into each dataset
 row's ``eval_script``), and the Lite JSONL this project reads has no such rows. So when the
-installed swebench has no map, the data module of swebench 4.1.0 is fetched once from PyPI with
-pip (``pip download --no-deps``) into the cache and read from there; it is a module of plain
-dicts. Log parsers always come from the installed swebench.
+installed swebench has no map, the table comes from ``scoring/data/swebench_specs.json``, shipped
+with the package: swebench 4.1.0's map for the SWE-bench repos (its provenance is in the file;
+``eval/make_specs.py`` wrote it). A run never needs a package index. Log parsers always come
+from the installed swebench.
 """
 
 from __future__ import annotations
 
+import json
 import re
-import runpy
 import shlex
-import subprocess
-import sys
-import zipfile
 from collections.abc import Callable
 from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-SPECS_WHEEL_VERSION = "4.1.0"
-_SPECS_MEMBER = "swebench/harness/constants/python.py"
 # swebench's list of files in a test patch that are not tests.
 NON_TEST_EXTS = (".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml")
 
@@ -33,8 +30,12 @@ class SpecsError(Exception):
     """swebench's specs could not be loaded; one line for the user."""
 
 
+SPECS_DATA = "data/swebench_specs.json"
+
+
 @cache
 def _specs_tables(cache_dir: Path) -> tuple[dict[str, dict[str, dict[str, Any]]], dict[str, list[str]]]:
+    del cache_dir  # kept for callers; the shipped table needs no cache
     try:
         from swebench.harness import constants as c  # type: ignore[import-untyped]
 
@@ -43,23 +44,11 @@ def _specs_tables(cache_dir: Path) -> tuple[dict[str, dict[str, dict[str, Any]]]
             return specs, dict(getattr(c, "MAP_REPO_TO_REQS_PATHS", {}))
     except ImportError:
         pass
-    target = cache_dir / "swebench-specs" / SPECS_WHEEL_VERSION
-    module = target / "python.py"
-    if not module.is_file():
-        target.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-             "-q", "-d", str(target), f"swebench=={SPECS_WHEEL_VERSION}"],
-            capture_output=True, text=True, timeout=300,
-        )
-        wheels = sorted(target.glob("swebench-*.whl"))
-        if proc.returncode != 0 or not wheels:
-            last = (proc.stderr.strip().splitlines() or ["pip download failed"])[-1]
-            raise SpecsError(f"swebench install specs unavailable (swebench {SPECS_WHEEL_VERSION}: {last})")
-        with zipfile.ZipFile(wheels[-1]) as zf:
-            module.write_bytes(zf.read(_SPECS_MEMBER))
-    data = runpy.run_path(str(module))
-    return data["MAP_REPO_VERSION_TO_SPECS_PY"], dict(data.get("MAP_REPO_TO_REQS_PATHS", {}))
+    try:
+        data = json.loads(resources.files("scoring").joinpath(SPECS_DATA).read_text())
+        return data["specs"], data["reqs_paths"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise SpecsError(f"swebench install specs unavailable: scoring/{SPECS_DATA} unreadable ({exc})") from exc
 
 
 def repo_specs(cache_dir: Path, repo: str, version: str) -> dict[str, Any] | None:

@@ -9,12 +9,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bot.client import GitHubAccess
 from bot.events import sign
 from bot.jobs import JobQueue
 from bot.server import make_server
 from bot.worker import RunFn, Worker
 from fixgraph.config import RunConfig, load_config
+from fixgraph.github_client import GitHubAccess
 from fixgraph.workspace import RepoCache
 from tests.fake_github import FakeGitHub
 

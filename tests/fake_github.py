@@ -58,6 +58,8 @@ class FakeGitHub:
     app_id: int | None = None
     app_public_key: str | None = None
     installations: dict[str, int] = field(default_factory=dict)  # repo -> installation id
+    # token -> its X-OAuth-Scopes header on GET /user (classic tokens); absent: a fine-grained token.
+    token_scopes: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -203,6 +205,11 @@ class FakeGitHub:
             return 200, {}, {"id": iid, "app_id": self.app_id, "account": {"login": m.group(1).split("/")[0]}}
         if not self.authorized(headers):
             return 401, {}, {"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"}
+        if path == "/user" and method == "GET":
+            token = headers.get("authorization", "").partition(" ")[2]
+            scopes = self.token_scopes.get(token)
+            return 200, {} if scopes is None else {"X-OAuth-Scopes": scopes}, {
+                "login": "fixgraph-bot", "id": 1, "type": "User"}
         if path == "/graphql" and method == "POST":
             with self.lock:
                 return self._graphql(body)

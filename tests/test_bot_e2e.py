@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from fixgraph.runner import run_task
 from fixgraph.scripted import ScriptedChatModel
+from graph import run_task
 from tests.bot_harness import TOKEN, Bot
 from tests.fake_github import FakeGitHub, comment_payload, labeled_payload, make_fixture_repo
 

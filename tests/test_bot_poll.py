@@ -11,10 +11,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 import bot.__main__ as cli
-from bot.client import GitHubAccess
 from bot.events import Trigger
 from bot.poll import Poller
+from eval.fake_llm_server import FakeLLMServer, ScriptResponder
 from fixgraph.config import ConfigError, load_config
+from fixgraph.github_client import GitHubAccess
 from fixgraph.github_pr import MARKER
 from tests.bot_harness import SECRET, TOKEN, Bot, bot_config
 from tests.fake_github import FakeGitHub, labeled_payload, make_fixture_repo
@@ -69,11 +70,17 @@ def test_poll_cli_once_runs_the_jobs_it_found(fake: FakeGitHub, tmp_path: Path,
     fake.add_issue("acme/calc", 7, "add subtracts", "", labels=("fixgraph",))
     pipeline = StandInPipeline()
     monkeypatch.chdir(tmp_path)
+    # The bot's preflight calls each model once: a loopback server that lists them and calls tools.
+    llm = FakeLLMServer(ScriptResponder({"Ping": [{"ok": True}]}), models=("gpt-4o", "gpt-4o-mini")).start()
     for key, value in {"GITHUB_TOKEN": TOKEN, "GITHUB_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-x",
-                       "FIXGRAPH_CACHE_DIR": str(tmp_path / "cache")}.items():
+                       "OPENAI_BASE_URL": llm.base_url, "FIXGRAPH_CACHE_DIR": str(tmp_path / "cache")}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr("bot.worker.default_run_fn", lambda: pipeline)
-    assert cli.main(["--config", "redo", "poll", "--repo", "acme/calc", "--once"]) == 0
+    try:
+        assert cli.main(["--config", "redo", "poll", "--repo", "acme/calc", "--once"]) == 0
+    finally:
+        llm.stop()
+    assert len([r for r in llm.requests if r["body"]]) == 2  # one probe call per distinct model
     assert "GITHUB_TOKEN" not in os.environ and "OPENAI_API_KEY" not in os.environ  # scrubbed
     assert [i.instance_id for i in pipeline.instances] == ["acme__calc-7"]
     assert len(fake.open_pulls("acme/calc")) == 1
@@ -167,6 +174,20 @@ def test_log_formatter_redacts_configured_secrets_and_token_shapes() -> None:
     assert line.count("***") == 3
 
 
+def test_the_bot_does_not_start_when_its_model_cannot_call_tools(
+        fake: FakeGitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    with FakeLLMServer(ScriptResponder({}), models=("gpt-4o", "gpt-4o-mini"), tools=False) as llm:
+        for key, value in {"GITHUB_TOKEN": TOKEN, "GITHUB_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-x",
+                           "OPENAI_BASE_URL": llm.base_url, "FIXGRAPH_CACHE_DIR": str(tmp_path / "cache")}.items():
+            monkeypatch.setenv(key, value)
+        assert cli.main(["--config", "redo", "poll", "--repo", "acme/calc", "--once"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert "fixgraph bot: NOT READY  tool calling gpt-4o: the model did not answer with a tool call" in "\n".join(err)
+    assert err[-1] == "fixgraph bot: 2 part(s) not ready"
+    assert not (tmp_path / "cache" / "bot").exists()  # nothing polled
+
+
 def test_serve_cli_answers_ping_and_stops_on_sigterm(tmp_path: Path) -> None:
     import json
     import re
@@ -181,7 +202,7 @@ def test_serve_cli_answers_ping_and_stops_on_sigterm(tmp_path: Path) -> None:
     env.update(GITHUB_TOKEN=TOKEN, GITHUB_WEBHOOK_SECRET=SECRET, FIXGRAPH_ALLOWLIST="acme/*",
                OPENAI_API_KEY="sk-x", FIXGRAPH_WEBHOOK_PORT="0", FIXGRAPH_CACHE_DIR=str(tmp_path / "cache"),
                PYTHONPATH=str(Path(__file__).resolve().parent.parent))
-    proc = subprocess.Popen([sys.executable, "-m", "bot", "serve"], cwd=tmp_path, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "bot", "--no-check", "serve"], cwd=tmp_path, env=env,
                             stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr is not None

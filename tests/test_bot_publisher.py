@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from bot.client import GitHubAccess
 from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Task
+from fixgraph.github_client import GitHubAccess
 from fixgraph.github_pr import MARKER, GitHubPublisher, branch_name, git_auth, render_body
 from fixgraph.publish import Outcome
 from fixgraph.workspace import RepoCache, Worktree

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from bot.client import scrub_environ
 from bot.events import Trigger, sign
 from bot.jobs import JobQueue
 from bot.worker import NO_BODY
 from fixgraph.config import RunConfig
 from fixgraph.dataset import Task
+from fixgraph.github_client import scrub_environ
 from fixgraph.github_pr import MARKER
 from fixgraph.publish import Outcome, Publisher
 from fixgraph.workspace import RepoCache

@@ -8,8 +8,9 @@ import pytest
 
 from eval.fixtures import calc_script
 from fixgraph.dataset import EvaluationData, Instance, Task
-from fixgraph.runner import model_name, run_tasks, split
+from fixgraph.runner import model_name, split
 from fixgraph.scripted import ScriptedChatModel
+from graph import run_tasks
 from tests.conftest import read_record
 
 ROW = {"instance_id": "a__b-1", "repo": "a/b", "base_commit": "abc", "problem_statement": "it breaks",

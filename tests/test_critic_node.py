@@ -4,8 +4,8 @@ record says which of them the next attempt fixed."""
 from __future__ import annotations
 
 from eval.fixtures import calc_script
-from fixgraph.runner import run_tasks
 from fixgraph.scripted import ScriptedChatModel
+from graph import run_tasks
 from tests.conftest import read_record
 
 

@@ -8,6 +8,7 @@ p-value, the bootstrap interval against the exact bootstrap distribution, per-re
 from __future__ import annotations
 
 import json
+import os
 import re
 from html.parser import HTMLParser
 from math import comb
@@ -250,6 +251,10 @@ def test_page_critic_flags_and_links(page: tuple[Path, Cells, str, str]) -> None
     # static: sympy-20590 retried and resolved; sympy-13971 flagged with no retry
     assert cells.get("critic-table", "t-static", "retried") == "1"
     assert cells.get("critic-table", "t-static", "retry-resolved") == "1 of 1"
+    # Every retry counts, with its cause; the baseline never retried.
+    assert cells.get("critic-table", "t-redo", "tasks-retried") == "3 of 8"
+    assert cells.get("critic-table", "t-redo", "retry-causes") == "4 judged Unsafe"
+    assert cells.get("critic-table", "t-baseline", "tasks-retried") == "0 of 8"
     # every task has a diff and a record link per config, relative, and each opens a real file
     links = [h for h in cells.links if h.endswith((".diff", ".json"))]
     assert len(links) == 2 * 4 * len(fx.TASKS)
@@ -276,8 +281,11 @@ def test_configs_without_harness_show_internal_figures(tmp_path: Path) -> None:
 def test_baseline_choice_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     runs = fx.build(tmp_path, configs=("baseline",), with_quick=False, stray_report=False)
     fx.write_run(runs, "baseline", "u-baseline")
-    assert dashboard.main([str(runs), "-o", str(tmp_path / "d.html")]) == 1
-    assert "ambiguous" in capsys.readouterr().err
+    # Two runs of the baseline config: the latest is the reference, and the page says which.
+    os.utime(runs / "t-baseline" / "records", (1, 1))
+    assert dashboard.main([str(runs), "-o", str(tmp_path / "d.html")]) == 0
+    assert ("dashboard: --baseline 'baseline' matches runs t-baseline, u-baseline (the same config); using the "
+            "latest, u-baseline (pass --baseline RUN_ID to choose another)") in capsys.readouterr().err
     assert dashboard.main([str(runs), "-o", str(tmp_path / "d.html"), "--baseline", "u-baseline"]) == 0
     assert dashboard.main([str(runs), "-o", str(tmp_path / "d.html"), "--baseline", "nope"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -335,6 +343,21 @@ def test_ingest_from_a_run_summary_alone(tmp_path: Path, capsys: pytest.CaptureF
     cells.feed(out.read_text())
     assert cells.get("config-table", "t-redo", "resolved") == "75.0% (6/8)"
     assert cells.get("config-table", "t-redo", "harness") == "complete (1 harness error, counted unresolved)"
+
+
+def test_retries_from_test_results_count_with_their_cause(tmp_path: Path) -> None:
+    from eval.dashboard import config_view, retry_causes
+    from eval.rundata import Run
+
+    tests_low = {"fix_score": 0.4, "kind": "tests"}
+    rec = {"instance_id": "a__b-1", "final": True, "verdict": "Safe", "critic_flagged": False,
+           "attempts": [{"verdict": "CannotApply"}, {"verdict": "Safe", "score": tests_low},
+                        {"verdict": "Safe", "score": {"fix_score": 0.5, "kind": "semantic"}},
+                        {"verdict": "Safe", "score": {"fix_score": 1.0, "kind": "tests"}}]}
+    assert retry_causes(rec) == ["patch did not apply", "tests: fix_score under threshold",
+                                 "fix_score under threshold"]
+    view = config_view(0, Run("r", tmp_path, "redo", {"a__b-1": rec}, {}))
+    assert (view.flagged, view.tasks_retried, sum(view.retries.values())) == (0, 1, 3)
 
 
 def test_an_oracle_tests_run_is_labelled_an_upper_bound(tmp_path: Path) -> None:

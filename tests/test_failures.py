@@ -8,8 +8,8 @@ from typing import Any
 from eval.fake_llm_server import FakeLLMServer, ScriptResponder
 from eval.fixtures import BUGGY_LINE, calc_script
 from fixgraph.dataset import Instance
-from fixgraph.runner import run_tasks
 from fixgraph.scripted import ScriptedChatModel
+from graph import run_tasks
 from tests.conftest import read_record
 
 

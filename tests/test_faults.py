@@ -15,9 +15,9 @@ from eval.fault_bench import BenchResponder, came_through, make_bench_repos, run
 from eval.faulty_llm_server import FAULT_KINDS, FaultPlan, FaultyLLMServer
 from eval.fixtures import calc_script
 from fixgraph.dataset import Instance
-from fixgraph.runner import run_tasks
 from fixgraph.scripted import ScriptedChatModel
 from fixgraph.workspace import RepoCache
+from graph import run_tasks
 from tests.conftest import TEST_KEY, make_config, read_record
 
 RETRIES = 2

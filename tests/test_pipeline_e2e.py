@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from eval.fixtures import calc_script
-from fixgraph.runner import run_tasks
 from fixgraph.scripted import ScriptedChatModel
+from graph import run_tasks
 from tests.conftest import read_record
 
 

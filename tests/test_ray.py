@@ -28,7 +28,7 @@ from eval.faulty_llm_server import FaultyLLMServer
 from fixgraph.config import RunConfig
 from fixgraph.dataset import Instance
 from fixgraph.executors import RayExecutor
-from fixgraph.runner import run_tasks
+from graph import run_tasks
 from tests.conftest import make_config
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,8 +11,8 @@ import pytest
 
 from eval.fixtures import REPRO_PATH, REPRO_TEST, REPRO_TEST_PASSING, calc_script, make_calc_repo
 from fixgraph.dataset import Instance
-from fixgraph.runner import run_tasks
 from fixgraph.scripted import ScriptedChatModel
+from graph import run_tasks
 from tests.conftest import read_record
 
 

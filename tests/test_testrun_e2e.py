@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from eval.fixtures import BUGGY_LINE, calc_script
-from fixgraph.runner import run_tasks
 from fixgraph.scripted import ScriptedChatModel
+from graph import run_tasks
 from tests.conftest import read_record
 
 # Clean for pyright (``values`` is untyped) and for the scripted runtime check, but a TypeError

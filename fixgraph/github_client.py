@@ -1,4 +1,6 @@
-"""GitHub access for the bot: a personal/fine-grained token, or a GitHub App's installation tokens.
+"""GitHub access: a personal/fine-grained token, or a GitHub App's installation tokens.
+
+Used by publishing (fixgraph/github_pr.py), the bot and the preflight; it depends on no bot module.
 
 Every client points at ``cfg.github.base_url`` (GitHub Enterprise: ``https://HOST/api/v3``), keeps
 GitHub's pauses between calls, and waits on rate limits: PyGithub's ``GithubRetry`` sleeps for
@@ -7,19 +9,28 @@ GitHub's pauses between calls, and waits on rate limits: PyGithub's ``GithubRetr
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from github import Auth, Github, GithubIntegration, GithubRetry
 
 from fixgraph.config import ConfigError, RunConfig
-from fixgraph.github_pr import TokenSource
+
+# Where git gets the token at the moment it needs it (installation tokens expire).
+TokenSource = Callable[[], str | None]
 
 # Environment variables holding secrets; the bot drops them from os.environ once the config has
 # read them, so no child process (git, pytest, pyright) inherits one.
 SECRET_ENV = ("GITHUB_TOKEN", "GITHUB_APP_PRIVATE_KEY", "GITHUB_WEBHOOK_SECRET", "OPENAI_API_KEY", "GH_TOKEN")
+
+
+def repo_allowed(repo: str, allowlist: tuple[str, ...]) -> bool:
+    """An empty allowlist allows nothing: fixgraph acts only where it was told to."""
+    return any(fnmatch.fnmatch(repo.lower(), pattern.lower()) for pattern in allowlist)
 
 
 def scrub_environ() -> None:

@@ -1,0 +1,196 @@
+"""``python graph.py --check``: is each part ready, and what to do when it is not.
+
+In a few seconds: the LLM endpoint answers, each configured model is listed there and answers one
+tiny call with a tool call (the structured output every node needs), pyright runs, git works, the
+test backend can build an environment, and (outside EVAL_MODE) the GitHub token reaches GitHub
+with the scopes publishing needs. The bot runs the same checks at start.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from langchain_core.messages import HumanMessage
+from pydantic import BaseModel, Field
+
+from fixgraph.config import Budget, ConfigError, RunConfig
+from fixgraph.discover import ROLES, list_models
+
+OPENAI_URL = "https://api.openai.com/v1"
+# Each model's probe call: a small reply, and a few cents at most even on an expensive model.
+CHECK_BUDGET = Budget(task_tokens=5_000, task_dollars=0.05)
+CHECK_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Check:
+    part: str
+    ready: bool
+    detail: str
+
+
+class Ping(BaseModel):
+    """Answer ok=true."""
+
+    ok: bool = Field(description="always true")
+
+
+def check_endpoint(cfg: RunConfig) -> tuple[Check, list[str] | None]:
+    url = cfg.llm.base_url or OPENAI_URL
+    key = cfg.llm.api_key.get_secret_value() if cfg.llm.api_key else None
+    try:
+        models = list_models(url, key, timeout_s=min(cfg.llm.timeout_s, 10.0))
+    except Exception as exc:  # noqa: BLE001 - any failure here is the one thing to report
+        return Check("LLM endpoint", False, f"{url} does not answer GET /models ({_short(exc)}): "
+                     "check OPENAI_BASE_URL and that the server is running"), None
+    return Check("LLM endpoint", True, f"{url} lists {len(models)} model(s)"), models
+
+
+def check_models(cfg: RunConfig, listed: list[str]) -> list[Check]:
+    out = []
+    for model in sorted({getattr(cfg.llm.models, r) for r in ROLES}):
+        roles = ", ".join(r for r in ROLES if getattr(cfg.llm.models, r) == model)
+        if model in listed:
+            out.append(Check(f"model {model}", True, f"listed by the server ({roles})"))
+        else:
+            have = ", ".join(listed[:8]) or "none"
+            out.append(Check(f"model {model}", False, f"not listed by the server (it has: {have}); "
+                             f"pass --model NAME or --model-<role> NAME ({roles})"))
+    return out
+
+
+def check_tool_calling(cfg: RunConfig, model: str) -> Check:
+    """One tiny real call through the project's LLM class, asking for a Ping tool call."""
+    from fixgraph.llm import LLM, LLMFailure, Meter, make_chat_model
+
+    llm_settings = cfg.llm.model_copy(update={"timeout_s": min(cfg.llm.timeout_s, CHECK_TIMEOUT_S),
+                                              "max_retries": 0, "max_output_tokens": 64})
+    probe_cfg = cfg.model_copy(update={"llm": llm_settings})
+    roles = [r for r in ROLES if getattr(cfg.llm.models, r) == model]
+    llm = LLM(lambda role: make_chat_model(probe_cfg, role), Meter(CHECK_BUDGET, cfg.llm.prices),
+              reasks=0, retries=0)
+    try:
+        llm.structured(roles[0], "check", Ping, [HumanMessage("Call the Ping tool with ok=true.")])
+    except LLMFailure as exc:
+        msg = str(exc)
+        if "did not call" in msg or "no valid Ping" in msg:
+            return Check(f"tool calling {model}", False,
+                         "the model did not answer with a tool call: the nodes need tool calling "
+                         "(structured output); use a model that supports it, or start the server with "
+                         "tool calling on (vLLM: --enable-auto-tool-choice --tool-call-parser ...)")
+        return Check(f"tool calling {model}", False, f"the probe call failed: {_short(msg)}")
+    except Exception as exc:  # noqa: BLE001 - e.g. the budget: report, do not crash the check
+        return Check(f"tool calling {model}", False, f"the probe call failed: {_short(exc)}")
+    return Check(f"tool calling {model}", True, "answered a tool call")
+
+
+def check_pyright(cfg: RunConfig) -> Check:
+    if not (cfg.critic.enabled and cfg.critic.static):
+        return Check("pyright", True, "not used by this config")
+    from scoring.static import StaticAnalysisUnavailable, check_available
+
+    try:
+        return Check("pyright", True, check_available(cfg.critic))
+    except StaticAnalysisUnavailable as exc:
+        return Check("pyright", False, f"{exc}: pip install pyright (it fetches Node on first use), "
+                     "or set critic.pyright")
+
+
+def check_git() -> Check:
+    try:
+        out = subprocess.run(["git", "--version"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("git", False, f"git does not run ({_short(exc)}): install git")
+    if out.returncode != 0:
+        return Check("git", False, f"git --version failed (exit {out.returncode}): install git")
+    return Check("git", True, out.stdout.strip())
+
+
+def check_test_backend(cfg: RunConfig) -> Check:
+    backend = cfg.tests.backend
+    part = f"test backend {backend}"
+    if not cfg.critic.enabled or cfg.critic.tests == "off":
+        return Check(part, True, "not used by this config")
+    if backend == "local":
+        return Check(part, True, "runs the tests in this Python")
+    if backend == "docker":
+        from scoring.docker import engine_status
+
+        why = engine_status()
+        if why:
+            return Check(part, False, f"{why}: start Docker, or set [tests] backend = \"venv\"")
+        return Check(part, True, "a Docker engine answers")
+    with tempfile.TemporaryDirectory(prefix="fixgraph-check-") as tmp:
+        try:
+            out = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(Path(tmp) / "v")],
+                                 capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return Check(part, False, f"python -m venv did not run ({_short(exc)})")
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["failed"])[-1]
+        return Check(part, False, f"python -m venv failed ({_short(last)}): install python3-venv")
+    return Check(part, True, f"{Path(sys.executable).name} -m venv builds an environment")
+
+
+def check_github(cfg: RunConfig) -> Check:
+    if cfg.eval_mode:
+        return Check("GitHub", True, "not used in EVAL_MODE")
+    from github.GithubException import GithubException
+
+    from fixgraph.github_client import GitHubAccess
+
+    try:
+        access = GitHubAccess(cfg)
+    except ConfigError as exc:
+        return Check("GitHub", False, str(exc))
+    if access.app_auth is not None:
+        return Check("GitHub", True, "GitHub App configured (each job uses its installation's token)")
+    from github import Auth, Github
+
+    # No retries here: the check says at once what is wrong instead of waiting out backoff.
+    gh = Github(auth=Auth.Token(access.token or ""), base_url=cfg.github.base_url.rstrip("/"),
+                timeout=int(min(cfg.github.timeout_s, 10)), retry=None)
+    try:
+        login = gh.get_user().login
+    except GithubException as exc:
+        return Check("GitHub", False, f"GET /user answered {exc.status}: check GITHUB_TOKEN and GITHUB_BASE_URL")
+    except Exception as exc:  # noqa: BLE001 - connection errors come in many types
+        return Check("GitHub", False, f"{cfg.github.base_url} unreachable ({_short(exc)})")
+    scopes = gh.oauth_scopes
+    if scopes is None:  # fine-grained tokens: GitHub does not list their permissions
+        return Check("GitHub", True, f"token of {login} (fine-grained: needs Contents, Issues and "
+                     "Pull requests read and write on the repository)")
+    if not {"repo", "public_repo"} & set(scopes):
+        return Check("GitHub", False, f"token of {login} has scopes {', '.join(scopes) or 'none'}; "
+                     "publishing needs repo (or public_repo for public repositories)")
+    return Check("GitHub", True, f"token of {login}, scopes {', '.join(scopes)}")
+
+
+def run_checks(cfg: RunConfig, tool_check: Callable[[RunConfig, str], Check] = check_tool_calling) -> list[Check]:
+    endpoint, listed = check_endpoint(cfg)
+    checks = [endpoint]
+    if listed is not None:
+        model_checks = check_models(cfg, listed)
+        checks += model_checks
+        checks += [tool_check(cfg, c.part.removeprefix("model ")) for c in model_checks if c.ready]
+    checks += [check_pyright(cfg), check_git(), check_test_backend(cfg), check_github(cfg)]
+    return checks
+
+
+def print_report(checks: list[Check], out: Callable[[str], None] = print) -> bool:
+    """One line per part; True when every part is ready."""
+    for c in checks:
+        out(f"{'ready    ' if c.ready else 'NOT READY'}  {c.part}: {c.detail}")
+    ok = all(c.ready for c in checks)
+    out("all ready" if ok else f"{sum(not c.ready for c in checks)} part(s) not ready")
+    return ok
+
+
+def _short(exc: object, limit: int = 200) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,118 @@
+"""One-way layers: the import graph of the non-test code has no cycle.
+
+A small AST walk: every ``import`` and ``from ... import`` in fixgraph/, agents/, scoring/, eval/,
+bot/ and graph.py, at any depth (a lazy import inside a function is still a dependency), is an
+edge between the project's modules; a strongly connected component of more than one module is a
+cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("fixgraph", "agents", "scoring", "eval", "bot")
+
+
+def modules() -> dict[str, Path]:
+    found = {"graph": ROOT / "graph.py"}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            # `from pkg import mod` depends on pkg.mod when that is a module, else on pkg.
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                out.add(target)
+    return out
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(component)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {name: imports(name, path, set(mods)) for name, path in mods.items()}
+
+
+def test_the_walk_sees_real_edges() -> None:
+    graph = import_graph()
+    assert "fixgraph.config" in graph["fixgraph.runner"]
+    assert "fixgraph.github_client" in graph["fixgraph.github_pr"]
+    assert "agents.critic" in graph["graph"]  # imported inside build_graph: still an edge
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+
+
+def test_no_import_cycle() -> None:
+    assert [sorted(c) for c in cycles(import_graph())] == []
+
+
+def test_the_floor_imports_nothing_above_it() -> None:
+    """fixgraph's runner, state, config, llm, workspace and records import no agent, graph or bot."""
+    graph = import_graph()
+    floor = ["fixgraph.runner", "fixgraph.state", "fixgraph.config", "fixgraph.llm", "fixgraph.workspace",
+             "fixgraph.records", "fixgraph.github_pr", "fixgraph.github_client"]
+    for name in floor:
+        above = sorted(t for t in graph[name] if t == "graph" or t.split(".")[0] in ("agents", "bot", "eval"))
+        assert above == [], name

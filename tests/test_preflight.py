@@ -1,0 +1,111 @@
+"""python graph.py --check: each part ready or not, and what to do; exit 0 only when all are."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eval.fake_llm_server import FakeLLMServer, ScriptResponder
+from fixgraph.config import load_config
+from fixgraph.preflight import check_github, check_tool_calling, print_report, run_checks
+from tests.fake_github import FakeGitHub
+
+ROOT = Path(__file__).resolve().parent.parent
+NO_TOOLS = ("NOT READY  tool calling m1: the model did not answer with a tool call: the nodes need tool "
+            "calling (structured output); use a model that supports it, or start the server with tool "
+            "calling on (vLLM: --enable-auto-tool-choice --tool-call-parser ...)")
+
+
+def check(tmp_path: Path, base_url: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "FIXGRAPH", "EVAL_MODE", "GITHUB"))}
+    env.update(OPENAI_API_KEY="k", OPENAI_BASE_URL=base_url, EVAL_MODE="true",
+               FIXGRAPH_CACHE_DIR=str(tmp_path / "cache"))
+    return subprocess.run([sys.executable, str(ROOT / "graph.py"), "--check", "--model", "m1", *extra],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_check_against_a_good_server_exits_0(tmp_path: Path) -> None:
+    with FakeLLMServer(ScriptResponder({"Ping": [{"ok": True}]}), models=("m1",)) as srv:
+        proc = check(tmp_path, srv.base_url)
+        calls = [r for r in srv.requests if r["body"]]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1] == "all ready"
+    parts = [ln.split(":", 1)[0].split(None, 1)[1] for ln in lines[:-1]]
+    assert parts == ["LLM endpoint", "model m1", "tool calling m1", "pyright", "git", "test backend venv", "GitHub"]
+    # One tiny real call for the one model, offering the Ping tool.
+    assert len(calls) == 1 and calls[0]["body"]["tools"][0]["function"]["name"] == "Ping"
+
+
+def test_check_against_a_server_without_tool_calling_says_exactly_that(tmp_path: Path) -> None:
+    with FakeLLMServer(ScriptResponder({}), models=("m1",), tools=False) as srv:
+        proc = check(tmp_path, srv.base_url)
+    assert proc.returncode == 1
+    assert NO_TOOLS in proc.stdout.splitlines()
+    assert proc.stdout.strip().splitlines()[-1] == "1 part(s) not ready"
+
+
+def test_a_model_the_server_lacks_and_a_server_that_is_down(tmp_path: Path) -> None:
+    with FakeLLMServer(ScriptResponder({}), models=("other",)) as srv:
+        cfg = load_config("baseline", env={"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": srv.base_url})
+        checks = run_checks(cfg)
+    bad = [c for c in checks if not c.ready]
+    assert [c.part for c in bad] == ["model gpt-4o", "model gpt-4o-mini"]
+    assert "not listed by the server (it has: other); pass --model NAME" in bad[0].detail
+    cfg = load_config("baseline", env={"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"})
+    checks = run_checks(cfg, tool_check=lambda c, m: pytest.fail("no tool check without an endpoint"))
+    assert not checks[0].ready and "does not answer GET /models" in checks[0].detail
+    out: list[str] = []
+    assert not print_report(checks, out.append)
+    assert out[0].startswith("NOT READY  LLM endpoint: http://127.0.0.1:9/v1 does not answer")
+
+
+def test_tool_calling_check_passes_through_the_llm_class(tmp_path: Path) -> None:
+    with FakeLLMServer(ScriptResponder({"Ping": [{"ok": True}]}), models=("m1",)) as srv:
+        cfg = load_config("redo", env={"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": srv.base_url},
+                          overrides={"llm.models.coder": "m1"})
+        assert check_tool_calling(cfg, "m1").ready
+
+
+@pytest.fixture
+def github(tmp_path: Path) -> Iterator[FakeGitHub]:
+    gh = FakeGitHub(tmp_path / "served", tokens={"ghp_classic", "ghp_narrow", "github_pat_fine"},
+                    token_scopes={"ghp_classic": "repo, workflow", "ghp_narrow": "read:org"}).start()
+    yield gh
+    gh.stop()
+
+
+@pytest.mark.parametrize(("token", "ready", "says"), [
+    ("ghp_classic", True, "token of fixgraph-bot, scopes repo, workflow"),
+    ("ghp_narrow", False, "has scopes read:org; publishing needs repo"),
+    ("github_pat_fine", True, "fine-grained: needs Contents, Issues and Pull requests"),
+    ("ghp_wrong", False, "GET /user answered 401"),
+])
+def test_github_token_scopes(github: FakeGitHub, token: str, ready: bool, says: str) -> None:
+    cfg = load_config("redo", env={"GITHUB_TOKEN": token, "GITHUB_BASE_URL": github.base_url, "EVAL_MODE": "false"},
+                      overrides={"github.request_pause_s": 0, "github.write_pause_s": 0})
+    got = check_github(cfg)
+    assert got.ready is ready and says in got.detail, got.detail
+
+
+def test_github_is_not_checked_in_eval_mode() -> None:
+    assert check_github(load_config("redo", env={"EVAL_MODE": "true"})).ready
+
+
+def test_test_backend_docker_without_an_engine_and_venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import scoring.docker  # noqa: F401 - imported (it imports GitPython, which needs git) before PATH goes
+    from fixgraph.preflight import check_test_backend
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no docker CLI on it
+    got = check_test_backend(load_config("redo", env={}, overrides={"tests.backend": "docker"}))
+    assert not got.ready
+    assert got.detail == 'no docker CLI on this machine: start Docker, or set [tests] backend = "venv"'
+    assert check_test_backend(load_config("redo", env={})).ready  # venv: python -m venv works here
+    assert check_test_backend(load_config("baseline", env={})).detail == "not used by this config"
+    no_tests = load_config("redo", env={}, overrides={"critic.tests": "off", "tests.backend": "docker"})
+    assert check_test_backend(no_tests).detail == "not used by this config"

@@ -1,0 +1,61 @@
+"""Install specs come from the package itself: no package index, no subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scoring import specs
+from scoring.sandbox import netns_prefix
+
+
+@pytest.fixture
+def shipped_only(monkeypatch: pytest.MonkeyPatch):
+    """swebench as 5.x ships it: no MAP_REPO_VERSION_TO_SPECS, so the shipped table is read."""
+    from swebench.harness import constants
+
+    monkeypatch.delattr(constants, "MAP_REPO_VERSION_TO_SPECS", raising=False)
+    specs._specs_tables.cache_clear()
+    yield
+    specs._specs_tables.cache_clear()
+
+
+def test_specs_come_from_package_data_without_any_subprocess(
+        shipped_only: None, tmp_path: Path, spawned: list[tuple[Any, dict[str, str]]]) -> None:
+    django = specs.repo_specs(tmp_path, "django/django", "3.0")
+    sympy = specs.repo_specs(tmp_path, "sympy/sympy", "1.1")
+    assert django is not None and sympy is not None
+    assert django["test_cmd"].startswith("./tests/runtests.py")
+    assert sympy["test_cmd"].endswith("bin/test -C --verbose")
+    assert specs.requirements_paths(tmp_path, "django/django") == ["tests/requirements/py3.txt"]
+    assert specs.repo_specs(tmp_path, "fixture/calc", "1.0") is None
+    assert spawned == []  # no pip download, nothing else
+    assert not (tmp_path / "swebench-specs").exists()
+
+
+def test_shipped_table_covers_the_swebench_repos_and_says_where_it_came_from() -> None:
+    data = json.loads((Path(specs.__file__).parent / specs.SPECS_DATA).read_text())
+    assert "swebench-4.1.0" in data["provenance"] and "eval.make_specs" in data["provenance"]
+    assert len(data["specs"]) == 12
+    for repo, versions in data["specs"].items():
+        assert versions, repo
+        assert all("test_cmd" in spec and "python" in spec for spec in versions.values()), repo
+
+
+@pytest.mark.skipif(netns_prefix() is None, reason="no network namespaces on this kernel")
+def test_specs_load_with_the_network_cut() -> None:
+    code = ("from pathlib import Path\nfrom swebench.harness import constants as c\n"
+            "c.__dict__.pop('MAP_REPO_VERSION_TO_SPECS', None)\n"
+            "from scoring.specs import repo_specs\n"
+            "print(repo_specs(Path('.'), 'pytest-dev/pytest', '5.4')['test_cmd'])")
+    prefix = netns_prefix()
+    assert prefix is not None
+    out = subprocess.run([*prefix, sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=Path(specs.__file__).parent.parent)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "pytest -rA"
