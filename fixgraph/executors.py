@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from fixgraph.config import ConfigError, RunConfig
 from fixgraph.dataset import Instance, Task
@@ -39,7 +39,7 @@ from fixgraph.llm import ModelFactory, RunMeter
 from fixgraph.records import RunStore
 
 if TYPE_CHECKING:
-    from fixgraph.runner import GraphFactory
+    from fixgraph.runner import GraphFactory  # the runner's side of the seam; executors stand above it
 
 RAY_EXTRA = 'pip install -e ".[ray]"'
 
@@ -47,15 +47,6 @@ RAY_EXTRA = 'pip install -e ".[ray]"'
 class ExecutorError(ConfigError):
     """The executor cannot run: one line for the user (a ConfigError, so every entry point that
     reports bad settings reports this too)."""
-
-
-class Executor(Protocol):
-    def run(self, todo: list[Instance | Task], cfg: RunConfig, *, build_graph: GraphFactory, store: RunStore,
-            repos: Path | None, model_factory: ModelFactory | None, run_meter: RunMeter,
-            on_record: Callable[[dict[str, Any]], None]) -> list[Instance | Task]:
-        """Run ``todo``, write each record through ``store``, call ``on_record`` after each;
-        return the tasks not started because the run's budget was spent."""
-        ...
 
 
 def require_ray() -> None:

@@ -16,10 +16,11 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -35,15 +36,24 @@ from fixgraph.records import RunStore
 from fixgraph.state import TaskState, Usage
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree
 
-if TYPE_CHECKING:
-    from fixgraph.executors import Executor
-
 
 class GraphFactory(Protocol):
     """What the runner is given to build the graph (graph.build_graph): the runner never imports
     the module that wires the agents, which stands above it."""
 
     def __call__(self, checkpointer: Any = None) -> Any: ...
+
+
+class Executor(Protocol):
+    """Where tasks run when not on the runner's own thread pool (fixgraph/executors.py implements
+    it for Ray; the runner defines the seam and imports no executor)."""
+
+    def run(self, todo: list[Instance | Task], cfg: RunConfig, *, build_graph: GraphFactory, store: RunStore,
+            repos: Path | None, model_factory: ModelFactory | None, run_meter: RunMeter,
+            on_record: Callable[[dict[str, Any]], None]) -> list[Instance | Task]:
+        """Run ``todo``, write each record through ``store``, call ``on_record`` after each;
+        return the tasks not started because the run's budget was spent."""
+        ...
 
 
 def model_name(cfg: RunConfig) -> str:
