@@ -23,7 +23,7 @@ from fixgraph.state import ReproTestDraft, TaskState, Usage, merge_usage
 from fixgraph.workspace import PatchError
 from scoring import selection
 from scoring.specs import SpecsError, repo_specs
-from scoring.testenv import PASSING, SuiteRun
+from scoring.testenv import PASSING, SuiteRun, owned_by
 from scoring.tests import ReproTest, baseline, make_runner
 
 # A failure of these kinds raised in the test file itself says the test is broken, not the code.
@@ -57,8 +57,20 @@ def check_draft(draft: ReproTestDraft, ctx: TaskContext) -> str:
     return "" if has_test else "the file defines no test function (def test_...)"
 
 
-def judge_run(run: SuiteRun, path: str) -> tuple[str, list[str]]:
+def test_names(content: str) -> set[str]:
+    """Names of the test functions, methods and classes a test file defines."""
+    try:
+        tree = ast.parse(content)
+    except SyntaxError:
+        return set()
+    return {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+
+
+def judge_run(run: SuiteRun, path: str, content: str = "") -> tuple[str, list[str]]:
     """("", failing ids) when the run reproduces the issue, else (why not, [])."""
+    if run.statuses:
+        names = test_names(content) if content else None
+        run.statuses = {t: s for t, s in run.statuses.items() if owned_by(t, (path,), names)}
     if run.error:
         return f"it could not run: {run.error}", []
     if not run.statuses:
@@ -127,7 +139,7 @@ def reproducer(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any
         if not problem:
             test = ReproTest(draft.path, draft.content, ())
             run = baseline(runner, ctx.task, wt, test.suite(settings.timeout_s))
-            problem, failing = judge_run(run, draft.path)
+            problem, failing = judge_run(run, draft.path, draft.content)
             output = run.log_tail(OUTPUT_CHARS)
         tries.append({"path": draft.path, "content": draft.content[:6000], "verdict": problem or "accepted",
                       "output": output})

@@ -75,6 +75,20 @@ class SuiteRun:
         return text[-chars:]
 
 
+def owned_by(test_id: str, files: tuple[str, ...] | list[str], names: set[str] | None = None) -> bool:
+    """Whether a parsed test id is one of ``files``' own tests. A test of pytest itself prints the
+    results of the inner sessions it starts, and the log parser reads those too
+    (``test_x.py::test_func`` of a temporary directory): they are nobody's tests. An id with a path
+    must name one of the files; a bare name (sympy's runner, django's) must be one ``names`` lists
+    when given."""
+    if "::" in test_id:
+        return test_id.split("::", 1)[0] in files
+    if names is None:
+        return True
+    word = test_id.split(" ", 1)[0].split("[", 1)[0]
+    return word in names
+
+
 class SuiteRunner(Protocol):
     """A test backend: runs a suite on the task's base commit with (or without) a patch."""
 

@@ -64,6 +64,7 @@ from scoring.testenv import (
     TestEnv,
     git_apply,
     materialize,
+    owned_by,
     run_root,
 )
 
@@ -339,18 +340,23 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
             why.append("existing tests could not run at the base: "
                        + (before.error or _nothing_collected(before)))
         else:
-            after = runner.run_suite(task, wt, patch, suite)
-            out.seconds += after.seconds
-            out.notes += after.notes
-            out.timed_out = out.timed_out or after.timed_out
-            out.network_isolated = after.network_isolated
-            if after.error:
+            owned = {t: s for t, s in before.statuses.items() if owned_by(t, chosen.files)}
+            after = runner.run_suite(task, wt, patch, suite) if owned else None
+            if after is None:
+                why.append("no selected existing test reported a result at the base")
+            elif after.error:
+                out.seconds += after.seconds
                 why.append(f"existing tests: {after.error}")
             else:
+                out.seconds += after.seconds
+                out.notes += after.notes
+                out.timed_out = out.timed_out or after.timed_out
+                out.network_isolated = after.network_isolated
                 out.regression_ran = True
-                # A test the base run did not reach (timeout) is left out, as the selection says.
-                out.pass_to_pass_before = dict(before.statuses)
-                out.pass_to_pass_after = {t: after.statuses.get(t, "MISSING") for t in before.statuses}
+                # A test the base run did not reach (timeout) is left out, as the selection says; so
+                # are ids that are no selected file's own (the inner sessions a test of pytest runs).
+                out.pass_to_pass_before = owned
+                out.pass_to_pass_after = {t: after.statuses.get(t, "MISSING") for t in owned}
                 broken = [t for t, s in out.pass_to_pass_after.items()
                           if s not in PASSING and out.pass_to_pass_before.get(t) in PASSING]
                 if broken:

@@ -82,3 +82,22 @@ def test_a_patch_the_harness_cannot_apply_after_its_install_step_is_caught(tmp_p
     elsewhere = apply_to(wt, diff_for(tmp_path, "pkg/util.py", UTIL, UTIL.replace("upper", "title")))
     assert harness.harness_apply_error(task, wt, elsewhere, steps, settings) == ""
     assert git(wt.path, "status", "--porcelain") != ""  # the worktree still holds the patch
+
+
+def test_only_the_files_own_tests_count() -> None:
+    """A test of pytest prints the results of the inner sessions it runs; the log parser reads
+    them too. They are nobody's tests: not a reproduction test's, not a selected file's."""
+    from agents.reproducer import judge_run
+    from scoring.testenv import SuiteRun, owned_by
+
+    assert owned_by("testing/test_mark.py::test_x[a]", ["testing/test_mark.py"])
+    assert not owned_by("test_select_simple.py::test_one", ["testing/test_mark.py"])
+    assert owned_by("test_foo", ["sympy/core/tests/test_x.py"], {"test_foo"})
+    assert not owned_by("test_bar (x.Y)", ["tests/x.py"], {"test_foo"})
+    content = "def test_issue():\n    assert False\n"
+    run = SuiteRun({"testing/test_issue.py::test_issue": "FAILED", "test_inner.py::test_func": "FAILED",
+                    "testing/test_issue.py::test_other": "PASSED"}, "log", 1.0)
+    assert judge_run(run, "testing/test_issue.py", content) == ("", ["testing/test_issue.py::test_issue"])
+    only_inner = SuiteRun({"test_inner.py::test_func": "FAILED", "testing/test_issue.py::test_issue": "PASSED"},
+                          "log", 1.0)
+    assert "does not reproduce" in judge_run(only_inner, "testing/test_issue.py", content)[0]
