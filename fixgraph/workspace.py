@@ -17,7 +17,12 @@ from pathlib import Path
 
 import git
 
+from fixgraph import gitsafe
 from fixgraph.records import file_lock
+from scoring import sandbox
+
+# Every git command this process runs (GitPython's too) ignores hooks and outside config.
+gitsafe.harden()
 
 
 class WorkspaceError(Exception):
@@ -32,7 +37,7 @@ def _git_env() -> dict[str, str]:
     # Never prompt for credentials; fail instead.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "GITHUB_TOKEN"))}
     env.update(GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true")
-    return env
+    return gitsafe.hardened_env(env)
 
 
 def find_mirror(mirrors: Path, repo: str) -> Path | None:
@@ -50,6 +55,10 @@ class RepoCache:
         self.mirrors = mirrors.resolve() if mirrors else None
         (self.cache_dir / "repos").mkdir(parents=True, exist_ok=True)
         (self.cache_dir / "worktrees").mkdir(parents=True, exist_ok=True)
+        # Test processes never see the clones nor the worktrees (their hooks and config are what
+        # fixgraph's own git would read).
+        sandbox.protect(self.cache_dir / "repos")
+        sandbox.protect(self.cache_dir / "worktrees")
 
     def source_url(self, repo: str) -> str:
         if self.mirrors is not None:

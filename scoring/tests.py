@@ -29,11 +29,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from fixgraph import gitsafe
 from fixgraph.config import TestSettings
 from fixgraph.dataset import Instance
 from fixgraph.workspace import Worktree, content_key
 from scoring import crash
-from scoring.sandbox import Limits, run_isolated, scrubbed_env
+from scoring.sandbox import Limits, prepare_workdir, run_isolated, scrubbed_env
 from scoring.specs import (
     SpecsError,
     parse_log,
@@ -221,6 +222,7 @@ class SubprocessRunner:
         work = run_dir / "repo"
         home = run_dir / "home"
         home.mkdir(parents=True)
+        prepare_workdir(run_dir)  # removed by the sandbox if fixgraph is killed mid-run
         try:
             notes: list[str] = []
             err = _materialize(wt, instance.base_commit, work)
@@ -317,8 +319,7 @@ def _nothing_collected(run: _Run) -> str:
 
 
 def _git(work: Path, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_TERMINAL_PROMPT": "0",
-           "HOME": str(work), "GIT_CONFIG_NOSYSTEM": "1"}
+    env = gitsafe.hardened_env({"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work)})
     return subprocess.run(["git", *args], cwd=work, input=data, capture_output=True, env=env, timeout=600)
 
 
@@ -326,7 +327,7 @@ def _materialize(wt: Worktree, commit: str, work: Path) -> str:
     """A fresh copy of ``commit`` at ``work`` from the worktree's objects (read only)."""
     work.mkdir(parents=True)
     archive = subprocess.Popen(["git", "-C", str(wt.path), "archive", "--format=tar", commit],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=gitsafe.hardened_env())
     untar = subprocess.run(["tar", "-x", "-C", str(work)], stdin=archive.stdout, capture_output=True)
     assert archive.stdout is not None
     archive.stdout.close()

@@ -75,10 +75,10 @@ def test_socket_to_loopback_works_without_isolation(tmp_path: Path) -> None:
 
 
 def test_sleeping_test_is_killed_with_its_children(tmp_path: Path) -> None:
-    pidfile = tmp_path / "child.pid"
+    marker = f"{time.time_ns() % 10**6 + 300}.5"  # a sleep argument no other process has
     extra = ("\n\ndef test_sleep():\n    import subprocess, time\n"
-             "    p = subprocess.Popen(['sleep', '300'])\n"
-             f"    open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+             f"    subprocess.Popen(['sleep', {marker!r}])\n"
+             f"    subprocess.Popen(['setsid', 'sleep', {marker!r}])\n"
              "    time.sleep(300)\n")
     inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P])
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
@@ -88,14 +88,35 @@ def test_sleeping_test_is_killed_with_its_children(tmp_path: Path) -> None:
     assert not out.runnable
     assert out.timed_out
     assert "timed out" in out.reason
-    pid = int(pidfile.read_text())
-    assert _gone(pid)  # the test's own child went with the process group
+    # the test's child and a daemon in a session of its own went with it
+    assert _gone_by_cmdline(marker)
+
+
+def _gone_by_cmdline(marker: str, wait_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if not [pid for pid in _pids_with(marker) if not _gone(int(pid), 0.0)]:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _pids_with(marker: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(entry.name)
+            except OSError:
+                continue
+    return found
 
 
 def _gone(pid: int, wait_s: float = 5.0) -> bool:
     """Dead, or a zombie waiting for init to reap it."""
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
+    while True:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
@@ -105,8 +126,9 @@ def _gone(pid: int, wait_s: float = 5.0) -> bool:
                 return True
         except (OSError, IndexError):
             return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.1)
-    return False
 
 
 def test_patch_that_hangs_scores_zero(tmp_path: Path) -> None:
