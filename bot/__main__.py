@@ -25,6 +25,7 @@ from bot.jobs import JobQueue
 from bot.poll import Poller
 from bot.server import make_server
 from bot.worker import Worker
+from fixgraph import redaction
 from fixgraph.config import ConfigError, RunConfig, load_config
 from fixgraph.records import redact
 from fixgraph.workspace import RepoCache
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # Secrets now live in cfg only; no child process (git, tests, pyright) inherits them.
     scrub_environ()
+    redaction.register(cfg.secrets())
     handler = logging.StreamHandler()
     handler.setFormatter(RedactingFormatter(cfg.secrets()))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from fixgraph import redaction
+
 RECORD_VERSION = 1
 
 
@@ -51,10 +53,8 @@ def file_lock(path: Path) -> Iterator[None]:
 
 
 def redact(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
+    """``text`` without ``secrets`` nor the process's known ones (``fixgraph.redaction``)."""
+    return redaction.redact(text, secrets)
 
 
 class RunStore:

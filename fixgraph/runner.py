@@ -25,7 +25,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.errors import GraphRecursionError
 
-from fixgraph import astlock
+from fixgraph import astlock, redaction
 from fixgraph.config import RunConfig
 from fixgraph.context import TaskContext
 from fixgraph.dataset import Instance
@@ -224,6 +224,8 @@ def run_tasks(instances: list[Instance], cfg: RunConfig, *, run_id: str, repos: 
     """Run every task not already done; Ctrl-C keeps what finished and exits for a later resume."""
     # Workers are threads, and ast.parse is not thread-safe on CPython 3.11 (see fixgraph/astlock.py).
     astlock.install()
+    # Test output reaches records, checkpoints and prompts; the config's secrets are masked there.
+    redaction.register(cfg.secrets())
     store = RunStore(run_id, cfg.predictions_dir, cfg.runs_dir, model_name(cfg), cfg.secrets())
     repo_cache = RepoCache(cfg.cache_dir, repos)
     publisher = publisher or DiffPublisher(store)
