@@ -23,7 +23,7 @@ from github.GithubException import GithubException
 from bot.client import GitHubAccess, scrub_environ
 from bot.jobs import JobQueue
 from bot.poll import Poller
-from bot.server import make_server
+from bot.server import DeliveryLog, make_server
 from bot.worker import Worker
 from fixgraph import redaction
 from fixgraph.config import ConfigError, RunConfig, load_config
@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "serve":
         try:
-            server = make_server(cfg.github, jobs.submit, args.host, args.port)
+            server = make_server(cfg.github, jobs.submit, args.host, args.port,
+                                 deliveries=DeliveryLog(cfg.cache_dir / "bot" / "deliveries.sqlite"))
         except (ConfigError, OSError) as exc:
             print(f"fixgraph bot: error: {exc}", file=sys.stderr)
             return 2
