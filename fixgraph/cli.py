@@ -7,20 +7,41 @@ and the task list have been checked.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from dotenv import load_dotenv
 
 from fixgraph.config import ConfigError, load_config
-from fixgraph.dataset import DatasetError, load_dataset_any, select
+from fixgraph.dataset import DatasetError, Instance, load_dataset_any, select
 from fixgraph.publish import Publisher
-from fixgraph.workspace import WorkspaceError
+from fixgraph.records import RunLockedError, check_id
+from fixgraph.workspace import WorkspaceError, preflight
 from scoring.static import StaticAnalysisUnavailable, check_available
 
 
 def fail(message: str) -> int:
     print(f"fixgraph: error: {message}", file=sys.stderr)
     return 2
+
+
+def _check_inputs(run_id: str, instances: list[Instance], out_dirs: list[Path]) -> None:
+    """Ids that name files, and folders that can be created, before any of them is."""
+    try:
+        check_id("--run-id", run_id)
+        for inst in instances:
+            check_id("instance_id", inst.instance_id)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    for wanted in out_dirs:
+        path = wanted.absolute()
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        if not path.is_dir():
+            raise ConfigError(f"cannot create {wanted}: {path} is not a folder")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ConfigError(f"cannot create {wanted}: {path} is not writable")
 
 
 def run_cli(args: argparse.Namespace) -> int:
@@ -40,11 +61,14 @@ def run_cli(args: argparse.Namespace) -> int:
 
             publisher = GitHubPublisher(cfg)
         instances = select(load_dataset_any(args.dataset, cfg.cache_dir), args.tasks)
+        run_id = args.run_id or cfg.name
+        _check_inputs(run_id, instances, [cfg.predictions_dir, cfg.runs_dir / run_id, cfg.cache_dir])
+        preflight(cfg.cache_dir, args.repos, [(i.repo, i.base_commit) for i in instances])
         from fixgraph.runner import run_tasks
 
-        summary = run_tasks(instances, cfg, run_id=args.run_id or cfg.name, repos=args.repos,
+        summary = run_tasks(instances, cfg, run_id=run_id, repos=args.repos,
                             workers=args.workers, progress=not args.no_progress, publisher=publisher)
-    except (ConfigError, DatasetError, WorkspaceError, StaticAnalysisUnavailable) as exc:
+    except (ConfigError, DatasetError, WorkspaceError, StaticAnalysisUnavailable, RunLockedError) as exc:
         return fail(str(exc))
     print(summary.line())
     print(f"predictions: {summary.predictions}")

@@ -31,7 +31,7 @@ from fixgraph.context import TaskContext
 from fixgraph.dataset import Instance
 from fixgraph.llm import LLM, ChargeHook, Meter, ModelFactory, RunMeter, default_factory
 from fixgraph.publish import DiffPublisher, Publisher
-from fixgraph.records import RunStore
+from fixgraph.records import RunLock, RunStore
 from fixgraph.state import TaskState, Usage
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree
 
@@ -227,6 +227,17 @@ def run_tasks(instances: list[Instance], cfg: RunConfig, *, run_id: str, repos: 
     # Test output reaches records, checkpoints and prompts; the config's secrets are masked there.
     redaction.register(cfg.secrets())
     store = RunStore(run_id, cfg.predictions_dir, cfg.runs_dir, model_name(cfg), cfg.secrets())
+    lock = RunLock(store.run_dir)  # a second process with this run id stops here
+    try:
+        return _run_locked(instances, cfg, store, repos=repos, workers=workers, model_factory=model_factory,
+                           progress=progress, publisher=publisher)
+    finally:
+        lock.release()
+
+
+def _run_locked(instances: list[Instance], cfg: RunConfig, store: RunStore, *, repos: Path | None, workers: int,
+                model_factory: ModelFactory | None, progress: bool, publisher: Publisher | None) -> RunSummary:
+    run_id = store.run_id
     repo_cache = RepoCache(cfg.cache_dir, repos)
     publisher = publisher or DiffPublisher(store)
     summary = RunSummary(run_id=run_id, total=len(instances), predictions=str(store.jsonl_path))

@@ -40,6 +40,9 @@ def _git_env() -> dict[str, str]:
     return gitsafe.hardened_env(env)
 
 
+NEUTRAL_ATTRIBUTES = "* !filter !diff !merge !ident !export-subst\n"
+
+
 def find_mirror(mirrors: Path, repo: str) -> Path | None:
     owner, name = repo.split("/", 1)
     for cand in (mirrors / f"{owner}+{name}" / "repo", mirrors / f"{owner}+{name}",
@@ -47,6 +50,50 @@ def find_mirror(mirrors: Path, repo: str) -> Path | None:
         if (cand / "HEAD").is_file() or (cand / ".git").exists():
             return cand
     return None
+
+
+def preflight(cache_dir: Path, mirrors: Path | None, tasks: list[tuple[str, str]]) -> None:
+    """Check, writing nothing, that every (repo, base commit) can be checked out: a mirror (or the
+    cached clone) exists, git can read it, and it has the commit. WorkspaceError says what is not.
+    Without mirrors, repositories come from GitHub at run time and only the cache is consulted."""
+    by_repo: dict[str, set[str]] = {}
+    for repo, commit in tasks:
+        by_repo.setdefault(repo, set()).add(commit)
+    for repo, commits in sorted(by_repo.items()):
+        if repo.count("/") != 1 or not all(part and part not in (".", "..") for part in repo.split("/")):
+            raise WorkspaceError(f"repo {repo!r} is not owner/name")
+        sources = []
+        cached = cache_dir.resolve() / "repos" / (repo.replace("/", "+") + ".git")
+        if (cached / "HEAD").is_file():
+            sources.append(cached)
+        if mirrors is not None:
+            found = find_mirror(mirrors.resolve(), repo)
+            if found is not None:
+                sources.append(found)
+            elif not sources:
+                raise WorkspaceError(f"cannot clone {repo}: no mirror of it under {mirrors.resolve()}")
+        if not sources:
+            continue
+        missing = set(commits)
+        for src in sources:
+            missing -= _commits_in(src, repo, missing)
+        if missing:
+            raise WorkspaceError(f"{repo} has no commit {sorted(missing)[0][:12]} (looked in {sources[-1]})")
+
+
+def _commits_in(src: Path, repo: str, commits: set[str]) -> set[str]:
+    wanted = sorted(commits)
+    try:
+        proc = subprocess.run(["git", "-C", str(src), "cat-file", "--batch-check"], capture_output=True,
+                              input="".join(f"{c}^{{commit}}\n" for c in wanted).encode(), env=_git_env(), timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise WorkspaceError(f"cannot read the mirror of {repo} at {src}: {exc}") from None
+    if proc.returncode != 0:
+        detail = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise WorkspaceError(f"the mirror of {repo} at {src} is not a usable git repository: "
+                             f"{detail[-1] if detail else 'git exited ' + str(proc.returncode)}")
+    lines = proc.stdout.decode(errors="replace").splitlines()
+    return {c for c, line in zip(wanted, lines, strict=False) if line.split()[1:2] == ["commit"]}
 
 
 class RepoCache:
@@ -85,6 +132,10 @@ class RepoCache:
                     shutil.rmtree(tmp, ignore_errors=True)
                     detail = (exc.stderr or "").strip().splitlines()
                     raise WorkspaceError(f"cannot clone {repo} from {url}: {detail[-1] if detail else exc}") from None
+                # Highest-precedence attributes: no filter, textconv or merge driver a repository's
+                # own .gitattributes names ever runs in fixgraph's checkouts.
+                (tmp / "info").mkdir(exist_ok=True)
+                (tmp / "info" / "attributes").write_text(NEUTRAL_ATTRIBUTES)
                 tmp.rename(path)
             bare = git.Repo(path)
             if commit and not self._has_commit(bare, commit):

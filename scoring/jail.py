@@ -10,9 +10,9 @@ real root or as root of a new user namespace. Before the test command runs it:
   and no capabilities; in a user namespace, a nested one where the command is not root (the
   mounts above are then locked: it cannot unmount them); both with no_new_privs and a process
   count limit;
-- stays as PID 1: it reaps orphans, and when the command ends it ends, which takes every
-  remaining process of the namespace (a ``setsid`` daemon included) with it; when fixgraph
-  itself dies (the watched pipe closes) it also removes the run's scratch folder.
+- stays as PID 1: it reaps orphans, and when the command ends (or unshare dies: a timeout, or
+  fixgraph killed) it ends, which takes every remaining process of the namespace (a ``setsid``
+  daemon included) with it.
 
 Only the standard library: it runs before any site-packages, with ``-I -S``.
 """
@@ -23,8 +23,6 @@ import ctypes
 import json
 import os
 import resource
-import select
-import shutil
 import signal
 import sys
 
@@ -112,21 +110,12 @@ def drop_privileges(spec: dict) -> None:  # runs in the command's process, befor
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
 
 
-def _parent_gone(fd: int) -> bool:
-    if fd < 0:
-        return False
-    ready, _, _ = select.select([fd], [], [], 0)
-    return bool(ready) and os.read(fd, 1) == b""
-
-
-def _end(code: int, cleanup: list[str]) -> None:
+def _end(code: int) -> None:
     # PID 1 may signal every process in its namespace: none outlives the run.
     try:
         os.kill(-1, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    for path in cleanup:
-        shutil.rmtree(path, ignore_errors=True)
     os._exit(code)
 
 
@@ -136,9 +125,8 @@ def main(argv: list[str]) -> None:
         os._exit(125)
     spec = json.loads(argv[1])
     cmd = argv[3:]
-    watch_fd = int(spec.get("watch_fd", -1))
     try:
-        notes = prepare_mounts(spec) if spec.get("mounts", True) else []
+        notes = prepare_mounts(spec)
     except OSError as exc:
         print(f"[fixgraph] sandbox setup failed: {exc}", file=sys.stderr, flush=True)
         os._exit(125)
@@ -153,29 +141,17 @@ def main(argv: list[str]) -> None:
         except OSError as exc:
             print(f"[fixgraph] cannot start {cmd[0]}: {exc}", file=sys.stderr, flush=True)
         os._exit(127)
-    cleanup = list(spec.get("cleanup", []))
-
-    def on_signal(signum: int, _frame: object) -> None:
-        # unshare died: a timeout (fixgraph cleans up itself) or fixgraph died (the pipe says which).
-        _end(128 + signum, cleanup if _parent_gone(watch_fd) else [])
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
+    # unshare died (a timeout, or fixgraph itself died): everything goes.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: _end(128 + signum))
+    signal.signal(signal.SIGHUP, lambda signum, _frame: _end(128 + signum))
     while True:
-        if watch_fd >= 0:
-            ready, _, _ = select.select([watch_fd], [], [], 0.5)
-            if ready and os.read(watch_fd, 1) == b"":
-                _end(137, cleanup)
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG if watch_fd >= 0 else 0)
-            except ChildProcessError:
-                _end(0, [])
-                return
-            if pid == 0:
-                break
-            if pid == child:
-                _end(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status), [])
+        try:
+            pid, status = os.waitpid(-1, 0)  # reaps orphans too: PID 1's duty
+        except ChildProcessError:
+            _end(0)
+            return
+        if pid == child:
+            _end(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
 
 
 if __name__ == "__main__":

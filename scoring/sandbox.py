@@ -12,7 +12,8 @@
   ``/proc`` that shows only the sandbox's own processes.
 - Lifetime: the jail is PID 1, so when the command ends or is killed every process it left
   (``setsid`` daemons too) dies; when fixgraph itself dies, the kernel's parent-death signal
-  takes the sandbox down and the jail removes the scratch folder given to ``prepare_workdir``.
+  takes the sandbox down, and a watchdog outside it removes the scratch folder given to
+  ``prepare_workdir``.
 - Limits: CPU time, address space and no core files via ``resource.setrlimit``; a wall-clock
   timeout.
 - Output: bytes, decoded as UTF-8 with replacement, so non-UTF-8 output never raises; the run's
@@ -96,7 +97,7 @@ OUTPUT_FILE_VARS = ("FIXGRAPH_CRASH_FILE",)
 WRITABLE_DIR_VARS = ("HOME", "TMPDIR")
 
 _protected: set[Path] = set()
-_workdirs: set[Path] = set()
+_watchdogs: list[subprocess.Popen[bytes]] = []
 _registry_lock = threading.Lock()
 
 
@@ -107,15 +108,37 @@ def protect(path: Path) -> None:
 
 
 def prepare_workdir(path: Path) -> None:
-    """Declare ``path`` the scratch folder of runs whose cwd is inside it: when fixgraph is killed
-    mid-run, the sandbox removes it. Also makes it reachable by the sandbox user."""
+    """Declare ``path`` a run's scratch folder: made reachable by the sandbox user, and removed by a
+    watchdog process if fixgraph is killed before it removes the folder itself."""
     path = path.resolve()
-    with _registry_lock:
-        for old in [p for p in _workdirs if not p.exists()]:
-            _workdirs.discard(old)
-        _workdirs.add(path)
     if os.geteuid() == 0:
         _make_reachable(path)
+    with _registry_lock:
+        for old in [w for w in _watchdogs if w.poll() is not None]:
+            _watchdogs.remove(old)  # reaped
+        with contextlib.suppress(OSError):
+            _watchdogs.append(subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _WATCHDOG, str(path)], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+
+
+# Outlives fixgraph on purpose: its stdin is a pipe only fixgraph writes to. EOF while the folder
+# still exists means fixgraph died (killed: no ``finally`` ran); the sandbox is going down with it
+# (parent-death signals), and the folder goes too. A folder fixgraph removed itself ends it.
+_WATCHDOG = """
+import os, select, shutil, sys, time
+path = sys.argv[1]
+while os.path.exists(path):
+    ready, _, _ = select.select([0], [], [], 0.5)
+    if ready and os.read(0, 64) == b"":
+        time.sleep(0.5)
+        for _ in range(3):
+            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.exists(path):
+                break
+            time.sleep(0.5)
+        break
+"""
 
 
 def hidden_files() -> list[str]:
@@ -218,12 +241,6 @@ def _writable(cwd: Path, env: Mapping[str, str], extra: Sequence[Path]) -> list[
     return out
 
 
-def _scratch_for(cwd: Path) -> list[str]:
-    cwd = cwd.resolve()
-    with _registry_lock:
-        return [str(p) for p in _workdirs if cwd == p or cwd.is_relative_to(p)]
-
-
 def run_isolated(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], limits: Limits,
                  writable: Sequence[Path] = ()) -> Completed:
     """Run ``cmd``; never raises for the command's own failures, timeouts or bad output.
@@ -231,17 +248,16 @@ def run_isolated(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], limits: 
     The command may write to ``cwd``, ``$HOME``, ``$TMPDIR`` and ``writable``; nothing else."""
     prefix = _probe(limits.network_isolation)
     if prefix is None:
-        return _run(list(cmd), cwd, env, limits, None, isolated=False)
+        return _run(list(cmd), cwd, env, limits, isolated=False)
     root = os.geteuid() == 0
     dirs = _writable(cwd, env, writable)
     outputs = [Path(env[k]) for k in OUTPUT_FILE_VARS if env.get(k)]
-    read_fd, write_fd = os.pipe()
     spec = {
         "mode": "root" if root else "userns", "uid": SANDBOX_UID, "gid": SANDBOX_GID,
         "writable": [str(p) for p in dirs] + [str(p) for p in outputs],
         "hide_dirs": sorted(str(p) for p in _protected), "hide_files": hidden_files(),
         "nproc": limits.max_procs if root else _user_processes() + limits.max_procs,
-        "cwd": str(cwd), "cleanup": _scratch_for(cwd), "watch_fd": read_fd,
+        "cwd": str(cwd),
     }
     try:
         if root:
@@ -258,10 +274,8 @@ def run_isolated(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], limits: 
                 f.touch()
         # setpriv: unshare dies with this thread (fixgraph killed), and the jail then with unshare.
         argv = [*_pdeathsig(), *prefix, sys.executable, "-I", "-S", str(JAIL), json.dumps(spec), "--", *cmd]
-        done = _run(argv, cwd, env, limits, read_fd, isolated=limits.network_isolation)
+        done = _run(argv, cwd, env, limits, isolated=limits.network_isolation)
     finally:
-        os.close(read_fd)
-        os.close(write_fd)
         if root:  # hand back: what fixgraph keeps (a venv) must not stay the sandbox user's
             for p in dirs:
                 if p.exists():
@@ -289,8 +303,7 @@ def _redact_file(path: Path) -> None:
                 path.write_text(clean, encoding="utf-8")
 
 
-def _run(argv: list[str], cwd: Path, env: Mapping[str, str], limits: Limits, pass_fd: int | None,
-         isolated: bool) -> Completed:
+def _run(argv: list[str], cwd: Path, env: Mapping[str, str], limits: Limits, isolated: bool) -> Completed:
     start = time.monotonic()
     timed_out = False
     with tempfile.TemporaryFile() as sink:
@@ -298,7 +311,6 @@ def _run(argv: list[str], cwd: Path, env: Mapping[str, str], limits: Limits, pas
             proc = subprocess.Popen(
                 argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=sink,
                 stderr=subprocess.STDOUT, start_new_session=True,
-                pass_fds=(pass_fd,) if pass_fd is not None else (),
                 preexec_fn=functools.partial(_limit_child, limits.cpu_s, limits.memory_mb),
             )
         except (OSError, subprocess.SubprocessError) as exc:
