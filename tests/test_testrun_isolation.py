@@ -184,3 +184,31 @@ def test_cpu_time_limit_kills_a_spinning_patch_before_the_wall_clock(tmp_path: P
     assert time.monotonic() - start < 100
     assert out.runnable and not out.timed_out  # SIGXCPU, not the wall clock
     assert out.fail_to_pass[F2P] == "MISSING"
+
+
+def test_secret_printed_by_a_test_is_redacted_in_the_outcome_and_the_baseline_cache(tmp_path: Path) -> None:
+    from fixgraph import redaction
+
+    secret = "sk-isolation-secret-93ab1"
+    redaction.register([secret])
+    extra = f"\n\ndef test_leak():\n    print({secret!r})\n    assert False, {secret!r}\n"
+    inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P, "tests/test_calc.py::test_leak"])
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
+    out = make_runner(local_settings(), tmp_path / "cache").run(inst, wt, patch)
+    assert out.runnable
+    assert out.fail_to_pass["tests/test_calc.py::test_leak"] == "FAILED"
+    assert secret not in repr(out.to_dict()) and "***" in out.crash
+    cached = list((tmp_path / "cache" / "test-baselines").glob("*.json"))
+    assert cached and all(secret not in p.read_text() for p in cached)
+
+
+def test_test_cannot_write_into_the_repository_cache(tmp_path: Path) -> None:
+    extra = ("\n\ndef test_plant():\n    import glob\n"
+             f"    for d in glob.glob({str(tmp_path / 'cache' / '*' / '*')!r}):\n"
+             "        open(d + '/planted', 'w').write('x')\n")
+    inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P, "tests/test_calc.py::test_plant"])
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
+    make_runner(local_settings(), tmp_path / "cache").run(inst, wt, patch)
+    assert (tmp_path / "cache" / "repos").is_dir()
+    assert not list((tmp_path / "cache" / "repos").rglob("planted"))
+    assert not list((tmp_path / "cache" / "worktrees").rglob("planted"))
