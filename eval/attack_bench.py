@@ -27,6 +27,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -486,7 +487,7 @@ def _guard(tmp: Path) -> str:
     wt = make_repo(tmp / "repo")
     missed = []
     for name, rel, old, new, rule in _guard_cases():
-        if rule not in {f["rule"] for f in check_patch(wt, edit(wt, rel, old, new))}:
+        if rule not in {f.get("rule") for f in check_patch(wt, edit(wt, rel, old, new))}:
             missed.append(name)
     return f"not flagged: {missed}" if missed else ""
 
@@ -854,7 +855,7 @@ def run(selected: list[Attack], time_limit_s: float = 600.0) -> list[tuple[Attac
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m eval.attack_bench", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m eval.attack_bench", description=(__doc__ or "").split("\n")[0])
     p.add_argument("--quick", action="store_true", help="only the fast attacks (the test suite's subset)")
     p.add_argument("--only", help="comma-separated attack classes")
     p.add_argument("--time-limit", type=float, default=600.0, help="seconds for the whole bench")
