@@ -43,6 +43,15 @@ def _git_env() -> dict[str, str]:
 NEUTRAL_ATTRIBUTES = "* !filter !diff !merge !ident !export-subst\n"
 
 
+def _neutralize_attributes(bare: Path) -> None:
+    """Highest-precedence attributes (shared by every worktree): no filter, textconv or merge driver
+    that a repository's own .gitattributes names ever runs in fixgraph's checkouts."""
+    path = bare / "info" / "attributes"
+    if not path.is_file() or path.read_text(errors="replace") != NEUTRAL_ATTRIBUTES:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(NEUTRAL_ATTRIBUTES)
+
+
 def find_mirror(mirrors: Path, repo: str) -> Path | None:
     owner, name = repo.split("/", 1)
     for cand in (mirrors / f"{owner}+{name}" / "repo", mirrors / f"{owner}+{name}",
@@ -132,11 +141,8 @@ class RepoCache:
                     shutil.rmtree(tmp, ignore_errors=True)
                     detail = (exc.stderr or "").strip().splitlines()
                     raise WorkspaceError(f"cannot clone {repo} from {url}: {detail[-1] if detail else exc}") from None
-                # Highest-precedence attributes: no filter, textconv or merge driver a repository's
-                # own .gitattributes names ever runs in fixgraph's checkouts.
-                (tmp / "info").mkdir(exist_ok=True)
-                (tmp / "info" / "attributes").write_text(NEUTRAL_ATTRIBUTES)
                 tmp.rename(path)
+            _neutralize_attributes(path)
             bare = git.Repo(path)
             if commit and not self._has_commit(bare, commit):
                 try:
