@@ -233,11 +233,17 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
 
 def _writable(cwd: Path, env: Mapping[str, str], extra: Sequence[Path]) -> list[Path]:
     found = [cwd, *(Path(env[k]) for k in WRITABLE_DIR_VARS if env.get(k)), *extra]
+    # Handed to the sandbox user (as root: chowned), so never a folder that holds fixgraph's own
+    # files: a HOME=/root from a careless caller must not give the tests root's home.
+    keep_out = [Path("/"), Path.home(), Path.cwd(), Path(sys.prefix), Path(sys.base_prefix), *_protected]
     out: list[Path] = []
     for p in found:
         p = p.resolve()
-        if p.is_dir() and p not in out and p != Path("/"):
-            out.append(p)
+        if not p.is_dir() or p in out or len(p.parts) < 3:
+            continue
+        if any(k.resolve() == p or k.resolve().is_relative_to(p) for k in keep_out):
+            continue
+        out.append(p)
     return out
 
 
