@@ -142,15 +142,16 @@ while os.path.exists(path):
 
 
 def hidden_files() -> list[str]:
-    """Files no test may read: the ``.env`` fixgraph loads, and the one in the current folder."""
-    found = {Path.cwd() / ".env"}
-    with contextlib.suppress(Exception):
-        from dotenv import find_dotenv
-
-        near = find_dotenv(usecwd=True)
-        if near:
-            found.add(Path(near))
-    return sorted(str(p.resolve()) for p in found if p.is_file())
+    """Files no test may read: every ``.env`` that python-dotenv could load for fixgraph, that is
+    in the current folder, the project's folder, or any folder above them."""
+    project = Path(__file__).resolve().parent.parent
+    found = set()
+    for start in (Path.cwd().resolve(), project):
+        for folder in (start, *start.parents):
+            candidate = folder / ".env"
+            if candidate.is_file():
+                found.add(str(candidate))
+    return sorted(found)
 
 
 @functools.cache
