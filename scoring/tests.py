@@ -358,9 +358,11 @@ def _copy_changed(wt: Worktree, work: Path, patch: str) -> None:
     for rel in patch_files(patch):
         src = wt.path / rel
         dst = work / rel
-        if src.is_file():
+        if src.is_file() or src.is_symlink():
             dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dst)
+            dst.unlink(missing_ok=True)
+            # A link the patch made stays a link: copying its target would read it as fixgraph.
+            shutil.copyfile(src, dst, follow_symlinks=False)
         else:
             dst.unlink(missing_ok=True)
 
