@@ -472,24 +472,25 @@ def _memory(tmp: Path) -> str:
 # ---- unsafe-patch guard ----------------------------------------------------------------------
 
 
-def _guard_cases() -> Iterator[tuple[str, str, str, str, str]]:
+def _guard_attack(name: str, rel: str, old: str, new: str, rule: str) -> Callable[[Path], str]:
+    def run(tmp: Path) -> str:
+        from scoring.guard import check_patch
+        from tests.critic_repo import edit, make_repo
+
+        wt = make_repo(tmp / "repo")
+        found = {f.get("rule") for f in check_patch(wt, edit(wt, rel, old, new))}
+        return "" if rule in found else f"not flagged as {rule} (found {sorted(r for r in found if r)})"
+    return run
+
+
+def _register_guard_attacks() -> None:
     from tests.test_guard import BYPASSES
 
     for name, (rel, old, new, rule) in sorted(BYPASSES.items()):
-        yield name, rel, old, new, rule
+        ATTACKS.append(Attack("guard", f"patch: {name} ({rel})", _guard_attack(name, rel, old, new, rule)))
 
 
-@attack("guard", "every bypass of the unsafe-patch guard")
-def _guard(tmp: Path) -> str:
-    from scoring.guard import check_patch
-    from tests.critic_repo import edit, make_repo
-
-    wt = make_repo(tmp / "repo")
-    missed = []
-    for name, rel, old, new, rule in _guard_cases():
-        if rule not in {f.get("rule") for f in check_patch(wt, edit(wt, rel, old, new))}:
-            missed.append(name)
-    return f"not flagged: {missed}" if missed else ""
+_register_guard_attacks()
 
 
 @attack("guard", "a guard-blocked patch in the bot is never pushed")
