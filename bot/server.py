@@ -131,6 +131,7 @@ def make_server(gh: GitHubSettings, submit: Callable[[Trigger], bool], host: str
             if data:
                 self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")  # one request per connection (the deadline)
             self.end_headers()
             self.wfile.write(data)
 
