@@ -44,14 +44,16 @@ class Attack:
     name: str
     run: Callable[[Path], str]  # "" when the defence held, else what got through
     quick: bool = True
+    sandbox: bool = False  # only a sandbox with namespaces can hold it (see sandbox_mode())
 
 
 ATTACKS: list[Attack] = []
 
 
-def attack(cls: str, name: str, quick: bool = True) -> Callable[[Callable[[Path], str]], Callable[[Path], str]]:
+def attack(cls: str, name: str, quick: bool = True,
+           sandbox: bool = False) -> Callable[[Callable[[Path], str]], Callable[[Path], str]]:
     def register(fn: Callable[[Path], str]) -> Callable[[Path], str]:
-        ATTACKS.append(Attack(cls, name, fn, quick))
+        ATTACKS.append(Attack(cls, name, fn, quick, sandbox))
         return fn
     return register
 
@@ -140,7 +142,7 @@ def _mirror(tmp: Path, files: dict[str, str] | None = None) -> tuple[Path, str]:
 # ---- sandbox escape through git -------------------------------------------------------------
 
 
-@attack("git-escape", "test writes a hook and config into the repository cache")
+@attack("git-escape", "test writes a hook and config into the repository cache", sandbox=True)
 def _hook_into_cache(tmp: Path) -> str:
     from fixgraph.workspace import RepoCache
 
@@ -217,7 +219,7 @@ def _ext_transport(tmp: Path) -> str:
 # ---- secrets visible to tests ----------------------------------------------------------------
 
 
-@attack("secrets", "test reads every /proc/<pid>/environ, the parent's included")
+@attack("secrets", "test reads every /proc/<pid>/environ, the parent's included", sandbox=True)
 def _proc_environ(tmp: Path) -> str:
     os.environ["FIXGRAPH_BENCH_SECRET"] = SECRET
     try:
@@ -238,7 +240,7 @@ def _proc_environ(tmp: Path) -> str:
     return f"the test read the secret: {out.strip()[:200]}" if "FOUND" in out or "nothing" not in out else ""
 
 
-@attack("secrets", "test reads the project's .env through a relative path")
+@attack("secrets", "test reads the project's .env through a relative path", sandbox=True)
 def _dotenv(tmp: Path) -> str:
     project = tmp / "project"
     project.mkdir()
@@ -263,7 +265,7 @@ def _dotenv(tmp: Path) -> str:
     return f"the test read .env: {out.strip()[:200]}" if "nothing" not in out else ""
 
 
-@attack("secrets", "test lists and reads the repository cache")
+@attack("secrets", "test lists and reads the repository cache", sandbox=True)
 def _read_cache(tmp: Path) -> str:
     from fixgraph.workspace import RepoCache
 
@@ -306,7 +308,7 @@ def _printed_secret(tmp: Path) -> str:
 # ---- sandbox limits --------------------------------------------------------------------------
 
 
-@attack("sandbox-limits", "a setsid daemon outlives the timeout")
+@attack("sandbox-limits", "a setsid daemon outlives the timeout", sandbox=True)
 def _setsid_daemon(tmp: Path) -> str:
     marker = f"{uuid.uuid4().int % 10**6 + 1000}.25"
     script = f"""
@@ -320,7 +322,7 @@ def _setsid_daemon(tmp: Path) -> str:
     return f"daemons alive after the run: {alive}" if alive else ""
 
 
-@attack("sandbox-limits", "a fork bomb")
+@attack("sandbox-limits", "a fork bomb", sandbox=True)
 def _fork_bomb(tmp: Path) -> str:
     from scoring.sandbox import Limits
 
@@ -348,7 +350,7 @@ def _fork_bomb(tmp: Path) -> str:
     return "" if time.monotonic() - start < 25 else "the bomb held the run until its timeout"
 
 
-@attack("sandbox-limits", "setns into the host's network namespace, then reach a loopback listener")
+@attack("sandbox-limits", "setns into the host's network namespace, then reach a loopback listener", sandbox=True)
 def _setns(tmp: Path) -> str:
     srv, port, hits = _listener()
     try:
@@ -376,7 +378,7 @@ def _setns(tmp: Path) -> str:
     return f"reached the host: {out.strip()[:200]}" if "CONNECTED" in out or hits else ""
 
 
-@attack("sandbox-limits", "fixgraph killed mid-run leaves no test process and no temp folder")
+@attack("sandbox-limits", "fixgraph killed mid-run leaves no test process and no temp folder", sandbox=True)
 def _kill_run(tmp: Path) -> str:
     marker = f"{uuid.uuid4().int % 10**6 + 1000}.75"
     run_dir = tmp / "killed-run"
@@ -415,7 +417,7 @@ def _kill_run(tmp: Path) -> str:
     return "; ".join(problems)
 
 
-@attack("sandbox-limits", "test writes outside its copy (the project, /tmp, the interpreter)")
+@attack("sandbox-limits", "test writes outside its copy (the project, /tmp, the interpreter)", sandbox=True)
 def _write_outside(tmp: Path) -> str:
     targets = [str(ROOT / "pwned.txt"), "/tmp/fixgraph-bench-pwned", str(Path(sys.executable).parent / "pwned"),
                str(tmp / "pwned")]
@@ -440,7 +442,7 @@ def _write_outside(tmp: Path) -> str:
     return "" if "inside ok" in out else f"could not write its own copy: {out.strip()[-200:]}"
 
 
-@attack("network", "test connects to a loopback listener on the host")
+@attack("network", "test connects to a loopback listener on the host", sandbox=True)
 def _network(tmp: Path) -> str:
     srv, port, hits = _listener()
     try:

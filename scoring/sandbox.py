@@ -167,8 +167,13 @@ def _probe(network: bool) -> tuple[str, ...] | None:
         return None
     flags = ["--pid", "--fork", "--kill-child=SIGTERM", "--mount-proc"] + (["--net"] if network else [])
     prefix = (exe, *flags) if os.geteuid() == 0 else (exe, "--map-root-user", *flags)
+    # The whole chain once: namespaces, the jail's mounts, the drop of rights (a container may
+    # allow the first and refuse the others).
+    spec = {"mode": "root" if os.geteuid() == 0 else "userns", "uid": SANDBOX_UID, "gid": SANDBOX_GID,
+            "writable": [], "hide_dirs": [], "hide_files": [], "nproc": 64, "cwd": "/"}
     try:
-        proc = subprocess.run([*prefix, "true"], capture_output=True, timeout=10)
+        proc = subprocess.run([*prefix, sys.executable, "-I", "-S", str(JAIL), json.dumps(spec), "--", "true"],
+                              capture_output=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return prefix if proc.returncode == 0 else None

@@ -9,10 +9,13 @@ import pytest
 
 from eval import attack_bench
 from eval.attack_bench import ATTACKS, Attack
+from scoring.sandbox import sandbox_mode
 
 
 @pytest.mark.parametrize("attack", [a for a in ATTACKS if a.quick], ids=lambda a: f"{a.cls}:{a.name}")
 def test_attack_is_held(attack: Attack, tmp_path: Path) -> None:
+    if attack.sandbox and sandbox_mode() == "none":
+        pytest.skip("no namespaces here (a container without unshare): the bench reports these as failed")
     assert attack.run(tmp_path) == ""
 
 
