@@ -97,8 +97,8 @@ def drop_privileges(spec: dict) -> None:  # runs in the command's process, befor
         os.setresgid(spec["gid"], spec["gid"], spec["gid"])
         os.setresuid(spec["uid"], spec["uid"], spec["uid"])  # no SECBIT_KEEP_CAPS: every capability goes
     else:
-        # A nested user namespace: the mounts made above become locked, and the command is not its
-        # root, so it has no capability anywhere once it execs.
+        # A nested user namespace where the command is not root: it has no capability over the
+        # mount namespace (it cannot unmount what hides the cache and .env) nor anywhere else.
         _check(_libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
         _write("/proc/self/uid_map", f"{INNER_ID} 0 1\n")
         _write("/proc/self/setgroups", "deny\n")
