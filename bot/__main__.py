@@ -22,8 +22,9 @@ from github.GithubException import GithubException
 
 from bot.jobs import JobQueue
 from bot.poll import Poller
-from bot.server import make_server
+from bot.server import DeliveryLog, make_server
 from bot.worker import Worker
+from fixgraph import redaction
 from fixgraph.config import ConfigError, RunConfig, load_config
 from fixgraph.github_client import GitHubAccess, scrub_environ
 from fixgraph.records import redact
@@ -111,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # Secrets now live in cfg only; no child process (git, tests, pyright) inherits them.
     scrub_environ()
+    redaction.register(cfg.secrets())
     handler = logging.StreamHandler()
     handler.setFormatter(RedactingFormatter(cfg.secrets()))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
@@ -121,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "serve":
         try:
-            server = make_server(cfg.github, jobs.submit, args.host, args.port)
+            server = make_server(cfg.github, jobs.submit, args.host, args.port,
+                                 deliveries=DeliveryLog(cfg.cache_dir / "bot" / "deliveries.sqlite"))
         except (ConfigError, OSError) as exc:
             print(f"fixgraph bot: error: {exc}", file=sys.stderr)
             return 2

@@ -1,19 +1,29 @@
 """The webhook receiver: stdlib ThreadingHTTPServer, answers at once, work goes to the job queue.
 
   401  signature missing or wrong (nothing is read further, nothing queued)
-  400  not JSON, or no X-GitHub-Event header
-  413  body over GitHub's 25 MB limit
+  400  not JSON, no X-GitHub-Event header, or a Content-Length that is not a number >= 0
+  411  no Content-Length (a chunked body is refused rather than read without a bound)
+  413  body over GitHub's 25 MB limit (answered before reading any of it)
   204  an event, action, label, repository or commenter the bot does not act on
   202  a job was queued (or was already in flight for that issue)
-  200  ping, and GET /healthz
+  200  ping, GET /healthz, and a delivery id already seen (GitHub's redelivery: no second job)
+
+Clients are hostile until the signature says otherwise: each connection gets one request and
+``REQUEST_DEADLINE_S`` for all of it (headers and body, however slowly they trickle in), and the
+listen backlog is deep enough for GitHub's bursts.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import socket
+import sqlite3
+import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -22,6 +32,42 @@ from fixgraph.config import ConfigError, GitHubSettings
 
 log = logging.getLogger("fixgraph.bot")
 MAX_BODY = 25 * 1024 * 1024
+REQUEST_DEADLINE_S = 30.0
+LISTEN_BACKLOG = 256
+# GitHub lets a delivery be redelivered (by hand or by API) for 3 days; keep ids a little longer.
+DELIVERY_RETENTION_S = 8 * 24 * 3600
+
+
+class DeliveryLog:
+    """Delivery ids (``X-GitHub-Delivery``) already acted on, in SQLite so that a restart keeps them."""
+
+    def __init__(self, path: Path | None, retention_s: float = DELIVERY_RETENTION_S,
+                 clock: Callable[[], float] = time.time):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self.retention_s = retention_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path) if path is not None else ":memory:", check_same_thread=False,
+                                   timeout=30, isolation_level=None)
+        self._db.execute("CREATE TABLE IF NOT EXISTS deliveries (id TEXT PRIMARY KEY, seen REAL NOT NULL)")
+
+    def first_time(self, delivery: str) -> bool:
+        """Record ``delivery``; False when it was recorded before (within the retention)."""
+        now = self.clock()
+        with self._lock:
+            self._db.execute("DELETE FROM deliveries WHERE seen < ?", (now - self.retention_s,))
+            cur = self._db.execute("INSERT OR IGNORE INTO deliveries (id, seen) VALUES (?, ?)", (delivery[:200], now))
+            return cur.rowcount == 1
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = LISTEN_BACKLOG
+    daemon_threads = True
 
 
 def _json_part(body: bytes, content_type: str) -> bytes:
@@ -33,16 +79,46 @@ def _json_part(body: bytes, content_type: str) -> bytes:
 
 
 def make_server(gh: GitHubSettings, submit: Callable[[Trigger], bool], host: str | None = None,
-                port: int | None = None) -> ThreadingHTTPServer:
+                port: int | None = None, deliveries: DeliveryLog | None = None,
+                deadline_s: float = REQUEST_DEADLINE_S) -> ThreadingHTTPServer:
+    """The webhook server. ``deliveries``: where seen delivery ids persist (default: memory only)."""
     if gh.webhook_secret is None or not gh.webhook_secret.get_secret_value():
         raise ConfigError("GITHUB_WEBHOOK_SECRET is not set: the bot will not accept unsigned webhooks")
     secret = gh.webhook_secret.get_secret_value()
+    seen = deliveries or DeliveryLog(None)
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "fixgraph-bot"
         protocol_version = "HTTP/1.1"
-        # A client that stops sending mid-request frees its thread after this many seconds.
-        timeout = 30
+        # A client that stops sending mid-request frees its thread after this many seconds...
+        timeout = deadline_s
+
+        def setup(self) -> None:
+            super().setup()
+            # ...and one that keeps sending a byte at a time is cut at the deadline all the same.
+            self._deadline = threading.Timer(deadline_s, self._cut)
+            self._deadline.daemon = True
+            self._deadline.start()
+
+        def _cut(self) -> None:
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+        def finish(self) -> None:
+            self._deadline.cancel()
+            try:
+                super().finish()
+            except OSError:
+                pass
+
+        def handle(self) -> None:
+            self.close_connection = True
+            try:
+                self.handle_one_request()  # one request per connection: the deadline bounds it
+            except OSError:
+                pass
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
             log.debug("%s %s", self.address_string(), format % args)
@@ -55,6 +131,7 @@ def make_server(gh: GitHubSettings, submit: Callable[[Trigger], bool], host: str
             if data:
                 self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")  # one request per connection (the deadline)
             self.end_headers()
             self.wfile.write(data)
 
@@ -72,16 +149,23 @@ def make_server(gh: GitHubSettings, submit: Callable[[Trigger], bool], host: str
                 self._reply(500, {"error": "internal error"})
 
         def _post(self) -> None:
+            raw = self.headers.get("Content-Length")
+            if raw is None:
+                self._reply(411, {"error": "Content-Length required"})
+                return
             try:
-                length = int(self.headers.get("Content-Length") or 0)
+                length = int(raw.strip())
             except ValueError:
+                length = -1
+            if length < 0 or not raw.strip().isdigit():
                 self._reply(400, {"error": "bad Content-Length"})
                 return
             if length > MAX_BODY:
-                self.close_connection = True
                 self._reply(413, {"error": "payload too large"})
                 return
             body = self.rfile.read(length)
+            if len(body) != length:
+                return  # the client went away, or the deadline cut it
             if not verify_signature(secret, body, self.headers.get("X-Hub-Signature-256")):
                 log.warning("webhook from %s refused: bad or missing signature", self.address_string())
                 self._reply(401, {"error": "bad or missing X-Hub-Signature-256"})
@@ -98,6 +182,11 @@ def make_server(gh: GitHubSettings, submit: Callable[[Trigger], bool], host: str
             if event == "ping":
                 self._reply(200, {"ok": True, "pong": True})
                 return
+            delivery = self.headers.get("X-GitHub-Delivery")
+            if delivery and not seen.first_time(delivery):
+                log.info("delivery %s already handled; redelivery ignored", delivery[:80])
+                self._reply(200, {"queued": False, "reason": "delivery already handled"})
+                return
             found = from_webhook(event, payload, gh)
             if isinstance(found, Ignored):
                 log.info("delivery %s ignored: %s", self.headers.get("X-GitHub-Delivery", "?"), found.reason)
@@ -107,7 +196,5 @@ def make_server(gh: GitHubSettings, submit: Callable[[Trigger], bool], host: str
             self._reply(202, {"queued": queued, "job": found.key,
                               **({} if queued else {"reason": "a job for this issue is already in flight"})})
 
-    server = ThreadingHTTPServer((host if host is not None else gh.webhook_host,
-                                  port if port is not None else gh.webhook_port), Handler)
-    server.daemon_threads = True
-    return server
+    return _Server((host if host is not None else gh.webhook_host, port if port is not None else gh.webhook_port),
+                   Handler)

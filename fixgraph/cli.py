@@ -8,19 +8,42 @@ imported only once the input has been checked, so that mistakes are answered at 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fixgraph.config import ConfigError, RunConfig, load_config
 from fixgraph.discover import ROLES
 
 if TYPE_CHECKING:
+    from fixgraph.dataset import Instance, Task
     from fixgraph.runner import GraphFactory
 
 
 def fail(message: str) -> int:
     print(f"fixgraph: error: {message}", file=sys.stderr)
     return 2
+
+
+def _check_inputs(run_id: str, instances: list[Instance] | list[Task], out_dirs: list[Path]) -> None:
+    """Ids that name files, and folders that can be created, before any of them is."""
+    from fixgraph.records import check_id
+
+    try:
+        check_id("--run-id", run_id)
+        for inst in instances:
+            check_id("instance_id", inst.instance_id)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    for wanted in out_dirs:
+        path = wanted.absolute()
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        if not path.is_dir():
+            raise ConfigError(f"cannot create {wanted}: {path} is not a folder")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ConfigError(f"cannot create {wanted}: {path} is not writable")
 
 
 def check_ray(cfg: RunConfig) -> None:
@@ -59,6 +82,7 @@ def configure(args: argparse.Namespace) -> RunConfig:
 
 def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
     from fixgraph.dataset import DatasetError
+    from fixgraph.records import RunLockedError
     from fixgraph.workspace import WorkspaceError
     from scoring.static import StaticAnalysisUnavailable
 
@@ -94,6 +118,11 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
             from fixgraph.github_pr import GitHubPublisher
 
             publisher = GitHubPublisher(cfg)
+        run_id = args.run_id or cfg.label
+        _check_inputs(run_id, instances, [cfg.predictions_dir, cfg.runs_dir / run_id, cfg.cache_dir])
+        from fixgraph.workspace import preflight
+
+        preflight(cfg.cache_dir, args.repos, [(i.repo, i.base_commit) for i in instances])
         from fixgraph.executors import RayExecutor
         from fixgraph.runner import run_tasks
 
@@ -101,13 +130,13 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
         if args.executor == "ray":
             executor = RayExecutor.start(cfg, args.ray_address, max_in_flight=args.workers)
         try:
-            summary = run_tasks(instances, cfg, build_graph=build_graph, run_id=args.run_id or cfg.label,
+            summary = run_tasks(instances, cfg, build_graph=build_graph, run_id=run_id,
                                 repos=args.repos, workers=args.workers or 1, progress=not args.no_progress,
                                 publisher=publisher, executor=executor)
         finally:
             if executor is not None:
                 executor.close()
-    except (ConfigError, DatasetError, WorkspaceError, StaticAnalysisUnavailable) as exc:  # ExecutorError too
+    except (ConfigError, DatasetError, WorkspaceError, StaticAnalysisUnavailable, RunLockedError) as exc:
         return fail(str(exc))
     print(summary.line())
     print(f"predictions: {summary.predictions}")

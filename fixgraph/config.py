@@ -345,9 +345,13 @@ def load_config(name: str = "redo", env: Mapping[str, str] | None = None,
     env = os.environ if env is None else env
     path = config_path(name)
     try:
-        data: dict[str, Any] = tomllib.loads(path.read_text())
+        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 (byte {exc.start}): a config is UTF-8 TOML") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror}") from None
     data.setdefault("name", path.stem)
     for var, dest in ENV_KEYS.items():
         raw = env.get(var)

@@ -351,6 +351,9 @@ class GitHubPublisher:
             return bound.publish(outcome)
         if not outcome.patch.strip():
             return self._fail(f"no patch to propose ({outcome.stop_reason or 'the pipeline produced none'})")
+        if outcome.guard_warnings and self.cfg.critic.guard == "block":
+            # The PR agent never hands such a patch over; this is the last line before a push.
+            return self._fail("the unsafe-patch guard blocks this patch: not pushed")
         wt = outcome.worktree
         if wt is None:
             return self._fail("no worktree to commit the patch from")

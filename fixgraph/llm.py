@@ -29,6 +29,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from pydantic import BaseModel
 
+from fixgraph import redaction
 from fixgraph.config import Budget, Price, RunConfig
 from fixgraph.state import Usage
 
@@ -221,7 +222,7 @@ class LLM:
         for retries_taken in range(self.retries + 1):
             self.meter.check(worst_case)
             try:
-                return runnable.invoke(convo)
+                return runnable.invoke(_redacted(convo))
             except openai.APIStatusError as exc:
                 raise LLMFailure(f"LLM server answered {exc.status_code}: {_short(exc.message)}") from None
             except openai.APITimeoutError:
@@ -265,6 +266,18 @@ class InvalidReply(LLMFailure):
     def __init__(self, message: str, usage: Usage):
         super().__init__(message)
         self.usage = usage
+
+
+def _redacted(convo: list[BaseMessage]) -> list[BaseMessage]:
+    """The conversation without the run's secrets: test output (hostile) reaches prompts."""
+    out = []
+    for msg in convo:
+        if isinstance(msg.content, str):
+            clean = redaction.redact(msg.content)
+            if clean != msg.content:
+                msg = msg.model_copy(update={"content": clean})
+        out.append(msg)
+    return out
 
 
 def _short(text: str, limit: int = 200) -> str:

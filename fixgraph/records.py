@@ -15,12 +15,51 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from fixgraph import redaction
+
 RECORD_VERSION = 1
+# Run ids and instance ids name files and folders: nothing that could climb out of them.
+SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
+
+
+class RunLockedError(Exception):
+    """Another process holds this run id."""
+
+
+def check_id(kind: str, value: str) -> str:
+    """``value`` when it is safe as a file name; ValueError (one line) otherwise."""
+    if not SAFE_ID.fullmatch(value) or ".." in value:
+        raise ValueError(f"{kind} {value[:80]!r} is not allowed: use letters, digits and . _ + - "
+                         "(no path separators, no '..')")
+    return value
+
+
+class RunLock:
+    """An exclusive lock on a run id for this process's lifetime (or until ``release``): a second
+    process with the same run id is refused instead of sharing the run's worktrees and records.
+    The kernel drops the lock when the process dies, so a killed run never blocks the next."""
+
+    def __init__(self, run_dir: Path):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = run_dir / ".lock"
+        self._fh = open(self.path, "a+")  # noqa: SIM115 - held open for the lock's lifetime
+        try:
+            fcntl.flock(self._fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._fh.close()
+            raise RunLockedError(f"run {run_dir.name!r} is in progress in another process "
+                                 f"(lock {self.path}); wait for it or use another --run-id") from None
+
+    def release(self) -> None:
+        if not self._fh.closed:
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
 
 
 def _read_umask() -> int:
@@ -70,10 +109,8 @@ def file_lock(path: Path) -> Iterator[None]:
 
 
 def redact(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
+    """``text`` without ``secrets`` nor the process's known ones (``fixgraph.redaction``)."""
+    return redaction.redact(text, secrets)
 
 
 class RunStore:
@@ -81,7 +118,7 @@ class RunStore:
 
     def __init__(self, run_id: str, predictions_dir: Path, runs_dir: Path, model_name: str,
                  secrets: list[str] | None = None):
-        self.run_id = run_id
+        self.run_id = check_id("run id", run_id)
         self.predictions_dir = predictions_dir
         self.run_dir = runs_dir / run_id
         self.records_dir = self.run_dir / "records"
@@ -100,14 +137,14 @@ class RunStore:
 
     def diff_path(self, instance_id: str) -> Path:
         """The latest patch for the task, whichever run wrote it."""
-        return self.predictions_dir / f"{instance_id}.diff"
+        return self.predictions_dir / f"{check_id('instance_id', instance_id)}.diff"
 
     def run_diff_path(self, instance_id: str) -> Path:
         """This run's own patch: another run with the same predictions folder does not overwrite it."""
         return self.run_dir / "patches" / f"{instance_id}.diff"
 
     def record_path(self, instance_id: str) -> Path:
-        return self.records_dir / f"{instance_id}.json"
+        return self.records_dir / f"{check_id('instance_id', instance_id)}.json"
 
     def read_record(self, instance_id: str) -> dict[str, Any] | None:
         path = self.record_path(instance_id)
@@ -153,7 +190,7 @@ class RunStore:
             atomic_write(self.jsonl_path, "\n".join(rows) + "\n")
 
     def billed_path(self, instance_id: str) -> Path:
-        return self.run_dir / "billed" / f"{instance_id}.jsonl"
+        return self.run_dir / "billed" / f"{check_id('instance_id', instance_id)}.jsonl"
 
     def add_billed(self, instance_id: str, tokens: int, dollars: float) -> None:
         """Append one charged call. One small O_APPEND write: a kill leaves it whole or absent."""

@@ -26,13 +26,13 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.errors import GraphRecursionError
 
-from fixgraph import astlock
+from fixgraph import astlock, redaction
 from fixgraph.config import RunConfig
 from fixgraph.context import TaskContext
 from fixgraph.dataset import EvaluationData, Instance, Task
 from fixgraph.llm import LLM, ChargeHook, Meter, ModelFactory, RunMeter, default_factory
 from fixgraph.publish import DiffPublisher, Publisher
-from fixgraph.records import RunStore
+from fixgraph.records import RunLock, RunStore
 from fixgraph.state import TaskState, Usage
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree
 
@@ -257,7 +257,21 @@ def run_tasks(instances: list[Instance] | list[Task], cfg: RunConfig, *, build_g
     """
     # Workers are threads, and ast.parse is not thread-safe on CPython 3.11 (see fixgraph/astlock.py).
     astlock.install()
+    # Test output reaches records, checkpoints and prompts; the config's secrets are masked there.
+    redaction.register(cfg.secrets())
     store = RunStore(run_id, cfg.predictions_dir, cfg.runs_dir, model_name(cfg), cfg.secrets())
+    lock = RunLock(store.run_dir)  # a second process with this run id stops here
+    try:
+        return _run_locked(instances, cfg, store, build_graph=build_graph, repos=repos, workers=workers,
+                           model_factory=model_factory, progress=progress, publisher=publisher, executor=executor)
+    finally:
+        lock.release()
+
+
+def _run_locked(instances: list[Instance] | list[Task], cfg: RunConfig, store: RunStore, *,
+                build_graph: GraphFactory, repos: Path | None, workers: int, model_factory: ModelFactory | None,
+                progress: bool, publisher: Publisher | None, executor: Executor | None) -> RunSummary:
+    run_id = store.run_id
     repo_cache = RepoCache(cfg.cache_dir, repos)
     publisher = publisher or DiffPublisher(store)
     summary = RunSummary(run_id=run_id, total=len(instances), predictions=str(store.jsonl_path))

@@ -17,7 +17,12 @@ from pathlib import Path
 
 import git
 
+from fixgraph import gitsafe
 from fixgraph.records import file_lock
+from scoring import sandbox
+
+# Every git command this process runs (GitPython's too) ignores hooks and outside config.
+gitsafe.harden()
 
 
 class WorkspaceError(Exception):
@@ -32,7 +37,19 @@ def _git_env() -> dict[str, str]:
     # Never prompt for credentials; fail instead.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "GITHUB_TOKEN"))}
     env.update(GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true")
-    return env
+    return gitsafe.hardened_env(env)
+
+
+NEUTRAL_ATTRIBUTES = "* !filter !diff !merge !ident !export-subst\n"
+
+
+def _neutralize_attributes(bare: Path) -> None:
+    """Highest-precedence attributes (shared by every worktree): no filter, textconv or merge driver
+    that a repository's own .gitattributes names ever runs in fixgraph's checkouts."""
+    path = bare / "info" / "attributes"
+    if not path.is_file() or path.read_text(errors="replace") != NEUTRAL_ATTRIBUTES:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(NEUTRAL_ATTRIBUTES)
 
 
 def find_mirror(mirrors: Path, repo: str) -> Path | None:
@@ -44,12 +61,60 @@ def find_mirror(mirrors: Path, repo: str) -> Path | None:
     return None
 
 
+def preflight(cache_dir: Path, mirrors: Path | None, tasks: list[tuple[str, str]]) -> None:
+    """Check, writing nothing, that every (repo, base commit) can be checked out: a mirror (or the
+    cached clone) exists, git can read it, and it has the commit. WorkspaceError says what is not.
+    Without mirrors, repositories come from GitHub at run time and only the cache is consulted."""
+    by_repo: dict[str, set[str]] = {}
+    for repo, commit in tasks:
+        by_repo.setdefault(repo, set()).add(commit)
+    for repo, commits in sorted(by_repo.items()):
+        if repo.count("/") != 1 or not all(part and part not in (".", "..") for part in repo.split("/")):
+            raise WorkspaceError(f"repo {repo!r} is not owner/name")
+        sources = []
+        cached = cache_dir.resolve() / "repos" / (repo.replace("/", "+") + ".git")
+        if (cached / "HEAD").is_file():
+            sources.append(cached)
+        if mirrors is not None:
+            found = find_mirror(mirrors.resolve(), repo)
+            if found is not None:
+                sources.append(found)
+            elif not sources:
+                raise WorkspaceError(f"cannot clone {repo}: no mirror of it under {mirrors.resolve()}")
+        if not sources:
+            continue
+        missing = set(commits)
+        for src in sources:
+            missing -= _commits_in(src, repo, missing)
+        if missing:
+            raise WorkspaceError(f"{repo} has no commit {sorted(missing)[0][:12]} (looked in {sources[-1]})")
+
+
+def _commits_in(src: Path, repo: str, commits: set[str]) -> set[str]:
+    wanted = sorted(commits)
+    try:
+        proc = subprocess.run(["git", "-C", str(src), "cat-file", "--batch-check"], capture_output=True,
+                              input="".join(f"{c}^{{commit}}\n" for c in wanted).encode(), env=_git_env(), timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise WorkspaceError(f"cannot read the mirror of {repo} at {src}: {exc}") from None
+    if proc.returncode != 0:
+        detail = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise WorkspaceError(f"the mirror of {repo} at {src} is not a usable git repository: "
+                             f"{detail[-1] if detail else 'git exited ' + str(proc.returncode)}")
+    lines = proc.stdout.decode(errors="replace").splitlines()
+    return {c for c, line in zip(wanted, lines, strict=False) if line.split()[1:2] == ["commit"]}
+
+
 class RepoCache:
     def __init__(self, cache_dir: Path, mirrors: Path | None = None):
         self.cache_dir = cache_dir.resolve()
         self.mirrors = mirrors.resolve() if mirrors else None
         (self.cache_dir / "repos").mkdir(parents=True, exist_ok=True)
         (self.cache_dir / "worktrees").mkdir(parents=True, exist_ok=True)
+        # Test processes never see the clones nor the worktrees (their hooks and config are what
+        # fixgraph's own git would read).
+        sandbox.protect(self.cache_dir / "repos")
+        sandbox.protect(self.cache_dir / "worktrees")
 
     def source_url(self, repo: str) -> str:
         if self.mirrors is not None:
@@ -77,6 +142,7 @@ class RepoCache:
                     detail = (exc.stderr or "").strip().splitlines()
                     raise WorkspaceError(f"cannot clone {repo} from {url}: {detail[-1] if detail else exc}") from None
                 tmp.rename(path)
+            _neutralize_attributes(path)
             bare = git.Repo(path)
             if commit and not self._has_commit(bare, commit):
                 try:

@@ -158,7 +158,7 @@ class VenvEnvs:
             env["PIP_CONSTRAINT"] = str(path / "constraints.txt")  # the spec's own pip commands too
         limits = Limits(self.settings.build_timeout_s, int(self.settings.build_timeout_s * 2), 8192,
                         network_isolation=False)  # installing needs the package index
-        return _Steps(env, limits, meta)
+        return _Steps(env, limits, meta, path)
 
     def _build(self, task: Task, wt: Worktree, spec: dict[str, Any], path: Path) -> dict[str, Any]:
         """The venv and the dependencies: the spec's Python, requirements (read at the
@@ -256,12 +256,13 @@ class VenvEnvs:
 class _Steps:
     """Runs build steps in the build environment, keeping a log and the first failure."""
 
-    def __init__(self, env: dict[str, str], limits: Limits, meta: dict[str, Any]):
+    def __init__(self, env: dict[str, str], limits: Limits, meta: dict[str, Any], root: Path):
         self.env, self.limits, self.meta = env, limits, meta
+        self.root = root  # the environment's folder: the build writes its venv there
         self.log: list[str] = []
 
     def __call__(self, argv: list[str], cwd: Path, what: str) -> bool:
-        done = run_isolated(argv, cwd, self.env, self.limits)
+        done = run_isolated(argv, cwd, self.env, self.limits, writable=(self.root,))
         self.log.append(f"$ {' '.join(argv)}\n{done.output[-20000:]}\n")
         if done.returncode != 0:
             tail = [ln for ln in done.output.strip().splitlines() if ln.strip()][-1:] or ["no output"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fixgraph.state import Finding
 from fixgraph.workspace import Worktree
@@ -56,6 +56,19 @@ _add("network", ["socket.socket", "socket.create_connection", "socket.create_ser
 _add("network", [f"{lib}.{verb}" for lib in ("requests", "httpx")
                  for verb in ("get", "post", "put", "patch", "delete", "head", "options", "request", "stream")], 0,
      "url")
+_add("process-exec", ["os.fork", "os.forkpty", "pty.fork", "os.setsid", "os.kill", "os.killpg"], 0, "pid")
+# Native code reaches libc's system(), fork() and friends without any of the names above.
+_add("native-code", ["ctypes.CDLL", "ctypes.PyDLL", "ctypes.cdll.LoadLibrary", "ctypes.pydll.LoadLibrary",
+                     "ctypes.util.find_library", "cffi.FFI", "ctypes.CFUNCTYPE"], 0, "name")
+# A name lookup carries data out through any resolver, even with no connection opened.
+_add("network", ["socket.gethostbyname", "socket.gethostbyname_ex", "socket.gethostbyaddr", "socket.getaddrinfo",
+                 "socket.getnameinfo", "dns.resolver.resolve", "dns.resolver.query", "dns.resolver.Resolver",
+                 "socketserver.TCPServer", "socketserver.UDPServer", "socketserver.ThreadingTCPServer",
+                 "http.server.HTTPServer", "http.server.ThreadingHTTPServer", "asyncio.start_server",
+                 "asyncio.start_unix_server", "xmlrpc.server.SimpleXMLRPCServer", "multiprocessing.connection.Listener"],
+     0, "host")
+_add("file-move", ["shutil.move", "os.rename", "os.renames", "os.replace", "shutil.copy", "shutil.copy2",
+                   "shutil.copyfile", "shutil.copytree", "os.link", "os.symlink"], 1, "dst")
 _add("unpickle", ["pickle.load", "pickle.loads", "pickle.Unpickler", "cPickle.load", "cPickle.loads",
                   "_pickle.load", "_pickle.loads", "dill.load", "dill.loads", "marshal.load", "marshal.loads",
                   "shelve.open", "joblib.load", "pandas.read_pickle", "yaml.unsafe_load", "yaml.full_load",
@@ -83,6 +96,25 @@ SAFETY_ASSIGNMENTS: dict[str, tuple[str, object]] = {
     "verify_mode": ("tls-verify-off", "CERT_NONE"),
     "validate": ("validation-off", False),
 }
+# Modules whose attributes, looked up by a computed name, can be any of the protected calls.
+DANGEROUS_MODULES = {"os", "subprocess", "shutil", "socket", "ctypes", "builtins", "importlib", "pty", "posix",
+                     "pickle", "marshal", "sys", "asyncio", "multiprocessing"}
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|PRIVATE_?KEY|CREDENTIAL|AUTH|SESSION|COOKIE", re.I)
+# A download piped into an interpreter, in a shell script, Makefile or a string run by Python.
+DOWNLOAD_EXEC = re.compile(r"\b(curl|wget|fetch)\b[^|\n;]*\|\s*(sudo\s+)?(ba|z|da|k)?sh\b|"
+                           r"\b(curl|wget)\b[^|\n;]*\|\s*(sudo\s+)?python[0-9.]*\b|"
+                           r"\b(ba)?sh\s+-c\s+[\"']?\$\((curl|wget)\b|\beval\s+[\"']?\$\((curl|wget)\b")
+# Files that decide how the package is built or how its tests are collected: editing them runs
+# code at install or test time, outside any function a reviewer would read.
+BUILD_PATH = re.compile(r"(^|/)(setup\.py|setup\.cfg|Makefile|GNUmakefile|makefile|CMakeLists\.txt|meson\.build|"
+                        r"MANIFEST\.in|conftest\.py|pytest\.ini|build\.py|hatch_build\.py)$|\.mk$")
+PYPROJECT_BUILD = re.compile(r"build-backend|backend-path|\[build-system\]|^\s*requires\s*=|\[tool\.setuptools\.cmdclass|"
+                             r"\[tool\.hatch\.build\.hooks|entry-points|\[project\.scripts", re.M)
+SCRIPT_SUFFIXES = (".sh", ".bash", ".zsh", ".ksh", ".ps1", ".bat", ".cmd", "Makefile", ".mk", ".cfg", ".ini",
+                   ".toml", ".yml", ".yaml", ".txt", ".in", "Dockerfile")
+# Methods that write or move a file, when called on a path that is outside the repository.
+WRITE_METHODS = {"write_text", "write_bytes", "touch", "mkdir", "symlink_to", "hardlink_to", "rename", "replace",
+                 "chmod", "unlink", "rmdir", "open"}
 UNVERIFIED_TLS = {"ssl._create_unverified_context", "ssl._create_default_https_context",
                   "urllib3.disable_warnings", "requests.packages.urllib3.disable_warnings"}
 BROAD_EXCEPTIONS = {"Exception", "BaseException"}
@@ -104,6 +136,7 @@ class _Ctx:
     seen: set[tuple[str, int, str]]
 
     lines: list[str]
+    parents: dict[int, ast.AST] = field(default_factory=dict)
 
     def flag(self, rule: str, line: int, message: str) -> None:
         key = (rule, line, message)
@@ -126,16 +159,47 @@ def check_patch(wt: Worktree, patch: str) -> list[Finding]:
     out: list[Finding] = []
     for c in changes:
         out += _path_rules(c)
-        if not c.is_python or c.is_deleted:
+        if c.is_deleted:
             continue
         after = wt.read(c.path)
         if after is None:
+            continue
+        out += _text_rules(c, after)
+        if not c.is_python:
             continue
         out += check_source(c, after, None if c.is_new else base_content(wt, c.path))
     return out
 
 
+def _text_rules(c: FileChange, after: str) -> list[Finding]:
+    """Rules on the added lines of any file read as text: downloads piped into a shell (scripts,
+    Makefiles, CI), and a pyproject.toml whose build settings change."""
+    lines = after.splitlines()
+    added = [(n, lines[n - 1]) for n in sorted(c.added) if 0 < n <= len(lines)]
+    out: list[Finding] = []
+    if not c.is_python:
+        for n, text in added:
+            if DOWNLOAD_EXEC.search(text):
+                out.append(Finding(source="guard", rule="download-exec", file=c.path, line=n, symbol="",
+                                   severity="warning", code=text.strip()[:200],
+                                   message=f"the patch pipes a download into a shell in {c.path}"))
+    if c.path.rsplit("/", 1)[-1] == "pyproject.toml":
+        hit = next(((n, t) for n, t in added if PYPROJECT_BUILD.search(t)), None)
+        if hit is not None:
+            out.append(Finding(source="guard", rule="edits-build", file=c.path, line=hit[0], symbol="",
+                               severity="warning", code=hit[1].strip()[:200],
+                               message=f"the patch changes how the package is built ({c.path})"))
+    return out
+
+
 def _path_rules(c: FileChange) -> list[Finding]:
+    if BUILD_PATH.search(c.path):
+        verb = "deletes" if c.is_deleted else "adds" if c.is_new else "edits"
+        found = [Finding(source="guard", rule="edits-build", message=f"the patch {verb} the build file {c.path}",
+                         file=c.path, line=0, symbol="", severity="warning")]
+        return found + ([] if not TEST_PATH.search(c.path) else [Finding(
+            source="guard", rule="edits-tests", message=f"the patch {verb} the test file {c.path}", file=c.path,
+            line=0, symbol="", severity="warning")])
     if CI_PATH.search(c.path):
         return [Finding(source="guard", rule="edits-ci", message=f"the patch edits the CI file {c.path}",
                         file=c.path, line=0, symbol="", severity="warning")]
@@ -153,6 +217,7 @@ def check_source(change: FileChange, after: str, before: str | None) -> list[Fin
         return []  # the static phase reports the syntax error
     ctx = _Ctx(change.path, change.added, import_map(symbols.tree), symbols, [], set(), after.splitlines())
     tree = symbols.tree
+    ctx.parents = {id(child): parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
     for node in ast.walk(tree):
         if getattr(node, "lineno", None) in change.added:
             _check_node(node, ctx)
@@ -241,8 +306,23 @@ def _check_node(node: ast.AST, ctx: _Ctx) -> None:
         name = qualname(node.func, ctx.imports)
         if name in PROTECTED:
             rule, _, _ = PROTECTED[name]
-            if name.startswith("yaml.") or rule != "unpickle" or not _safe_unpickle(node, name):
+            if rule == "file-move":
+                where = _outside_repo(_key_arg(node, 1, "dst")) or _outside_repo(_key_arg(node, 0, "src"))
+                if where is not None:
+                    ctx.flag(rule, line, f"added code calls {name}() with {where}, outside the repository")
+            elif name.startswith("yaml.") or rule != "unpickle" or not _safe_unpickle(node, name):
                 ctx.flag(rule, line, f"added code calls {name}()")
+        elif name is None and _dynamic_lookup(node, ctx):
+            pass
+        elif name is None and isinstance(node.func, ast.Attribute) and node.func.attr in WRITE_METHODS \
+                and _outside_repo(node.func.value) is not None:
+            ctx.flag("file-delete", line, f"added code calls .{node.func.attr}() on "
+                                          f"{_outside_repo(node.func.value)}, outside the repository")
+        elif name in ("os.getenv", "os.environ.get", "os.environ.pop", "os.environ.setdefault"):
+            _check_secret_read(_key_arg(node, 0, "key"), line, ctx)
+        elif name is None and isinstance(node.func, ast.Attribute) and node.func.attr in ("bind", "listen") \
+                and _looks_like_listener(node):
+            ctx.flag("network", line, f"added code starts a listener (.{node.func.attr}())")
         elif name in ("yaml.load", "yaml.load_all") and not _safe_yaml(node, ctx):
             ctx.flag("unpickle", line, f"added code calls {name}() without a safe Loader")
         elif name == "open" or (name or "").endswith(("Path.write_text", "Path.write_bytes")):
@@ -258,7 +338,17 @@ def _check_node(node: ast.AST, ctx: _Ctx) -> None:
                     ctx.flag(rule, line, f"added code passes {kw.arg}={ast.unparse(kw.value)}")
             if kw.arg == "shell" and _const(kw.value) is True and name not in PROTECTED:
                 ctx.flag("process-exec", line, "added code passes shell=True")
-    elif isinstance(node, ast.Assign | ast.AnnAssign):
+    elif isinstance(node, ast.Attribute | ast.Name) and isinstance(getattr(node, "ctx", None), ast.Load):
+        _check_reference(node, ctx)
+    elif isinstance(node, ast.Subscript) and qualname(node.value, ctx.imports) == "os.environ":
+        _check_secret_read(node.slice, line, ctx)
+    elif isinstance(node, ast.Constant) and isinstance(node.value, str) and DOWNLOAD_EXEC.search(node.value):
+        ctx.flag("download-exec", line, "added code pipes a download into a shell")
+    elif isinstance(node, ast.For) and _iterates_environ(node.iter, ctx) or isinstance(
+            node, ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp) and any(
+            _iterates_environ(g.iter, ctx) for g in node.generators):
+        ctx.flag("reads-secrets", line, "added code walks every environment variable")
+    if isinstance(node, ast.Assign | ast.AnnAssign):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         for target in targets:
             attr = target.attr if isinstance(target, ast.Attribute) else target.id if isinstance(target, ast.Name) else None
@@ -266,6 +356,70 @@ def _check_node(node: ast.AST, ctx: _Ctx) -> None:
                 rule, bad = SAFETY_ASSIGNMENTS[attr]
                 if _const(node.value) == bad:
                     ctx.flag(rule, line, f"added code sets {ast.unparse(target)} = {ast.unparse(node.value)}")
+
+
+def _check_reference(node: ast.Attribute | ast.Name, ctx: _Ctx) -> None:
+    """A protected callable taken as a value (``f = os.system``; ``map(os.remove, ...)``): calling
+    it later hides the call's name from the rules above."""
+    name = qualname(node, ctx.imports)
+    if name not in PROTECTED or name in ("eval", "exec", "compile", "open"):
+        return
+    parent = ctx.parents.get(id(node))
+    if isinstance(parent, ast.Call) and parent.func is node:
+        return  # a call: judged as one
+    if isinstance(parent, ast.Attribute):
+        return  # part of a longer name (os.system.__doc__ is judged as that name)
+    rule, _, _ = PROTECTED[name]
+    ctx.flag(rule, node.lineno, f"added code takes {name} as a value")
+
+
+def _dynamic_lookup(call: ast.Call, ctx: _Ctx) -> bool:
+    """``getattr(os, "sys" + "tem")(...)``, ``vars(os)[name](...)``, ``os.__dict__[...]``: an
+    attribute of a dangerous module looked up at run time and called."""
+    func = call.func
+    module = None
+    attr: ast.AST | None = None
+    if isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "getattr" and func.args:
+        module, attr = func.args[0], func.args[1] if len(func.args) > 1 else None
+    elif isinstance(func, ast.Subscript):
+        inner = func.value
+        if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id == "vars" and inner.args:
+            module, attr = inner.args[0], func.slice
+        elif isinstance(inner, ast.Attribute) and inner.attr == "__dict__":
+            module, attr = inner.value, func.slice
+    if module is None:
+        return False
+    mod = "builtins" if isinstance(module, ast.Name) and module.id == "__builtins__" else \
+        qualname(module, ctx.imports) or ""
+    if mod.split(".")[0] not in DANGEROUS_MODULES:
+        return False
+    literal = attr.value if isinstance(attr, ast.Constant) and isinstance(attr.value, str) else None
+    target = f"{mod}.{literal}" if literal else None
+    rule = PROTECTED[target][0] if target in PROTECTED else "process-exec"
+    if literal and target not in PROTECTED:
+        return False  # getattr(os, "path"): a harmless attribute named plainly
+    ctx.flag(rule, call.lineno, f"added code calls an attribute of {mod} looked up at run time "
+                                f"({ast.unparse(func)[:80]})")
+    return True
+
+
+def _check_secret_read(key: ast.AST | None, line: int, ctx: _Ctx) -> None:
+    if isinstance(key, ast.Constant) and isinstance(key.value, str) and SECRET_NAME.search(key.value):
+        ctx.flag("reads-secrets", line, f"added code reads the environment variable {key.value}")
+
+
+def _iterates_environ(node: ast.AST, ctx: _Ctx) -> bool:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("items", "values",
+                                                                                                 "keys"):
+        node = node.func.value
+    return qualname(node, ctx.imports) == "os.environ"
+
+
+def _looks_like_listener(call: ast.Call) -> bool:
+    """``sock.bind((host, port))`` or ``sock.listen(n)``; not ``widget.bind("<Key>", f)``."""
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "listen":
+        return len(call.args) <= 1 and all(isinstance(a, ast.Constant) and isinstance(a.value, int) for a in call.args)
+    return len(call.args) == 1 and isinstance(call.args[0], ast.Tuple) and len(call.args[0].elts) in (2, 4)
 
 
 def _safe_unpickle(call: ast.Call, name: str) -> bool:

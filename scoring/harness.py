@@ -16,7 +16,7 @@ from pathlib import Path
 from fixgraph.config import TestSettings
 from fixgraph.dataset import Task
 from fixgraph.workspace import Worktree
-from scoring.sandbox import Limits, run_isolated, scrubbed_env
+from scoring.sandbox import Limits, prepare_workdir, run_isolated, scrubbed_env
 from scoring.specs import SpecsError, patch_files, repo_specs
 from scoring.testenv import git_apply, materialize, run_root
 
@@ -42,6 +42,7 @@ def harness_apply_error(task: Task, wt: Worktree, patch: str, pre_install: list[
     run_dir = run_root(settings.run_root) / f"harness-{uuid.uuid4().hex[:12]}"
     work, home = run_dir / "repo", run_dir / "home"
     home.mkdir(parents=True)
+    prepare_workdir(run_dir)
     try:
         err = materialize(wt, task.base_commit, work)
         if err:

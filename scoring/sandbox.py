@@ -2,26 +2,44 @@
 
 - Environment: built from nothing but an allow-list (PATH, HOME, LANG, ...) plus what the caller
   passes, so API keys and tokens in the parent's environment never reach the tests.
-- Network: the command runs in a new network namespace (``unshare -n``; ``unshare -rn`` when not
-  root) when the kernel allows it here, probed once. Inside, even loopback is down.
-- Limits: CPU time, address space and no core files via ``resource.setrlimit`` in the child; a
-  wall-clock timeout that kills the whole process group (the child starts a new session).
-- Output: bytes, decoded as UTF-8 with replacement, so non-UTF-8 output never raises.
+- Namespaces (``unshare``, probed once; as root directly, otherwise inside a user namespace): a
+  new PID namespace whose first process is ``scoring/jail.py``, a mount namespace and, unless
+  ``network_isolation`` is off, a network namespace where even loopback is down.
+- Rights: as root the command runs as a dedicated unprivileged uid (``SANDBOX_UID``) with no
+  groups and no capabilities; otherwise as a non-root uid of a nested user namespace. Either
+  way with no_new_privs, a process-count limit, every mount read-only except the run's writable
+  folders (``cwd``, ``HOME``, ``TMPDIR``), the repository cache and ``.env`` files hidden, and a
+  ``/proc`` that shows only the sandbox's own processes.
+- Lifetime: the jail is PID 1, so when the command ends or is killed every process it left
+  (``setsid`` daemons too) dies; when fixgraph itself dies, the kernel's parent-death signal
+  takes the sandbox down, and a watchdog outside it removes the scratch folder given to
+  ``prepare_workdir``.
+- Limits: CPU time, address space and no core files via ``resource.setrlimit``; a wall-clock
+  timeout.
+- Output: bytes, decoded as UTF-8 with replacement, so non-UTF-8 output never raises; the run's
+  known secrets (``fixgraph.redaction``) are masked in it and in the files it writes for us.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import os
 import resource
 import shutil
 import signal
+import stat
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from fixgraph import redaction
 
 # Variables a test process may inherit from the parent; everything else is dropped.
 _INHERITED = ("TZ", "TERM", "SOURCE_DATE_EPOCH")
@@ -36,6 +54,7 @@ class Limits:
     cpu_s: int
     memory_mb: int
     network_isolation: bool = True
+    max_procs: int = 256  # processes of the sandbox user at once (RLIMIT_NPROC)
 
 
 @dataclass
@@ -69,21 +88,102 @@ def scrubbed_env(home: Path, extra: Mapping[str, str] | None = None,
     return env
 
 
+# The uid/gid test processes run as when fixgraph runs as root: no account, no files, no groups.
+SANDBOX_UID = SANDBOX_GID = 59_999
+JAIL = Path(__file__).with_name("jail.py")
+# Files a test process writes for fixgraph to read (named by these variables): made writable for
+# the sandbox user, and redacted before fixgraph reads them.
+OUTPUT_FILE_VARS = ("FIXGRAPH_CRASH_FILE",)
+WRITABLE_DIR_VARS = ("HOME", "TMPDIR")
+
+_protected: set[Path] = set()
+_watchdogs: list[subprocess.Popen[bytes]] = []
+_registry_lock = threading.Lock()
+
+
+def protect(path: Path) -> None:
+    """Hide ``path`` (a folder: the repository cache) from every later test process."""
+    with _registry_lock:
+        _protected.add(path.resolve())
+
+
+def prepare_workdir(path: Path) -> None:
+    """Declare ``path`` a run's scratch folder: made reachable by the sandbox user, and removed by a
+    watchdog process if fixgraph is killed before it removes the folder itself."""
+    path = path.resolve()
+    if os.geteuid() == 0:
+        _make_reachable(path)
+    with _registry_lock:
+        for old in [w for w in _watchdogs if w.poll() is not None]:
+            _watchdogs.remove(old)  # reaped
+        with contextlib.suppress(OSError):
+            _watchdogs.append(subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _WATCHDOG, str(path)], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+
+
+# Outlives fixgraph on purpose: its stdin is a pipe only fixgraph writes to. EOF while the folder
+# still exists means fixgraph died (killed: no ``finally`` ran); the sandbox is going down with it
+# (parent-death signals), and the folder goes too. A folder fixgraph removed itself ends it.
+_WATCHDOG = """
+import os, select, shutil, sys, time
+path = sys.argv[1]
+while os.path.exists(path):
+    ready, _, _ = select.select([0], [], [], 0.5)
+    if ready and os.read(0, 64) == b"":
+        time.sleep(0.5)
+        for _ in range(3):
+            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.exists(path):
+                break
+            time.sleep(0.5)
+        break
+"""
+
+
+def hidden_files() -> list[str]:
+    """Files no test may read: every ``.env`` that python-dotenv could load for fixgraph, that is
+    in the current folder, the project's folder, or any folder above them."""
+    project = Path(__file__).resolve().parent.parent
+    found = set()
+    for start in (Path.cwd().resolve(), project):
+        for folder in (start, *start.parents):
+            candidate = folder / ".env"
+            if candidate.is_file():
+                found.add(str(candidate))
+    return sorted(found)
+
+
 @functools.cache
 def netns_prefix() -> tuple[str, ...] | None:
-    """The command prefix that gives a process its own (empty) network namespace, or None."""
+    """The namespace prefix (``unshare ...``) when this kernel allows it, with a network namespace."""
+    return _probe(True)
+
+
+@functools.cache
+def _probe(network: bool) -> tuple[str, ...] | None:
     exe = shutil.which("unshare")
     if exe is None:
         return None
-    candidates = [(exe, "-n"), (exe, "-rn")] if os.geteuid() == 0 else [(exe, "-rn")]
-    for prefix in candidates:
-        try:
-            proc = subprocess.run([*prefix, "true"], capture_output=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if proc.returncode == 0:
-            return prefix
-    return None
+    flags = ["--pid", "--fork", "--kill-child=SIGTERM", "--mount-proc"] + (["--net"] if network else [])
+    prefix = (exe, *flags) if os.geteuid() == 0 else (exe, "--map-root-user", *flags)
+    # The whole chain once: namespaces, the jail's mounts, the drop of rights (a container may
+    # allow the first and refuse the others).
+    spec = {"mode": "root" if os.geteuid() == 0 else "userns", "uid": SANDBOX_UID, "gid": SANDBOX_GID,
+            "writable": [], "hide_dirs": [], "hide_files": [], "nproc": 64, "cwd": "/"}
+    try:
+        proc = subprocess.run([*prefix, sys.executable, "-I", "-S", str(JAIL), json.dumps(spec), "--", "true"],
+                              capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return prefix if proc.returncode == 0 else None
+
+
+def sandbox_mode() -> str:
+    """How test processes run here: "uid" (root drops to SANDBOX_UID), "userns", or "none"."""
+    if _probe(False) is None:
+        return "none"
+    return "uid" if os.geteuid() == 0 else "userns"
 
 
 def _limit_child(cpu_s: int, memory_mb: int) -> None:  # pragma: no cover - runs in the child
@@ -96,10 +196,126 @@ def _limit_child(cpu_s: int, memory_mb: int) -> None:  # pragma: no cover - runs
         resource.setrlimit(which, (soft, hard))
 
 
-def run_isolated(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], limits: Limits) -> Completed:
-    """Run ``cmd``; never raises for the command's own failures, timeouts or bad output."""
-    prefix = netns_prefix() if limits.network_isolation else None
-    argv = [*(prefix or ()), *cmd]
+def _user_processes() -> int:
+    uid, n = os.getuid(), 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                n += entry.stat().st_uid == uid
+    return n
+
+
+def _make_reachable(path: Path) -> None:
+    """The sandbox user must be able to walk down to ``path``: give each folder above it that
+    refuses others search permission (x only: it still cannot list them). ``.env`` files stay
+    hidden by the jail."""
+    for parent in reversed(path.parents):
+        with contextlib.suppress(OSError):
+            mode = parent.stat().st_mode
+            if not mode & stat.S_IXOTH:
+                parent.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
+
+
+def _needed(cmd: Sequence[str], env: Mapping[str, str]) -> list[Path]:
+    """What the sandbox user must reach besides its writable folders: the interpreter (often in a
+    home folder: pyenv) and the PATH and PYTHONPATH entries."""
+    found = [Path(sys.executable).resolve(), Path(sys.base_prefix).resolve()]
+    exe = shutil.which(cmd[0], path=env.get("PATH")) if cmd else None
+    if exe:
+        found.append(Path(exe).resolve())
+    for var in ("PATH", "PYTHONPATH", "VIRTUAL_ENV"):
+        found += [Path(p).resolve() for p in env.get(var, "").split(os.pathsep) if p.startswith("/")]
+    return found
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.lchown(root, uid, gid)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            with contextlib.suppress(OSError):
+                os.lchown(os.path.join(dirpath, name), uid, gid)
+
+
+def _writable(cwd: Path, env: Mapping[str, str], extra: Sequence[Path]) -> list[Path]:
+    found = [cwd, *(Path(env[k]) for k in WRITABLE_DIR_VARS if env.get(k)), *extra]
+    # Handed to the sandbox user (as root: chowned), so never a folder that holds fixgraph's own
+    # files: a HOME=/root from a careless caller must not give the tests root's home.
+    keep_out = [Path("/"), Path.home(), Path.cwd(), Path(sys.prefix), Path(sys.base_prefix), *_protected]
+    out: list[Path] = []
+    for p in found:
+        p = p.resolve()
+        if not p.is_dir() or p in out or len(p.parts) < 3:
+            continue
+        if any(k.resolve() == p or k.resolve().is_relative_to(p) for k in keep_out):
+            continue
+        out.append(p)
+    return out
+
+
+def run_isolated(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], limits: Limits,
+                 writable: Sequence[Path] = ()) -> Completed:
+    """Run ``cmd``; never raises for the command's own failures, timeouts or bad output.
+
+    The command may write to ``cwd``, ``$HOME``, ``$TMPDIR`` and ``writable``; nothing else."""
+    prefix = _probe(limits.network_isolation)
+    if prefix is None:
+        return _run(list(cmd), cwd, env, limits, isolated=False)
+    root = os.geteuid() == 0
+    dirs = _writable(cwd, env, writable)
+    outputs = [Path(env[k]) for k in OUTPUT_FILE_VARS if env.get(k)]
+    spec = {
+        "mode": "root" if root else "userns", "uid": SANDBOX_UID, "gid": SANDBOX_GID,
+        "writable": [str(p) for p in dirs] + [str(p) for p in outputs],
+        "hide_dirs": sorted(str(p) for p in _protected), "hide_files": hidden_files(),
+        "nproc": limits.max_procs if root else _user_processes() + limits.max_procs,
+        "cwd": str(cwd),
+    }
+    try:
+        if root:
+            for p in _needed(cmd, env):
+                _make_reachable(p)
+            for p in dirs:
+                _make_reachable(p)
+                _chown_tree(p, SANDBOX_UID, SANDBOX_GID)
+            for f in outputs:
+                f.touch()
+                os.chown(f, SANDBOX_UID, SANDBOX_GID)
+        else:
+            for f in outputs:
+                f.touch()
+        # setpriv: unshare dies with this thread (fixgraph killed), and the jail then with unshare.
+        argv = [*_pdeathsig(), *prefix, sys.executable, "-I", "-S", str(JAIL), json.dumps(spec), "--", *cmd]
+        done = _run(argv, cwd, env, limits, isolated=limits.network_isolation)
+    finally:
+        if root:  # hand back: what fixgraph keeps (a venv) must not stay the sandbox user's
+            for p in dirs:
+                if p.exists():
+                    _chown_tree(p, os.geteuid(), os.getegid())
+            for f in outputs:
+                with contextlib.suppress(OSError):
+                    os.lchown(f, os.geteuid(), os.getegid())
+    for f in outputs:
+        _redact_file(f)
+    return done
+
+
+@functools.cache
+def _pdeathsig() -> tuple[str, ...]:
+    exe = shutil.which("setpriv")
+    return (exe, "--pdeathsig", "KILL", "--") if exe else ()
+
+
+def _redact_file(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        if path.is_file() and not path.is_symlink():
+            text = path.read_text(encoding="utf-8", errors="replace")
+            clean = redaction.redact(text)
+            if clean != text:
+                path.write_text(clean, encoding="utf-8")
+
+
+def _run(argv: list[str], cwd: Path, env: Mapping[str, str], limits: Limits, isolated: bool) -> Completed:
     start = time.monotonic()
     timed_out = False
     with tempfile.TemporaryFile() as sink:
@@ -110,7 +326,7 @@ def run_isolated(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], limits: 
                 preexec_fn=functools.partial(_limit_child, limits.cpu_s, limits.memory_mb),
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            return Completed(127, f"cannot start {cmd[0]}: {exc}", 0.0, False, prefix is not None)
+            return Completed(127, f"cannot start {argv[0]}: {exc}", 0.0, False, isolated)
         try:
             rc = proc.wait(timeout=limits.timeout_s)
         except subprocess.TimeoutExpired:
@@ -123,10 +339,10 @@ def run_isolated(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], limits: 
         size = sink.seek(0, os.SEEK_END)
         sink.seek(max(0, size - MAX_OUTPUT_BYTES))
         data = sink.read()
-    text = data.decode("utf-8", errors="replace")
+    text = redaction.redact(data.decode("utf-8", errors="replace"))
     if timed_out:
         text += f"\n[fixgraph] killed after the {limits.timeout_s:g}s wall-clock limit\n"
-    return Completed(rc, text, time.monotonic() - start, timed_out, prefix is not None)
+    return Completed(rc, text, time.monotonic() - start, timed_out, isolated)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

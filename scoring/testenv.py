@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from fixgraph import gitsafe
 from fixgraph.dataset import Task
 from fixgraph.workspace import Worktree
 
@@ -156,17 +157,16 @@ def run_root(configured: Path | None) -> Path:
 
 def git(work: Path, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     """git in a run's own working copy, reading no configuration but what is given here."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_TERMINAL_PROMPT": "0",
-           "HOME": str(work), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
-    return subprocess.run(["git", "-c", "core.hooksPath=" + os.devnull, *args], cwd=work, input=data,
-                          capture_output=True, env=env, timeout=600)
+    env = gitsafe.hardened_env({"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work),
+                                "GIT_TERMINAL_PROMPT": "0"})
+    return subprocess.run(["git", *args], cwd=work, input=data, capture_output=True, env=env, timeout=600)
 
 
 def materialize(wt: Worktree, commit: str, work: Path) -> str:
     """A fresh copy of ``commit`` at ``work`` from the worktree's objects (read only); "" or why not."""
     work.mkdir(parents=True)
     archive = subprocess.Popen(["git", "-C", str(wt.path), "archive", "--format=tar", commit],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=gitsafe.hardened_env())
     untar = subprocess.run(["tar", "-x", "-C", str(work)], stdin=archive.stdout, capture_output=True)
     assert archive.stdout is not None
     archive.stdout.close()

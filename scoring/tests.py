@@ -42,7 +42,7 @@ from fixgraph.dataset import EvaluationData, Task
 from fixgraph.records import atomic_write
 from fixgraph.workspace import Worktree, content_key
 from scoring import crash
-from scoring.sandbox import Limits, run_isolated, scrubbed_env
+from scoring.sandbox import Limits, prepare_workdir, run_isolated, scrubbed_env
 from scoring.specs import (
     NON_TEST_EXTS,
     SpecsError,
@@ -169,6 +169,7 @@ class SubprocessRunner:
         work = run_dir / "repo"
         home = run_dir / "home"
         home.mkdir(parents=True)
+        prepare_workdir(run_dir)  # removed by the sandbox if fixgraph is killed mid-run
         try:
             return self._run(task, wt, env, patch, suite, run_dir, work, home)
         finally:
@@ -464,9 +465,11 @@ def _copy_changed(wt: Worktree, work: Path, patch: str) -> None:
     for rel in patch_files(patch):
         src = wt.path / rel
         dst = work / rel
-        if src.is_file():
+        if src.is_file() or src.is_symlink():
             dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dst)
+            dst.unlink(missing_ok=True)
+            # A link the patch made stays a link: copying its target would read it as fixgraph.
+            shutil.copyfile(src, dst, follow_symlinks=False)
         else:
             dst.unlink(missing_ok=True)
 

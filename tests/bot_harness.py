@@ -6,12 +6,13 @@ import json
 import threading
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
 from bot.events import sign
 from bot.jobs import JobQueue
-from bot.server import make_server
+from bot.server import DeliveryLog, make_server
 from bot.worker import RunFn, Worker
 from fixgraph.config import RunConfig, load_config
 from fixgraph.github_client import GitHubAccess
@@ -32,20 +33,24 @@ def bot_config(fake: FakeGitHub, tmp: Path, **overrides: Any) -> RunConfig:
 
 class Bot:
     def __init__(self, fake: FakeGitHub, tmp: Path, pipeline: RunFn | None, *, run_kwargs: dict[str, Any] | None = None,
-                 dedupe_window_s: float = 30.0, cfg: RunConfig | None = None, **overrides: Any):
+                 dedupe_window_s: float = 30.0, cfg: RunConfig | None = None,
+                 deliveries: DeliveryLog | None = None, deadline_s: float = 30.0, **overrides: Any):
         self.cfg = cfg or bot_config(fake, tmp, **overrides)
         self.worker = Worker(self.cfg, GitHubAccess(self.cfg), RepoCache(self.cfg.cache_dir), run_fn=pipeline,
                              run_kwargs=run_kwargs)
         self.jobs = JobQueue(self.worker, workers=2, dedupe_window_s=dedupe_window_s)
-        self.server = make_server(self.cfg.github, self.jobs.submit, "127.0.0.1", 0)
+        self.server = make_server(self.cfg.github, self.jobs.submit, "127.0.0.1", 0, deliveries=deliveries,
+                                  deadline_s=deadline_s)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/webhook"
 
     def post(self, event: str, payload: Any = None, *, raw: bytes | None = None, secret: str | None = SECRET,
-             signature: str | None = None, content_type: str = "application/json") -> tuple[int, dict[str, Any] | None]:
+             signature: str | None = None, content_type: str = "application/json",
+             delivery: str | None = None) -> tuple[int, dict[str, Any] | None]:
         body = raw if raw is not None else json.dumps(payload).encode()
-        headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": "d-1", "Content-Type": content_type}
+        headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": delivery or uuid.uuid4().hex,
+                   "Content-Type": content_type}
         if signature is not None:
             headers["X-Hub-Signature-256"] = signature
         elif secret is not None:

@@ -229,3 +229,25 @@ def test_standalone_publisher_finds_repo_and_issue_from_the_instance(fake: FakeG
     out = outcome_for(wt, sha)
     out.task = out.task.model_copy(update={"instance_id": "acme__calc"})
     assert "does not end with an issue number" in pub.publish(out)["reason"]
+
+
+def test_guard_blocked_patch_is_never_pushed(fake: FakeGitHub, setup: tuple[Path, str, Worktree]) -> None:
+    bare, sha, wt = setup
+    cfg = config(fake, **{"critic.guard": "block"})
+    flagged = [{"source": "guard", "rule": "process-exec", "message": "added code calls os.system()"}]
+    result = publisher(fake, cfg).publish(outcome_for(wt, sha, guard=flagged))
+    assert not result["ok"] and "guard blocks" in result["error"]
+    assert fake.open_pulls("acme/calc") == []
+    branches = subprocess.run(["git", "branch", "--list", "fixgraph/*"], cwd=bare, capture_output=True, text=True)
+    assert branches.stdout.strip() == ""  # nothing reached the remote
+
+
+def test_pr_agent_never_chooses_a_blocked_attempt() -> None:
+    from agents.pr import choose
+
+    flagged = {"number": 2, "patch": "x", "score": {"fix_score": 0.9},
+               "findings": [{"source": "guard", "rule": "network"}]}
+    clean = {"number": 1, "patch": "y", "score": {"fix_score": 0.1}, "findings": []}
+    assert choose([clean, flagged], guard_blocks=True) == clean  # type: ignore[list-item]
+    assert choose([flagged], guard_blocks=True) is None  # type: ignore[list-item]
+    assert choose([clean, flagged], guard_blocks=False) == flagged  # type: ignore[list-item]

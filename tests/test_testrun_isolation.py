@@ -76,10 +76,10 @@ def test_socket_to_loopback_works_without_isolation(tmp_path: Path) -> None:
 
 
 def test_sleeping_test_is_killed_with_its_children(tmp_path: Path) -> None:
-    pidfile = tmp_path / "child.pid"
+    marker = f"{time.time_ns() % 10**6 + 300}.5"  # a sleep argument no other process has
     extra = ("\n\ndef test_sleep():\n    import subprocess, time\n"
-             "    p = subprocess.Popen(['sleep', '300'])\n"
-             f"    open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+             f"    subprocess.Popen(['sleep', {marker!r}])\n"
+             f"    subprocess.Popen(['setsid', 'sleep', {marker!r}])\n"
              "    time.sleep(300)\n")
     inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P])
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
@@ -89,14 +89,35 @@ def test_sleeping_test_is_killed_with_its_children(tmp_path: Path) -> None:
     assert not out.runnable
     assert out.timed_out
     assert "timed out" in out.reason
-    pid = int(pidfile.read_text())
-    assert _gone(pid)  # the test's own child went with the process group
+    # the test's child and a daemon in a session of its own went with it
+    assert _gone_by_cmdline(marker)
+
+
+def _gone_by_cmdline(marker: str, wait_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if not [pid for pid in _pids_with(marker) if not _gone(int(pid), 0.0)]:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _pids_with(marker: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(entry.name)
+            except OSError:
+                continue
+    return found
 
 
 def _gone(pid: int, wait_s: float = 5.0) -> bool:
     """Dead, or a zombie waiting for init to reap it."""
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
+    while True:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
@@ -106,8 +127,9 @@ def _gone(pid: int, wait_s: float = 5.0) -> bool:
                 return True
         except (OSError, IndexError):
             return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.1)
-    return False
 
 
 def test_patch_that_hangs_scores_zero(tmp_path: Path) -> None:
@@ -163,3 +185,31 @@ def test_cpu_time_limit_kills_a_spinning_patch_before_the_wall_clock(tmp_path: P
     assert time.monotonic() - start < 100
     assert out.runnable and not out.timed_out  # SIGXCPU, not the wall clock
     assert out.fail_to_pass[F2P] == "MISSING"
+
+
+def test_secret_printed_by_a_test_is_redacted_in_the_outcome_and_the_baseline_cache(tmp_path: Path) -> None:
+    from fixgraph import redaction
+
+    secret = "sk-isolation-secret-93ab1"
+    redaction.register([secret])
+    extra = f"\n\ndef test_leak():\n    print({secret!r})\n    assert False, {secret!r}\n"
+    inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P, "tests/test_calc.py::test_leak"])
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
+    out = make_runner(local_settings(), tmp_path / "cache").run(inst, wt, patch)
+    assert out.runnable
+    assert out.fail_to_pass["tests/test_calc.py::test_leak"] == "FAILED"
+    assert secret not in repr(out.to_dict()) and "***" in out.crash
+    cached = list((tmp_path / "cache" / "test-baselines").glob("*.json"))
+    assert cached and all(secret not in p.read_text() for p in cached)
+
+
+def test_test_cannot_write_into_the_repository_cache(tmp_path: Path) -> None:
+    extra = ("\n\ndef test_plant():\n    import glob\n"
+             f"    for d in glob.glob({str(tmp_path / 'cache' / '*' / '*')!r}):\n"
+             "        open(d + '/planted', 'w').write('x')\n")
+    inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P, "tests/test_calc.py::test_plant"])
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
+    make_runner(local_settings(), tmp_path / "cache").run(inst, wt, patch)
+    assert (tmp_path / "cache" / "repos").is_dir()
+    assert not list((tmp_path / "cache" / "repos").rglob("planted"))
+    assert not list((tmp_path / "cache" / "worktrees").rglob("planted"))

@@ -1,0 +1,158 @@
+"""The first process inside a test sandbox's namespaces (run as ``python -I -S jail.py SPEC -- CMD``).
+
+``unshare`` has already given it new mount, PID (it is PID 1) and usually network namespaces, as
+real root or as root of a new user namespace. Before the test command runs it:
+
+- hides what tests must not read (the repository cache, ``.env`` files) under empty mounts, makes
+  every mount read-only except the run's own writable folders, and gives ``/dev/shm`` a private
+  tmpfs, so a test can write only to its copy and its temp folder;
+- forks the command with fewer rights: as real root, a dedicated unprivileged uid with no groups
+  and no capabilities; in a user namespace, a nested one where the command is not root (the
+  mounts above are then locked: it cannot unmount them); both with no_new_privs and a process
+  count limit;
+- stays as PID 1: it reaps orphans, and when the command ends (or unshare dies: a timeout, or
+  fixgraph killed) it ends, which takes every remaining process of the namespace (a ``setsid``
+  daemon included) with it.
+
+Only the standard library: it runs before any site-packages, with ``-I -S``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import signal
+import sys
+
+_libc = ctypes.CDLL(None, use_errno=True)
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 1, 2, 4, 4096, 16384
+CLONE_NEWUSER = 0x10000000
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+_SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}.get(os.uname().machine)
+AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 1
+INNER_ID = 1000  # the command's uid/gid inside the nested user namespace
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(src: str, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    rc = _libc.mount(src.encode(), target.encode(), fstype.encode() if fstype else None, ctypes.c_ulong(flags),
+                     data.encode() if data else None)
+    _check(rc, f"mount {target}")
+
+
+def _set_read_only(path: str, read_only: bool, recursive: bool) -> bool:
+    if _SYS_MOUNT_SETATTR is None:
+        return False
+    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0) if read_only else _MountAttr(0, MOUNT_ATTR_RDONLY, 0, 0)
+    rc = _libc.syscall(_SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), AT_RECURSIVE if recursive else 0,
+                       ctypes.byref(attr), ctypes.sizeof(attr))
+    return rc == 0
+
+
+def prepare_mounts(spec: dict) -> list[str]:
+    notes = []
+    for path in spec["hide_files"]:
+        if os.path.isfile(path):
+            _mount("/dev/null", path, None, MS_BIND)
+    for path in spec["hide_dirs"]:
+        if os.path.isdir(path):
+            _mount("none", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0555")
+    if _set_read_only("/", True, recursive=True):
+        # /proc stays as it was: the command's user namespace is set up through it.
+        _set_read_only("/proc", False, recursive=False)
+        for path in spec["writable"]:
+            if os.path.exists(path):  # a bind mount of its own, made writable again
+                _mount(path, path, None, MS_BIND)
+                if not _set_read_only(path, False, recursive=False):
+                    raise OSError(ctypes.get_errno(), f"cannot make {path} writable")
+    else:
+        notes.append("read-only remount unavailable")
+    if os.path.isdir("/dev/shm"):
+        _mount("none", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777")
+    return notes
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+def drop_privileges(spec: dict) -> None:  # runs in the command's process, before exec
+    nproc = int(spec["nproc"])
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    if spec["mode"] == "root":
+        os.setgroups([])
+        os.setresgid(spec["gid"], spec["gid"], spec["gid"])
+        os.setresuid(spec["uid"], spec["uid"], spec["uid"])  # no SECBIT_KEEP_CAPS: every capability goes
+    else:
+        # A nested user namespace where the command is not root: it has no capability over the
+        # mount namespace (it cannot unmount what hides the cache and .env) nor anywhere else.
+        _check(_libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
+        _write("/proc/self/uid_map", f"{INNER_ID} 0 1\n")
+        _write("/proc/self/setgroups", "deny\n")
+        _write("/proc/self/gid_map", f"{INNER_ID} 0 1\n")
+        os.setresgid(INNER_ID, INNER_ID, INNER_ID)
+        os.setresuid(INNER_ID, INNER_ID, INNER_ID)
+    # A change of credentials clears the parent-death signal; PID 1 dying must still end us.
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+
+
+def _end(code: int) -> None:
+    # PID 1 may signal every process in its namespace: none outlives the run.
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    os._exit(code)
+
+
+def main(argv: list[str]) -> None:
+    if os.getpid() != 1:  # kill(-1) below is only safe inside our own PID namespace
+        print("[fixgraph] sandbox: not PID 1 of a new PID namespace", file=sys.stderr, flush=True)
+        os._exit(125)
+    spec = json.loads(argv[1])
+    cmd = argv[3:]
+    try:
+        notes = prepare_mounts(spec)
+    except OSError as exc:
+        print(f"[fixgraph] sandbox setup failed: {exc}", file=sys.stderr, flush=True)
+        os._exit(125)
+    for note in notes:
+        print(f"[fixgraph] sandbox: {note}", file=sys.stderr, flush=True)
+    child = os.fork()
+    if child == 0:
+        try:
+            drop_privileges(spec)
+            os.chdir(spec["cwd"])
+            os.execvp(cmd[0], cmd)
+        except OSError as exc:
+            print(f"[fixgraph] cannot start {cmd[0]}: {exc}", file=sys.stderr, flush=True)
+        os._exit(127)
+    # unshare died (a timeout, or fixgraph itself died): everything goes.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: _end(128 + signum))
+    signal.signal(signal.SIGHUP, lambda signum, _frame: _end(128 + signum))
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)  # reaps orphans too: PID 1's duty
+        except ChildProcessError:
+            _end(0)
+            return
+        if pid == child:
+            _end(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
