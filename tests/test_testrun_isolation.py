@@ -195,7 +195,7 @@ def test_secret_printed_by_a_test_is_redacted_in_the_outcome_and_the_baseline_ca
     extra = f"\n\ndef test_leak():\n    print({secret!r})\n    assert False, {secret!r}\n"
     inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P, "tests/test_calc.py::test_leak"])
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
-    out = make_runner(local_settings(), tmp_path / "cache").run(inst, wt, patch)
+    out = run_hidden(make_runner(local_settings(), tmp_path / "cache"), inst, wt, patch)
     assert out.runnable
     assert out.fail_to_pass["tests/test_calc.py::test_leak"] == "FAILED"
     assert secret not in repr(out.to_dict()) and "***" in out.crash
@@ -209,7 +209,7 @@ def test_test_cannot_write_into_the_repository_cache(tmp_path: Path) -> None:
              "        open(d + '/planted', 'w').write('x')\n")
     inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P, "tests/test_calc.py::test_plant"])
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
-    make_runner(local_settings(), tmp_path / "cache").run(inst, wt, patch)
+    run_hidden(make_runner(local_settings(), tmp_path / "cache"), inst, wt, patch)
     assert (tmp_path / "cache" / "repos").is_dir()
     assert not list((tmp_path / "cache" / "repos").rglob("planted"))
     assert not list((tmp_path / "cache" / "worktrees").rglob("planted"))
