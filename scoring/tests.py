@@ -114,6 +114,9 @@ class TestOutcome:
     backend: str = ""
     notes: list[str] = field(default_factory=list)
     selection: dict[str, Any] = field(default_factory=dict)  # the regression selection, as recorded
+    # Why each selected test that passed at the base fails with the patch: crash records (the
+    # plugin's, or read from the log), each with ``test`` set; scoring.runtime reads them.
+    regression_crashes: list[dict[str, Any]] = field(default_factory=list)
 
     __test__ = False  # pytest: not a test class, whatever its name
 
@@ -354,6 +357,7 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
                           if s not in PASSING and out.pass_to_pass_before.get(t) in PASSING]
                 if broken:
                     failing_runs.append((after, broken))
+                    out.regression_crashes = crash.failures_of(after.crash_records, after.log, after.root, broken)
                 out.log_tail = after.log_tail()
     out.runnable = out.repro_ran or out.regression_ran
     out.reason = "; ".join(why)
