@@ -29,6 +29,7 @@ import signal
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,12 +159,7 @@ def run(args: argparse.Namespace) -> int:
                 skipped["no mirror"] += 1
             else:
                 rows.append(row)
-    if args.stride > 1:
-        rows = rows[:: args.stride]
-    if args.limit:
-        rows = rows[: args.limit]
-    if shard:
-        rows = rows[shard[0]::shard[1]]
+    rows = sample(rows, args.stride, args.limit, shard)
     if not rows:
         raise InputError("no labelled rows with a mirror to judge")
 
@@ -276,6 +272,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def sample(rows: list[dict[str, Any]], stride: int, limit: int, shard: tuple[int, int] | None) -> list[dict[str, Any]]:
+    """Every ``stride``-th row, the first ``limit`` of those, then shard I of N."""
+    rows = rows[::stride] if stride > 1 else rows
+    rows = rows[:limit] if limit else rows
+    return rows[shard[0]::shard[1]] if shard else rows
+
+
 def _shard(text: str) -> tuple[int, int]:
     try:
         index, count = (int(part) for part in text.split("/"))
@@ -312,11 +315,14 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    # A terminated run still prints the figures for the rows it judged.
+def run_terminable(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """A benchmark's run, where a terminated run still prints the figures for the rows it judged."""
     signal.signal(signal.SIGTERM, _interrupt)
     return run_reporting_errors(run, args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_terminable(run, parser().parse_args(argv))
 
 
 if __name__ == "__main__":
