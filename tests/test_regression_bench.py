@@ -62,3 +62,30 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
         assert main(["--predictions", str(preds), "--repos", str(tmp_path), *extra]) == 2
         err = capsys.readouterr().err
         assert err.startswith(message) and err.count("\n") == 1
+
+
+def test_critic_bench_runtime_column_adds_what_the_tests_show(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--runtime``: a TypeError no static reading sees (untyped parameters) is caught by the
+    selected existing tests; a patch the tests do not notice stays unflagged."""
+    from eval.critic_bench import main as critic_main
+
+    inst, wt, _ = calc_instance(tmp_path)
+    rows = [("runtime_error", CALC.replace("return a * b", 'return a * b + "x"')),
+            ("assertion_failure", CALC.replace("return a - b", "return a - b - 0")),
+            ("resolved", CALC.replace("return a - b", "return a + b"))]
+    dataset, preds = tmp_path / "lite.jsonl", tmp_path / "preds.jsonl"
+    with dataset.open("w") as ds, preds.open("w") as pr:
+        for n, (kind, new) in enumerate(rows):
+            iid = f"fixture__calc-{n}"
+            ds.write(json.dumps(inst.model_dump() | {"instance_id": iid}) + "\n")
+            pr.write(json.dumps({"instance_id": iid, "system": "agent", "failure_kind": kind,
+                                 "model_patch": diff_for(tmp_path, "calc.py", CALC, new)}) + "\n")
+    config = tmp_path / "local.toml"
+    config.write_text(f'name = "local"\ncache_dir = "{tmp_path / "cache"}"\n\n[tests]\nbackend = "local"\n')
+    assert critic_main(["--predictions", str(preds), "--dataset", str(dataset), "--repos", str(tmp_path / "mirrors"),
+                        "--config", str(config), "--runtime", "-o", str(tmp_path / "rows.jsonl")]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].startswith("F1=0.000 F1_redo_static=0.000 F1_runtime=1.000 P_runtime=1.000 median_s=")
+    table = {line.split()[0]: line.split() for line in out if line.startswith("ours_static+runtime")}
+    assert table["ours_static+runtime"][1:6] == ["3", "1", "0", "0", "2"]
