@@ -81,6 +81,17 @@ def test_a_type_error_in_the_patched_code_is_an_unsafe_runtime_finding_with_its_
     assert crashed_tests(outcome, patch) == {"tests/test_calc.py::test_scale"}
 
 
+def test_a_module_that_no_longer_imports_is_a_runtime_finding_where_it_raised(tmp_path: Path) -> None:
+    """pytest reports a test module that fails to import as its own CollectError; the finding
+    names the exception under it, in the patched module."""
+    outcome, patch = _judge(tmp_path, CALC.replace("def label(x):", "LIMIT = max_limit()\n\n\ndef label(x):"))
+    assert set(outcome.pass_to_pass_after.values()) == {"MISSING"}
+    [found] = runtime_findings(outcome, patch)
+    finding: dict[str, Any] = dict(found)
+    assert (finding["rule"], finding["file"], finding["symbol"]) == ("NameError", "calc.py", "<module>")
+    assert finding["code"] == "LIMIT = max_limit()" and "(and 1 more tests)" in finding["message"]
+
+
 def test_a_broken_assertion_is_a_regression_not_a_runtime_error(tmp_path: Path) -> None:
     outcome, patch = _judge(tmp_path, CALC.replace("return a + b", "return a + b + 1"))
     assert outcome.pass_to_pass_before["tests/test_calc.py::test_add"] == "PASSED"
