@@ -129,6 +129,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
     p.add_argument("--repos", type=Path, required=True, help="folder of repository mirrors (owner+name/repo)")
     p.add_argument("--limit", type=int, default=0, help="judge only the first N labelled rows")
+    p.add_argument("--only", default="", help="comma-separated owner/name repos (default: every mirrored one)")
     p.add_argument("--stride", type=int, default=1,
                    help="judge every K-th labelled row (a spread sample across repos and runs)")
     p.add_argument("--shard", default="", metavar="I/N",
@@ -158,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.repos.is_dir():
         raise InputError(f"--repos: not a directory: {args.repos}")
     rows: list[dict[str, Any]] = []
-    skipped = {"unlabelled": 0, "no mirror": 0, "not in dataset": 0}
+    skipped = {"unlabelled": 0, "no mirror": 0, "not in dataset": 0, "other repo": 0}
+    only = {r.strip() for r in args.only.split(",") if r.strip()}
     for path in args.predictions:
         for row in load_predictions(path):
             inst = dataset.get(row["instance_id"])
@@ -168,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
                 skipped["unlabelled"] += 1
             elif inst is None:
                 skipped["not in dataset"] += 1
+            elif only and inst.repo not in only:
+                skipped["other repo"] += 1
             elif find_mirror(args.repos, inst.repo) is None:
                 skipped["no mirror"] += 1
             else:
