@@ -1,7 +1,8 @@
 """Critic, REDO-style: differential static analysis, then an LLM check for runtime errors that
 static analysis misses, then the pipeline's own tests (the reproduction tests the Reproducer
 accepted, and the repository's existing tests for the changed code), and the unsafe-patch guard
-throughout. It never sees the evaluation's hidden tests, except under the explicitly labelled
+throughout. An existing test that passed at the base and now crashes in the patched code is a
+runtime error like a static one (``scoring/runtime.py``): the verdict is Unsafe. It never sees the evaluation's hidden tests, except under the explicitly labelled
 ``oracle-tests`` ablation (``critic.tests = "oracle"``).
 
 It yields ``fix_score`` (see scoring/fix_score.py) and, when it rejects a patch, the findings the
@@ -18,6 +19,7 @@ from agents.common import messages, stops_cleanly
 from fixgraph.context import TaskContext
 from fixgraph.state import AttemptRecord, Finding, PatchJudgment, ScoreParts, TaskState, Usage, merge_usage
 from scoring import fix_score, guard, harness, llm_check, quality, static, tests
+from scoring.runtime import crashed_tests, runtime_findings
 from scoring.testenv import PASSING
 
 
@@ -112,7 +114,12 @@ def critic(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
                 "source": outcome.source, "repro_ran": outcome.repro_ran, "regression_ran": outcome.regression_ran,
                 "seconds": round(outcome.seconds, 1), "timed_out": outcome.timed_out,
                 "network_isolated": outcome.network_isolated, "selection": outcome.selection}
-            findings += _test_findings(outcome)
+            # A selected test that crashed in the patched code is runtime evidence, as strong as a
+            # static finding: the patch is Unsafe, and the Coder gets the place that raised.
+            crashes = runtime_findings(outcome, patch)
+            if crashes:
+                verdict = "Unsafe"
+            findings += crashes + _test_findings(outcome, skip=crashed_tests(outcome, patch))
     score["quality_detail"] = quality_detail
 
     previous = state.get("attempts", [])
@@ -141,8 +148,9 @@ def _run_tests(ctx: TaskContext, state: TaskState, patch: str) -> tests.TestOutc
                              ctx.cfg.repro.timeout_s)
 
 
-def _test_findings(outcome: tests.TestOutcome) -> list[Finding]:
-    """Failing reproduction tests and regressions, for the Coder (their output is the crash context)."""
+def _test_findings(outcome: tests.TestOutcome, skip: set[str] | frozenset[str] = frozenset()) -> list[Finding]:
+    """Failing reproduction tests and regressions (but those in ``skip``, already reported as
+    runtime errors), for the Coder (their output is the crash context)."""
     if not outcome.runnable:
         return []
     own = outcome.source == "own"
@@ -151,7 +159,7 @@ def _test_findings(outcome: tests.TestOutcome) -> list[Finding]:
                      message=f"{t}: {outcome.fail_to_pass[t]}" + (" (the reproduction test still fails)" if own else ""))
              for t in failing[:10]]
     broken = [t for t, s in outcome.pass_to_pass_after.items()
-              if s not in PASSING and outcome.pass_to_pass_before.get(t) in PASSING]
+              if s not in PASSING and outcome.pass_to_pass_before.get(t) in PASSING and t not in skip]
     found += [Finding(source="tests", rule="regression", message=f"{t} passed before the patch and now fails",
                       severity="error") for t in broken[:10]]
     return found

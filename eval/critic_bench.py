@@ -12,11 +12,18 @@ under ``--repos``. Each patch is judged, in the same run and in alternating orde
 - ``ours_static``: this Critic's differential static phase (scoring/static.py), with an empty
   cache at the start of the run;
 - with ``--llm``, ``ours_static+llm``: the full REDO pipeline, the LLM check on the patches the
-  static phase passes (a missing verdict counts as not flagged, and is reported).
+  static phase passes (a missing verdict counts as not flagged, and is reported);
+- with ``--runtime``, ``ours_static+runtime``: the static phase, then, on the patches it passes,
+  the loop's own check (``scoring.tests.own_outcome``: the existing tests selected from the patch,
+  no reproduction test, no hidden data) turned into runtime findings (``scoring.runtime``). Test
+  environments come from the config's backend (venv) under its cache dir (``FIXGRAPH_CACHE_DIR``);
+  a row whose tests cannot run counts as not flagged, and is reported.
 
 A patch that does not apply, or that a method cannot analyze, counts as not flagged for it.
 The last line is the headline:
-``F1=<ours> F1_redo_static=<reference> median_s=<ours> median_s_redo=<reference>``.
+``F1=<ours> F1_redo_static=<reference> median_s=<ours> median_s_redo=<reference>``; with ``--runtime``,
+``F1=<ours> F1_redo_static=<ref> F1_runtime=<static+runtime> P_runtime=<its precision> median_s=<ours>
+median_s_redo=<ref> median_s_runtime=<static+runtime>``.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ import signal
 import statistics
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,12 +45,15 @@ from typing import Any
 import git
 
 from eval.redo_static import redo_static
-from fixgraph.config import load_config
-from fixgraph.dataset import load_jsonl
+from fixgraph.config import RunConfig, load_config
+from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.llm import RunMeter
-from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, find_mirror
+from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree, find_mirror
 from scoring import llm_check, static
 from scoring.critic import InputError, load_predictions, make_llm, run_reporting_errors
+from scoring.runtime import runtime_findings
+from scoring.testenv import SuiteRunner
+from scoring.tests import make_runner, own_outcome
 
 POSITIVE = {"runtime_error"}
 NEGATIVE = {"resolved", "assertion_failure"}
@@ -117,12 +129,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
     p.add_argument("--repos", type=Path, required=True, help="folder of repository mirrors (owner+name/repo)")
     p.add_argument("--limit", type=int, default=0, help="judge only the first N labelled rows")
+    p.add_argument("--only", default="", help="comma-separated owner/name repos (default: every mirrored one)")
     p.add_argument("--stride", type=int, default=1,
                    help="judge every K-th labelled row (a spread sample across repos and runs)")
     p.add_argument("--shard", default="", metavar="I/N",
                    help="judge only shard I of N (0-based) of the labelled rows: run N shards side by side with "
                         "separate --output files, then concatenate them and count them with --resume")
     p.add_argument("--llm", action="store_true", help="add the LLM check (needs an OpenAI-compatible endpoint)")
+    p.add_argument("--runtime", action="store_true",
+                   help="add ours_static+runtime: the selected existing tests run on patches the static phase passes")
     p.add_argument("--config", default="redo", help="config for the Critic settings and the LLM")
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="worktrees (default: a temporary folder); the static cache always starts empty")
@@ -144,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.repos.is_dir():
         raise InputError(f"--repos: not a directory: {args.repos}")
     rows: list[dict[str, Any]] = []
-    skipped = {"unlabelled": 0, "no mirror": 0, "not in dataset": 0}
+    skipped = {"unlabelled": 0, "no mirror": 0, "not in dataset": 0, "other repo": 0}
+    only = {r.strip() for r in args.only.split(",") if r.strip()}
     for path in args.predictions:
         for row in load_predictions(path):
             inst = dataset.get(row["instance_id"])
@@ -154,16 +170,13 @@ def run(args: argparse.Namespace) -> int:
                 skipped["unlabelled"] += 1
             elif inst is None:
                 skipped["not in dataset"] += 1
+            elif only and inst.repo not in only:
+                skipped["other repo"] += 1
             elif find_mirror(args.repos, inst.repo) is None:
                 skipped["no mirror"] += 1
             else:
                 rows.append(row)
-    if args.stride > 1:
-        rows = rows[:: args.stride]
-    if args.limit:
-        rows = rows[: args.limit]
-    if shard:
-        rows = rows[shard[0]::shard[1]]
+    rows = sample(rows, args.stride, args.limit, shard)
     if not rows:
         raise InputError("no labelled rows with a mirror to judge")
 
@@ -172,6 +185,8 @@ def run(args: argparse.Namespace) -> int:
     static_cache = work / "static"
     repos = RepoCache(cache_root, mirrors=args.repos)
     redo, ours, full = Tally("redo_static"), Tally("ours_static"), Tally("ours_static+llm")
+    withrt = Tally("ours_static+runtime")
+    runner = make_runner(cfg.tests, cfg.cache_dir.resolve()) if args.runtime else None
     no_verdict = 0
     run_meter = RunMeter(cfg.budget.run_dollars)
     previous: dict[tuple[str, str], dict[str, Any]] = {}
@@ -191,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
             done = previous.get((row.get("system", ""), inst.instance_id))
             if done is not None:
                 _count(done, truth, redo, ours, full, args.llm)
+                if args.runtime:
+                    _count_runtime(done, truth, withrt)
                 judged += 1
                 continue
             rec: dict[str, Any] = {"instance_id": inst.instance_id, "system": row.get("system", ""),
@@ -207,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
                 wt.apply(row.get("model_patch") or "")
             except PatchError as exc:
                 rec["not_applied"] = str(exc)
-                for t in (redo, ours, full):
+                for t in (redo, ours, full, withrt):
                     t.add(truth, False, None)
                     t.not_analyzed += 1
                 _emit(out, rec)
@@ -241,6 +258,9 @@ def run(args: argparse.Namespace) -> int:
                                       "errors": [e.model_dump() for e in check.errors] if check else [],
                                       "dollars": usage.get("dollars", 0.0)}
                     full.add(truth, flagged, None)
+                if runner is not None:
+                    rec["runtime"] = _runtime(runner, cfg, inst, wt, patch, rec["ours"])
+                    _count_runtime(rec, truth, withrt)
             finally:
                 wt.reset()
             _emit(out, rec)
@@ -258,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     print(f"rows judged: {judged} of {len(rows)}")
-    tallies = [redo, ours] + ([full] if args.llm else [])
+    tallies = [redo, ours] + ([full] if args.llm else []) + ([withrt] if args.runtime else [])
     print("skipped: " + ", ".join(f"{k} {v}" for k, v in skipped.items()))
     print(f"{'method':<18}{'rows':>6}{'TP':>5}{'FP':>5}{'FN':>5}{'TN':>5}{'prec':>7}{'recall':>8}{'F1':>7}"
           f"{'acc':>7}{'med_s':>8}{'p95_s':>8}{'n/a':>5}")
@@ -271,9 +291,22 @@ def run(args: argparse.Namespace) -> int:
     ratio = ours.median_s / redo.median_s if redo.median_s else 0.0
     print(f"F1 gain {ours.f1 - redo.f1:+.3f}, precision gain {ours.precision - redo.precision:+.3f}, "
           f"median time ratio {ratio:.2f}")
-    print(f"F1={ours.f1:.3f} F1_redo_static={redo.f1:.3f} median_s={ours.median_s:.2f} "
-          f"median_s_redo={redo.median_s:.2f}")
+    if args.runtime:
+        print(f"tests could not run on {withrt.not_analyzed} of the patches the static phase passed "
+              "(counted as not flagged)")
+        print(f"F1={ours.f1:.3f} F1_redo_static={redo.f1:.3f} F1_runtime={withrt.f1:.3f} P_runtime={withrt.precision:.3f} "
+              f"median_s={ours.median_s:.2f} median_s_redo={redo.median_s:.2f} median_s_runtime={withrt.median_s:.2f}")
+    else:
+        print(f"F1={ours.f1:.3f} F1_redo_static={redo.f1:.3f} median_s={ours.median_s:.2f} "
+              f"median_s_redo={redo.median_s:.2f}")
     return 0
+
+
+def sample(rows: list[dict[str, Any]], stride: int, limit: int, shard: tuple[int, int] | None) -> list[dict[str, Any]]:
+    """Every ``stride``-th row, the first ``limit`` of those, then shard I of N."""
+    rows = rows[::stride] if stride > 1 else rows
+    rows = rows[:limit] if limit else rows
+    return rows[shard[0]::shard[1]] if shard else rows
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -302,6 +335,30 @@ def _count(rec: dict[str, Any], truth: bool, redo: Tally, ours: Tally, full: Tal
         full.add(truth, flagged, None)
 
 
+def _runtime(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, patch: str,
+             static_rec: dict[str, Any]) -> dict[str, Any]:
+    """The runtime column's verdict: the static phase's, else the selected existing tests'."""
+    if static_rec["unsafe"] or static_rec["status"] != "ok":
+        return {"unsafe": bool(static_rec["unsafe"]), "ran": False, "seconds": static_rec["seconds"]}
+    start = time.monotonic()
+    outcome = own_outcome(runner, inst.task(), wt, patch, [], cfg.regression)
+    found = runtime_findings(outcome, patch)
+    return {"unsafe": bool(found), "ran": outcome.regression_ran, "reason": outcome.reason[:300],
+            "findings": [dict(f) for f in found], "tests_run": len(outcome.pass_to_pass_before),
+            "seconds": round(static_rec["seconds"] + time.monotonic() - start, 2)}
+
+
+def _count_runtime(rec: dict[str, Any], truth: bool, tally: Tally) -> None:
+    if "not_applied" in rec:
+        tally.add(truth, False, None)
+        tally.not_analyzed += 1
+        return
+    rt = rec["runtime"]
+    tally.add(truth, bool(rt["unsafe"]), rt["seconds"])
+    if not rt["unsafe"] and not rt["ran"]:
+        tally.not_analyzed += 1
+
+
 def _emit(out: Any, rec: dict[str, Any]) -> None:
     if out is not None:
         out.write(json.dumps(rec) + "\n")
@@ -312,11 +369,14 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    # A terminated run still prints the figures for the rows it judged.
+def run_terminable(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """A benchmark's run, where a terminated run still prints the figures for the rows it judged."""
     signal.signal(signal.SIGTERM, _interrupt)
     return run_reporting_errors(run, args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_terminable(run, parser().parse_args(argv))
 
 
 if __name__ == "__main__":

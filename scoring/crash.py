@@ -77,10 +77,10 @@ _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure)\w*)(?::\s?(.*))?$")
 
 
-def from_log(log: str, repo_root: Path, wanted: list[str] | None = None) -> str:
-    """Crash context read from a runner's text output (no locals): sympy's failure blocks, or
-    else the last Python traceback. Blocks of tests in ``wanted`` only, when names are known;
-    exceptions other than AssertionError first. "" when there is nothing to read."""
+def records_from_log(log: str, repo_root: Path, wanted: list[str] | None = None) -> list[dict[str, Any]]:
+    """The failures a runner's text output shows, as records shaped like the plugin's (no locals):
+    sympy's failure blocks (``nodeid`` ``file:test``), or else the last Python traceback
+    (``nodeid`` ""). Blocks of tests in ``wanted`` only, when names are known."""
     blocks: list[tuple[str, str]] = []  # (test name, text after the header)
     headers = list(_SYMPY_HEADER.finditer(log))
     for i, m in enumerate(headers):
@@ -91,15 +91,21 @@ def from_log(log: str, repo_root: Path, wanted: list[str] | None = None) -> str:
         start = log.rfind(_TB_START)
         if start >= 0:
             blocks.append(("", log[start + len(_TB_START):]))
-    parsed = [p for p in (_parse_block(name, text, str(repo_root)) for name, text in blocks) if p]
-    parsed.sort(key=lambda p: p[0] == "AssertionError")
-    text = "\n\n".join(p[1] for p in parsed[:MAX_CRASHES])
+    return [r for r in (_parse_block(name, text, str(repo_root)) for name, text in blocks) if r]
+
+
+def from_log(log: str, repo_root: Path, wanted: list[str] | None = None) -> str:
+    """Crash context read from a runner's text output (no locals), from :func:`records_from_log`;
+    exceptions other than AssertionError first. "" when there is nothing to read."""
+    records = records_from_log(log, repo_root, wanted)
+    records.sort(key=lambda r: r["type"] == "AssertionError")
+    text = "\n\n".join(_format_log_record(r) for r in records[:MAX_CRASHES])
     return text if len(text) <= MAX_CHARS else text[: MAX_CHARS - 15] + "\n[... cut ...]"
 
 
-def _parse_block(name: str, text: str, root: str) -> tuple[str, str] | None:
+def _parse_block(name: str, text: str, root: str) -> dict[str, Any] | None:
     lines = text.splitlines()
-    frames: list[str] = []
+    frames: list[dict[str, Any]] = []
     exc = ""
     i = 0
     while i < len(lines):
@@ -109,8 +115,8 @@ def _parse_block(name: str, text: str, root: str) -> tuple[str, str] | None:
             nxt = lines[i + 1] if i + 1 < len(lines) else ""
             src = nxt.strip() if nxt.startswith("    ") and not _FRAME.match(nxt) else ""
             if path.startswith(root) and "site-packages" not in path:
-                rel = path[len(root):].lstrip("/")
-                frames.append(f"  {rel}:{lineno} in {func}" + (f"\n    {src}" if src else ""))
+                frames.append({"file": path[len(root):].lstrip("/"), "line": int(lineno), "function": func,
+                               "source": src[:200]})
             i += 2 if src else 1
             continue
         if frames and _EXC_LINE.match(lines[i].strip()):
@@ -119,8 +125,37 @@ def _parse_block(name: str, text: str, root: str) -> tuple[str, str] | None:
         i += 1
     if not exc:
         return None
-    head = f"Test {name} failed: {exc[:1000]}" if name else f"The tests crashed: {exc[:1000]}"
-    out = [head]
-    if frames:
-        out += ["Repository frames, innermost last:", *frames[-12:]]
-    return exc.split(":", 1)[0], "\n".join(out)
+    etype, _, message = exc[:1000].partition(":")
+    return {"nodeid": name, "type": etype.rsplit(".", 1)[-1], "message": message.strip(),
+            "frames": frames[-12:], "exc_line": exc[:1000]}
+
+
+def _format_log_record(rec: dict[str, Any]) -> str:
+    name, exc = rec["nodeid"], rec["exc_line"]
+    out = [f"Test {name} failed: {exc}" if name else f"The tests crashed: {exc}"]
+    if rec["frames"]:
+        out.append("Repository frames, innermost last:")
+        for fr in rec["frames"]:
+            out.append(f"  {fr['file']}:{fr['line']} in {fr['function']}" + (f"\n    {fr['source']}" if fr["source"] else ""))
+    return "\n".join(out)
+
+
+def failures_of(records: list[dict[str, Any]], log: str, repo_root: str, wanted: list[str]) -> list[dict[str, Any]]:
+    """The crash records of the tests in ``wanted``, each with ``test`` set to the test id it
+    explains: the plugin's records (a collection error explains every test of its module), else
+    those read from the log (runners other than pytest)."""
+    out: list[dict[str, Any]] = []
+    for test in wanted:
+        for rec in records:
+            node = str(rec.get("nodeid", ""))
+            if node and (node == test or test.startswith(node + "::")):
+                out.append({**rec, "test": test})
+                break
+    if out or records or not repo_root:
+        return out
+    for rec in records_from_log(log, Path(repo_root), wanted):
+        node = rec["nodeid"]
+        test = next((t for t in wanted if node == t or node.endswith(":" + t)), "")
+        if test:
+            out.append({**rec, "test": test})
+    return out

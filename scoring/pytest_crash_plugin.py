@@ -56,6 +56,16 @@ def pytest_exception_interact(node, call, report):
         etype = call.excinfo.type
         value = call.excinfo.value
         frames = _frames(call.excinfo.tb)
+        # A test module that fails to import is reported as pytest's CollectError, raised while
+        # handling the real exception (an ImportError, a NameError at module level): report that.
+        inner = value
+        for _ in range(5):
+            if frames:
+                break
+            inner = getattr(inner, "__cause__", None) or getattr(inner, "__context__", None)
+            if inner is None:
+                break
+            etype, value, frames = type(inner), inner, _frames(inner.__traceback__)
         listed = []
         for tb, rel in frames[-_MAX_FRAMES:]:
             line = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).strip()
@@ -70,7 +80,7 @@ def pytest_exception_interact(node, call, report):
                 local_vars[name] = _short(val)
         record = {
             "nodeid": node.nodeid,
-            "when": report.when,
+            "when": getattr(report, "when", "collect"),
             "type": getattr(etype, "__name__", str(etype)),
             "message": _short_message(value),
             "frames": listed,

@@ -115,6 +115,9 @@ class TestOutcome:
     backend: str = ""
     notes: list[str] = field(default_factory=list)
     selection: dict[str, Any] = field(default_factory=dict)  # the regression selection, as recorded
+    # Why each selected test that passed at the base fails with the patch: crash records (the
+    # plugin's, or read from the log), each with ``test`` set; scoring.runtime reads them.
+    regression_crashes: list[dict[str, Any]] = field(default_factory=list)
 
     __test__ = False  # pytest: not a test class, whatever its name
 
@@ -223,11 +226,14 @@ class SubprocessRunner:
         limits = self._limits(suite)
         with env.activate(work) if env.activate else contextlib.nullcontext():
             done = run_isolated([*argv, *directives], work, run_env, limits)
-        statuses = parse_log(task.repo, done.output)
+        # A test parametrized with a path under the run's copy (tmp dirs, fixtures) would get a
+        # new id every run, and never match its base run: ids name the copy as ".".
+        statuses = {_unroot(t, work): s for t, s in parse_log(task.repo, done.output).items()}
+        records = [{**r, "nodeid": _unroot(str(r.get("nodeid", "")), work)} for r in crash.read_records(crash_file)]
         if done.timed_out:
             notes.append(f"tests killed after {limits.timeout_s:g}s; tests not reported are left out")
         return SuiteRun(statuses, pre_log + done.output, done.seconds, done.timed_out, done.isolated_network,
-                        crash_records=crash.read_records(crash_file), notes=notes, root=str(work),
+                        crash_records=records, notes=notes, root=str(work),
                         backend=self.backend)
 
     def _prepare(self, env: TestEnv, work: Path, home: Path) -> tuple[dict[str, str], str]:
@@ -253,7 +259,8 @@ def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: 
     """The suite at the base commit, cached per task. With ``runs`` > 1 the suite runs that many
     times and a test whose status differs between runs is flaky: left out, and named in the notes."""
     env_key = runner.env_key(task, wt)
-    key = content_key(task.base_commit, *suite.key_parts(), env_key, runner.backend, str(runs))
+    # "unrooted": test ids no longer hold the run's path (base runs cached before hold it).
+    key = content_key(task.base_commit, *suite.key_parts(), env_key, runner.backend, str(runs), "unrooted")
     path = runner.cache_dir / "test-baselines" / f"{_safe(task.instance_id)}-{key}.json"
     if env_key and path.is_file():
         try:
@@ -285,6 +292,10 @@ def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: 
                                        "timed_out": first.timed_out, "error": first.error,
                                        "network_isolated": first.network_isolated, "notes": first.notes}))
     return first
+
+
+def _unroot(test_id: str, work: Path) -> str:
+    return test_id.replace(str(work), ".") if str(work) in test_id else test_id
 
 
 def _safe(name: str) -> str:
@@ -362,6 +373,7 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
                           if s not in PASSING and out.pass_to_pass_before.get(t) in PASSING]
                 if broken:
                     failing_runs.append((after, broken))
+                    out.regression_crashes = crash.failures_of(after.crash_records, after.log, after.root, broken)
                 out.log_tail = after.log_tail()
     out.runnable = out.repro_ran or out.regression_ran
     out.reason = "; ".join(why)

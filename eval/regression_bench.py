@@ -1,0 +1,244 @@
+"""Does the loop's own regression check see the regressions real agents' patches make?
+
+    python -m eval.regression_bench --predictions FILE --dataset ../shared/data/swebench_lite.jsonl \\
+        --repos DIR [--only pallets/flask,psf/requests] [--stride K] [--shard I/N] [--limit N] \\
+        [-o ROWS.jsonl] [--resume] [--config NAME]
+
+For each prediction whose repository has a mirror under DIR, on the evaluation side the instance's
+hidden tests run at the base and with the patch (the configured backend, venv by default, with
+``test_patch`` applied as swebench's harness does: ``eval.hidden.run_hidden``). A patch has a
+*visible regression* when a ``PASS_TO_PASS`` test that passed at the base fails with it. The
+prediction is the loop's own check (``scoring.tests.own_outcome`` with no reproduction test: the
+existing tests ``scoring.selection`` picks from the base tree and the patch, nothing hidden): it
+flags the patch when a selected test that passed at the base fails with it.
+
+It prints the patches judged, those with a visible regression, the recall and precision of the
+loop's check on them, the regressions the loop found in tests outside ``PASS_TO_PASS`` (real
+breakage the harness does not count; they are false positives in the headline precision and are
+listed), the runtime findings (``scoring.runtime``), tests run and seconds per patch, and, where
+the harness's verdict is known (``resolved`` in the predictions file), how often the hidden-test
+run here agrees with it, per repo, with the disagreements.
+
+A row whose environment cannot be built, or whose hidden tests report nothing at the base, is not
+runnable (with its reason), never counted as clean or as a regression; a patch that does not apply
+is recorded. Last line: ``regression_recall=<r> regression_precision=<p> median_s=<s>``, where
+``median_s`` is the median wall time of the loop's check per patch (its base run included: the
+first attempt's cost).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import git
+
+from eval.critic_bench import Tally, _shard, run_terminable, sample
+from eval.hidden import run_hidden
+from fixgraph.config import load_config
+from fixgraph.dataset import Instance, load_jsonl
+from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, find_mirror
+from scoring.critic import InputError, load_predictions
+from scoring.runtime import runtime_findings
+from scoring.testenv import PASSING, SuiteRunner
+from scoring.tests import TestOutcome, make_runner, own_outcome
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m eval.regression_bench", description=(__doc__ or "").split("\n")[0])
+    p.add_argument("--predictions", type=Path, required=True, help="predictions JSONL (lite_predictions/*.jsonl)")
+    p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
+    p.add_argument("--repos", type=Path, required=True, help="folder of repository mirrors (owner+name/repo)")
+    p.add_argument("--only", default="", help="comma-separated owner/name repos (default: every mirrored one)")
+    p.add_argument("--stride", type=int, default=1, help="judge every K-th row")
+    p.add_argument("--shard", default="", metavar="I/N", help="judge only shard I of N (0-based) of the rows")
+    p.add_argument("--limit", type=int, default=0, help="judge only the first N rows (after --stride)")
+    p.add_argument("--config", default="redo", help="config for the test backend and the regression selection")
+    p.add_argument("-o", "--output", type=Path, default=Path("runs/regression_bench.jsonl"))
+    p.add_argument("--resume", action="store_true", help="count the rows already in --output instead of rerunning them")
+    return p
+
+
+def broken(out: TestOutcome, among: list[str] | None = None) -> list[str]:
+    """Tests that passed before and do not after (``among``: only those)."""
+    ids = among if among is not None else list(out.pass_to_pass_before)
+    return sorted(t for t in ids if out.pass_to_pass_before.get(t) in PASSING
+                  and out.pass_to_pass_after.get(t, "MISSING") not in PASSING)
+
+
+def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache, runner: SuiteRunner,
+              cfg: Any) -> dict[str, Any]:
+    rec: dict[str, Any] = {"instance_id": inst.instance_id, "repo": inst.repo, "version": inst.version,
+                           "system": row.get("system", ""), "resolved": row.get("resolved")}
+    patch = row.get("model_patch") or ""
+    if not patch.strip():
+        return rec | {"status": "empty_patch"}
+    try:
+        wt = repos.worktree(inst.repo, inst.base_commit, wt_key)
+    except (WorkspaceError, git.GitCommandError) as exc:
+        return rec | {"status": "no_checkout", "reason": str(exc).strip().splitlines()[-1][:200]}
+    try:
+        wt.apply(patch)
+    except PatchError as exc:
+        return rec | {"status": "not_applied", "reason": str(exc)[:300]}
+    try:
+        t0 = time.monotonic()
+        truth = run_hidden(runner, inst, wt, patch)  # evaluation side: the hidden tests
+        rec["hidden_seconds"] = round(time.monotonic() - t0, 1)
+        if not truth.runnable:
+            return rec | {"status": "not_runnable", "reason": truth.reason[:300]}
+        p2p = inst.PASS_TO_PASS
+        rec["visible"] = broken(truth, p2p)
+        rec["p2p_passing_at_base"] = sum(truth.pass_to_pass_before.get(t) in PASSING for t in p2p)
+        rec["resolved_here"] = (all(s in PASSING for s in truth.fail_to_pass.values())
+                                and all(s in PASSING for s in truth.pass_to_pass_after.values()))
+        t1 = time.monotonic()
+        own = own_outcome(runner, inst.task(), wt, patch, [], cfg.regression)  # the loop's check
+        rec["own_seconds"] = round(time.monotonic() - t1, 1)
+        rec["own_ran"] = own.regression_ran
+        rec["own_reason"] = own.reason[:300]
+        rec["selected"] = own.selection.get("files", [])
+        rec["tests_run"] = len(own.pass_to_pass_before)
+        rec["flagged"] = broken(own)
+        rec["extra"] = [t for t in rec["flagged"] if t not in set(p2p)]
+        rec["runtime"] = [{k: f.get(k) for k in ("rule", "file", "line", "symbol", "message")}
+                          for f in runtime_findings(own, patch)]
+        rec["notes"] = own.notes[:5]
+        return rec | {"status": "judged"}
+    finally:
+        wt.reset()
+
+
+def select_rows(args: argparse.Namespace, dataset: dict[str, Instance]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    skipped = {"not in dataset": 0, "no mirror": 0, "other repo": 0}
+    rows = []
+    for row in load_predictions(args.predictions):
+        inst = dataset.get(row["instance_id"])
+        if inst is None:
+            skipped["not in dataset"] += 1
+        elif only and inst.repo not in only:
+            skipped["other repo"] += 1
+        elif find_mirror(args.repos, inst.repo) is None:
+            skipped["no mirror"] += 1
+        else:
+            rows.append(row)
+    return sample(rows, args.stride, args.limit, _shard(args.shard) if args.shard else None), skipped
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.stride < 1:
+        raise InputError("--stride must be at least 1")
+    cfg = load_config(args.config)
+    dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
+    if not args.repos.is_dir():
+        raise InputError(f"--repos: not a directory: {args.repos}")
+    rows, skipped = select_rows(args, dataset)
+    if not rows:
+        raise InputError("no predictions with a mirror to judge")
+    done: dict[str, dict[str, Any]] = {}
+    if args.resume and args.output.is_file():
+        for line in args.output.read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError):
+                rec = json.loads(line)
+                done[rec["instance_id"]] = rec
+    cache_dir = cfg.cache_dir.resolve()
+    repos = RepoCache(cache_dir, mirrors=args.repos)
+    runner = make_runner(cfg.tests, cache_dir)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    print(f"judging {len(rows)} predictions (skipped: " + ", ".join(f"{k} {v}" for k, v in skipped.items()) + ")",
+          file=sys.stderr)
+    key = f"regrbench-{args.shard.replace('/', 'of') or 'all'}"
+    try:
+        with args.output.open("a" if args.resume else "w", encoding="utf-8") as out:
+            for n, row in enumerate(rows, 1):
+                if row["instance_id"] in done:
+                    continue
+                inst = dataset[row["instance_id"]]
+                rec = judge_row(row, inst, f"{key}-{inst.repo_slug}", repos, runner, cfg)
+                done[inst.instance_id] = rec
+                out.write(json.dumps(rec) + "\n")
+                out.flush()
+                print(f"[{n}/{len(rows)}] {inst.instance_id}: {rec['status']} visible={len(rec.get('visible', []))} "
+                      f"flagged={len(rec.get('flagged', []))} runtime={len(rec.get('runtime', []))} "
+                      f"own={rec.get('own_seconds')}s hidden={rec.get('hidden_seconds')}s "
+                      f"{rec.get('reason', '') or rec.get('own_reason', '')}"[:400], file=sys.stderr)
+    except KeyboardInterrupt:
+        print("interrupted: the figures below cover the rows judged so far (rerun with --resume to continue)",
+              file=sys.stderr)
+    print(report([done[r["instance_id"]] for r in rows if r["instance_id"] in done], args))
+    return 0
+
+
+def report(recs: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    judged = [r for r in recs if r["status"] == "judged"]
+    tally = Tally("loop check")
+    for r in judged:
+        tally.add(bool(r["visible"]), bool(r["flagged"]), r["own_seconds"])
+    lines = [f"rows: {len(recs)} (predictions {args.predictions.name}, stride {args.stride}"
+             + (f", only {args.only}" if args.only else "") + (f", shard {args.shard}" if args.shard else "") + ")"]
+    for status in ("not_runnable", "not_applied", "no_checkout", "empty_patch"):
+        these = [r for r in recs if r["status"] == status]
+        if these:
+            lines.append(f"{status}: {len(these)}")
+            lines += [f"  {r['instance_id']}: {r.get('reason', '')[:160]}" for r in these]
+    lines.append(f"patches judged: {len(judged)}; with a visible regression (PASS_TO_PASS): "
+                 f"{sum(bool(r['visible']) for r in judged)}; flagged by the loop's check: "
+                 f"{sum(bool(r['flagged']) for r in judged)}")
+    lines.append(f"TP {tally.tp} FP {tally.fp} FN {tally.fn} TN {tally.tn}; "
+                 f"loop's check could not run on {sum(not r['own_ran'] for r in judged)} (counted as not flagged)")
+    for r in judged:
+        if r["visible"] and not r["flagged"]:
+            lines.append(f"  missed {r['instance_id']}: {', '.join(r['visible'][:3])}; selected "
+                         f"{r['selected'][:3]} ({r['own_reason'][:100] or 'ran'})")
+    extra = [r for r in judged if r["extra"]]
+    lines.append(f"regressions outside PASS_TO_PASS found by the loop: {len(extra)} patches, "
+                 f"{sum(len(r['extra']) for r in extra)} tests"
+                 + (f" ({sum(not r['visible'] for r in extra)} of those patches have no visible regression)" if extra else ""))
+    lines += [f"  {r['instance_id']}: {', '.join(r['extra'][:3])}" for r in extra[:8]]
+    runtime = [r for r in judged if r["runtime"]]
+    lines.append(f"runtime findings: {len(runtime)} patches")
+    lines += [f"  {r['instance_id']}: {f['rule']} at {f['file']}:{f['line']} in {f['symbol']}"
+              for r in runtime[:8] for f in r["runtime"][:1]]
+    if judged:
+        lines.append(f"tests run per patch: median {statistics.median(r['tests_run'] for r in judged):.0f}; "
+                     f"seconds per patch (loop's check): median {tally.median_s:.1f}, p95 {tally.p95_s:.1f}; "
+                     f"hidden run: median {statistics.median(r['hidden_seconds'] for r in judged):.1f}")
+    lines += fidelity(recs)
+    lines.append(f"regression_recall={tally.recall:.3f} regression_precision={tally.precision:.3f} "
+                 f"median_s={tally.median_s:.1f}")
+    return "\n".join(lines)
+
+
+def fidelity(recs: list[dict[str, Any]]) -> list[str]:
+    """Agreement of the hidden-test run here with the harness's ``resolved``, per repo."""
+    by_repo: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in recs:
+        if r["status"] == "judged" and isinstance(r.get("resolved"), bool):
+            by_repo[r["repo"]].append(r)
+    if not by_repo:
+        return []
+    lines = ["fidelity (resolved here vs the harness's resolved):"]
+    off = []
+    for repo in sorted(by_repo):
+        group = by_repo[repo]
+        agree = sum(r["resolved_here"] == r["resolved"] for r in group)
+        lines.append(f"  {repo:24s} {agree}/{len(group)} agree")
+        off += [r for r in group if r["resolved_here"] != r["resolved"]]
+    lines += [f"  differs: {r['instance_id']} harness resolved={r['resolved']} here={r['resolved_here']}" for r in off]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_terminable(run, parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

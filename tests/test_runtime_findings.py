@@ -1,0 +1,178 @@
+"""Runtime evidence from the loop's own test runs: a selected existing test that crashes in the
+patched code makes the patch Unsafe (source ``runtime``, with the place that raised); a broken
+assertion stays a regression; a flaky test is run twice at the base and left out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from eval.fixtures import BUGGY_LINE, FIXED_LINE, calc_script
+from fixgraph.config import RegressionSettings
+from fixgraph.dataset import Task
+from fixgraph.runner import run_tasks
+from fixgraph.scripted import ScriptedChatModel
+from fixgraph.workspace import RepoCache
+from scoring.crash import failures_of
+from scoring.runtime import crashed_tests, runtime_findings
+from scoring.tests import make_runner, own_outcome
+from tests.conftest import read_record
+from tests.testrun_helpers import REPO, apply_to, diff_for, local_settings, make_repo
+
+CALC = '''\
+def add(a, b):
+    return a + b
+
+
+def mul(a, b):
+    return a * b
+
+
+def scale(values, factor):
+    return [mul(v, factor) for v in values]
+
+
+def label(x):
+    return "n=%d" % x
+'''
+
+TESTS = '''\
+import calc
+
+
+def test_add():
+    assert calc.add(2, 3) == 5
+
+
+def test_scale():
+    assert calc.scale([1, 2], 3) == [3, 6]
+'''
+
+LABEL_TESTS = '''\
+import calc
+
+
+def test_label():
+    assert calc.label(4) == "n=4"
+'''
+
+
+def _judge(tmp_path: Path, new_calc: str, files: dict[str, str] | None = None, base_runs: int = 1):
+    mirrors, commit = make_repo(tmp_path, {"calc.py": CALC, "tests/test_calc.py": TESTS, **(files or {})})
+    wt = RepoCache(tmp_path / "cache", mirrors).worktree(REPO, commit, "rt")
+    task = Task(instance_id="fixture__calc-rt", repo=REPO, base_commit=commit, problem_statement="")
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, new_calc))
+    runner = make_runner(local_settings(), tmp_path / "cache")
+    outcome = own_outcome(runner, task, wt, patch, [], RegressionSettings(base_runs=base_runs))
+    return outcome, patch
+
+
+def test_a_type_error_in_the_patched_code_is_an_unsafe_runtime_finding_with_its_frame(tmp_path: Path) -> None:
+    broken = CALC.replace("    return [mul(v, factor) for v in values]\n",
+                          "    return [mul(v, factor) for v in values] + factor\n")
+    outcome, patch = _judge(tmp_path, broken)
+    assert outcome.regression_ran and outcome.pass_to_pass_after["tests/test_calc.py::test_scale"] == "FAILED"
+    [found] = runtime_findings(outcome, patch)
+    finding: dict[str, Any] = dict(found)
+    assert finding["source"] == "runtime" and finding["rule"] == "TypeError"
+    assert (finding["file"], finding["line"], finding["symbol"]) == ("calc.py", 10, "scale")
+    assert finding["code"] == "return [mul(v, factor) for v in values] + factor"
+    assert "can only concatenate list" in finding["message"] and "tests/test_calc.py::test_scale" in finding["message"]
+    assert crashed_tests(outcome, patch) == {"tests/test_calc.py::test_scale"}
+
+
+def test_a_module_that_no_longer_imports_is_a_runtime_finding_where_it_raised(tmp_path: Path) -> None:
+    """pytest reports a test module that fails to import as its own CollectError; the finding
+    names the exception under it, in the patched module."""
+    outcome, patch = _judge(tmp_path, CALC.replace("def label(x):", "LIMIT = max_limit()\n\n\ndef label(x):"))
+    assert set(outcome.pass_to_pass_after.values()) == {"MISSING"}
+    [found] = runtime_findings(outcome, patch)
+    finding: dict[str, Any] = dict(found)
+    assert (finding["rule"], finding["file"], finding["symbol"]) == ("NameError", "calc.py", "<module>")
+    assert finding["code"] == "LIMIT = max_limit()" and "(and 1 more tests)" in finding["message"]
+
+
+def test_a_broken_assertion_is_a_regression_not_a_runtime_error(tmp_path: Path) -> None:
+    outcome, patch = _judge(tmp_path, CALC.replace("return a + b", "return a + b + 1"))
+    assert outcome.pass_to_pass_before["tests/test_calc.py::test_add"] == "PASSED"
+    assert outcome.pass_to_pass_after["tests/test_calc.py::test_add"] == "FAILED"
+    assert [r["type"] for r in outcome.regression_crashes] == ["AssertionError"]
+    assert runtime_findings(outcome, patch) == [] and crashed_tests(outcome, patch) == set()
+
+
+def test_a_crash_only_in_test_code_stays_a_regression(tmp_path: Path) -> None:
+    """A renamed function: the test raises AttributeError in its own frame, in no file the patch
+    touched, so it is not evidence of an error in the patched code (it is still a regression)."""
+    outcome, patch = _judge(tmp_path, CALC.replace("def label(x):", "def label_of(x):"),
+                            files={"tests/test_label.py": LABEL_TESTS})
+    assert outcome.pass_to_pass_after["tests/test_label.py::test_label"] == "FAILED"
+    [rec] = outcome.regression_crashes
+    assert rec["type"] == "AttributeError" and [f["file"] for f in rec["frames"]] == ["tests/test_label.py"]
+    assert runtime_findings(outcome, patch) == []
+
+
+def test_a_change_no_selected_test_notices_stays_clean(tmp_path: Path) -> None:
+    outcome, patch = _judge(tmp_path, CALC.replace("def label(x):", "def label(x):  # formats x"))
+    assert outcome.regression_ran and outcome.pass_to_pass_before
+    assert all(s == "PASSED" for s in outcome.pass_to_pass_after.values())
+    assert outcome.regression_crashes == [] and runtime_findings(outcome, patch) == []
+
+
+def test_a_test_that_flips_between_base_runs_is_left_out_and_recorded(tmp_path: Path) -> None:
+    counter = tmp_path / "flips"
+    flaky = (f"import os\n\nimport calc\n\nP = {str(counter)!r}\n\n\n"
+             "def test_flips():\n"
+             "    n = int(open(P).read()) if os.path.exists(P) else 0\n"
+             "    open(P, 'w').write(str(n + 1))\n"
+             "    assert calc.add(n % 2, 0) == 0\n")
+    change = CALC.replace("def label(x):", "def label(x):  # formats x")
+    # Run once at the base: it passes there, fails with the patch, and looks like a regression.
+    once, _ = _judge(tmp_path / "once", change, files={"tests/test_flaky.py": flaky})
+    assert once.pass_to_pass_after["tests/test_flaky.py::test_flips"] == "FAILED"
+    counter.unlink()
+    # Run twice at the base: it differs, so it is left out and named.
+    twice, _ = _judge(tmp_path / "twice", change, files={"tests/test_flaky.py": flaky}, base_runs=2)
+    assert "tests/test_flaky.py::test_flips" not in twice.pass_to_pass_before
+    assert any("flaky at the base, left out: tests/test_flaky.py::test_flips" in n for n in twice.notes)
+    assert twice.pass_to_pass_before and all(s == "PASSED" for s in twice.pass_to_pass_after.values())
+
+
+def test_failures_read_from_a_non_pytest_log_name_the_test() -> None:
+    log = ("test_scale E\n"
+           "________________________________________________________________________________\n"
+           "_____________ sympy/core/tests/test_calc.py:test_scale _____________\n"
+           '  File "/tmp/run/repo/sympy/core/tests/test_calc.py", line 5, in test_scale\n'
+           "    assert scale([1], 2) == [2]\n"
+           '  File "/tmp/run/repo/sympy/core/calc.py", line 10, in scale\n'
+           "    return [mul(v, factor) for v in values] + factor\n"
+           "TypeError: can only concatenate list (not \"int\") to list\n")
+    [rec] = failures_of([], log, "/tmp/run/repo", ["test_scale", "test_other"])
+    assert rec["test"] == "test_scale" and rec["type"] == "TypeError"
+    assert rec["frames"][-1] == {"file": "sympy/core/calc.py", "line": 10, "function": "scale",
+                                 "source": "return [mul(v, factor) for v in values] + factor"}
+
+
+def test_the_critic_rejects_a_patch_whose_existing_test_crashes_and_the_coder_gets_the_place(
+        tmp_path: Path, calc, cfg_factory) -> None:
+    """End to end: attempt 1 fixes mean() but breaks add() in a way static analysis cannot see
+    (untyped parameters); the selected existing test_add raises TypeError there; the Critic says
+    Unsafe with the frame, and the Coder's next prompt has it."""
+    mirrors, inst = calc
+    script = calc_script(first_attempt_broken=False)
+    script["CodeChange"].insert(0, {"edits": [
+        {"path": "calc/ops.py", "search": BUGGY_LINE, "replace": FIXED_LINE},
+        {"path": "calc/ops.py", "search": "    return a + b\n", "replace": "    return a + str(b)\n"}],
+        "explanation": "Fix mean; show b."})
+    model = ScriptedChatModel(script=script)
+    cfg = cfg_factory("redo")
+    run_tasks([inst], cfg, run_id="rt", repos=mirrors, model_factory=lambda role: model, progress=False)
+    first, second = read_record(cfg, "rt", inst.instance_id)["attempts"]
+    assert first["verdict"] == "Unsafe"
+    [finding] = [f for f in first["findings"] if f["source"] == "runtime"]
+    assert (finding["rule"], finding["file"], finding["symbol"]) == ("TypeError", "calc/ops.py", "add")
+    assert finding["code"] == "return a + str(b)"
+    # Not reported twice: the crashed test is not also a plain regression finding.
+    assert not [f for f in first["findings"] if f.get("rule") == "regression" and "test_add" in f["message"]]
+    retry = model.prompts_for("CodeChange")[1]
+    assert f"calc/ops.py:{finding['line']} in add" in retry and "at: return a + str(b)" in retry
+    assert second["verdict"] == "Safe" and not [f for f in second["findings"] if f["source"] == "runtime"]
