@@ -245,16 +245,33 @@ class HistoryIndex:
             raise HistoryError(f"base commit {base} is not in {self.git_dir}")
         if _is_shallow(self.git_dir):
             return None
-        revs = _text(_git(self.git_dir, "rev-list", base)).split()
-        if revs and revs[0] not in self.sha_idx:
-            self._extend(revs[0])
-        idx = np.fromiter((self.sha_idx.get(s, -1) for s in revs), dtype=np.int64, count=len(revs))
-        idx = idx[idx >= 0]
-        if len(idx) < MIN_COMMITS:
+        sha = _text(_git(self.git_dir, "rev-parse", f"{base}^{{commit}}")).strip()
+        mask = self._ancestry(sha)
+        if int(mask.sum()) < MIN_COMMITS:
             return None
+        return HistoryView(self, mask, int(self.times[self.sha_idx[sha]]))
+
+    def _ancestry(self, sha: str) -> np.ndarray:
+        """Which indexed commits are ancestors of ``sha`` (itself included); cached per commit,
+        since ``git rev-list`` of a large repository costs a good part of a second."""
+        if sha not in self.sha_idx:
+            self._extend(sha)
+        # Commit indexes change when the index is extended; the count names the numbering.
+        path = self.db_path.with_suffix(".ancestry") / f"{sha}-{len(self.shas)}.npy"
+        try:
+            return np.unpackbits(np.load(path, allow_pickle=False))[: len(self.shas)].astype(bool)
+        except (OSError, ValueError):
+            pass
+        revs = _text(_git(self.git_dir, "rev-list", sha)).split()
+        idx = np.fromiter((self.sha_idx.get(s, -1) for s in revs), dtype=np.int64, count=len(revs))
         mask = np.zeros(len(self.shas), dtype=bool)
-        mask[idx] = True
-        return HistoryView(self, mask, int(self.times[self.sha_idx[revs[0]]]))
+        mask[idx[idx >= 0]] = True
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as fh:
+            np.save(fh, np.packbits(mask), allow_pickle=False)
+        os.replace(tmp, path)
+        return mask
 
 
 def history_status(git_dir: Path, base: str, cache_dir: Path) -> tuple[HistoryView | None, str]:

@@ -725,11 +725,13 @@ class RepoIndex:
 
     def rank(self, problem: str, k: int = 30) -> list[Candidate]:
         """Files most likely to need changing for ``problem``, best first (deterministic)."""
-        return combine(self.rank_parts(problem), W_HISTORY, W_COCHANGE)[:k]
+        return combine(self.rank_parts(problem, cochange=W_COCHANGE > 0), W_HISTORY, W_COCHANGE)[:k]
 
-    def rank_parts(self, problem: str) -> RankParts:
-        """Each signal of the ranking for ``problem``, before weighting."""
-        if self._parts_memo is not None and self._parts_memo[0] == problem:
+    def rank_parts(self, problem: str, cochange: bool = True) -> RankParts:
+        """Each signal of the ranking for ``problem``, before weighting (co-change only if asked:
+        it is the costly one, and a zero weight does not need it)."""
+        memo_key = f"{int(cochange)}{problem}"
+        if self._parts_memo is not None and self._parts_memo[0] == memo_key:
             return self._parts_memo[1]
         q = parse_problem(problem)
         score: dict[str, float] = defaultdict(float)
@@ -778,17 +780,17 @@ class RepoIndex:
 
         today = {p: s for p, s in score.items() if self._rankable(p)}
         history: dict[str, float] = {}
-        cochange: dict[str, float] = {}
+        cochanged: dict[str, float] = {}
         if self.history is not None:
             history = {p: s for p, s in self.history.similar_fixes(q.terms, self._files).items()
                        if self._rankable(p)}
             seeds = sorted(((-s * penalty(p), p) for p, s in today.items()))[:CO_SEEDS]
-            if seeds:
+            if seeds and cochange:
                 best = -seeds[0][0] or 1.0
-                cochange = {p: s for p, s in self.history.co_changed(
+                cochanged = {p: s for p, s in self.history.co_changed(
                     {p: -neg / best for neg, p in seeds}, self._files).items() if self._rankable(p)}
-        parts = RankParts(today, dict(why), history, cochange)
-        self._parts_memo = (problem, parts)
+        parts = RankParts(today, dict(why), history, cochanged)
+        self._parts_memo = (memo_key, parts)
         return parts
 
     def _rankable(self, path: str) -> bool:

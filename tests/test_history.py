@@ -227,3 +227,22 @@ def test_localization_bench_base_missing_from_the_mirror_is_one_line(hist_repo: 
     assert main(["--dataset", str(dataset), "--repos", str(mirrors), "--cache-dir", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "base commit 0123456789abcdef0123456789abcdef01234567 is not in" in err[0]
+
+
+def test_ancestry_is_cached_per_base_commit(hist_repo: HistoryRepo, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from fixgraph import history
+
+    hist = HistoryIndex.open(git_dir(hist_repo), tmp_path / "c")
+    first = hist.at(hist_repo.base)
+    assert first is not None
+    real_git = history._git
+
+    def no_rev_list(git_dir: Path, *args: str, **kwargs):  # noqa: ANN003, ANN202
+        assert args[0] != "rev-list", "the ancestry was computed again instead of read from the cache"
+        return real_git(git_dir, *args, **kwargs)
+
+    monkeypatch.setattr(history, "_git", no_rev_list)
+    again = hist.at(hist_repo.base)
+    assert again is not None and (again.mask == first.mask).all()
+    assert not again.mask[hist.sha_idx[hist_repo.later]]
