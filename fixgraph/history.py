@@ -443,6 +443,10 @@ class HistoryView:
 
     def commit_scores(self, terms: Counter[str]) -> dict[int, float]:
         """BM25 of each ancestor commit's message against ``terms`` (positive scores only)."""
+        scores = self._scores(terms)
+        return {int(i): float(scores[i]) for i in np.nonzero(scores)[0]}
+
+    def _scores(self, terms: Counter[str]) -> np.ndarray:
         ix = self.index
         k1, b = 1.2, 0.75
         scores = np.zeros(len(ix.shas))
@@ -462,22 +466,24 @@ class HistoryView:
             idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
             norm = tf + k1 * (1 - b + b * ix.doc_len[docs] / self.avg_len)
             np.add.at(scores, docs, idf * min(qtf, 3) * tf * (k1 + 1) / norm)
-        hits = np.nonzero(scores)[0]
-        return {int(i): float(scores[i]) for i in hits}
+        return scores
 
     def similar_fixes(self, terms: Counter[str], existing: set[str] | dict[str, object],
                       top: int = TOP_COMMITS, half_life: float = HALF_LIFE_YEARS,
                       max_files: int = MAX_COMMIT_FILES) -> dict[str, float]:
         """Files at the base touched by the past commits whose messages best match ``terms``."""
         ix = self.index
-        scores = self.commit_scores(terms)
-        eligible = [(s, i) for i, s in scores.items() if 0 < ix.nfiles[i] <= max_files]
-        eligible.sort(key=lambda t: (-t[0], t[1]))
+        scores = self._scores(terms)
+        scores[(ix.nfiles == 0) | (ix.nfiles > max_files)] = 0.0
+        hits = np.nonzero(scores)[0]
+        # Best first; ties by index (log order), so the ranking is deterministic.
+        hits = hits[np.lexsort((hits, -scores[hits]))][:top]
+        eligible = [(float(scores[i]), int(i)) for i in hits]
         if not eligible:
             return {}
         best = eligible[0][0]
         out: dict[str, float] = defaultdict(float)
-        for s, i in eligible[:top]:
+        for s, i in eligible:
             age = max(0.0, (self.base_time - int(ix.times[i])) / _SECONDS_PER_YEAR)
             weight = (s / best) * 0.5 ** (age / half_life) / math.log2(1 + int(ix.nfiles[i]))
             for f in ix.file_ids[ix.file_ptr[i]:ix.file_ptr[i + 1]].tolist():
