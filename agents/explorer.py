@@ -136,7 +136,10 @@ def explorer(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
 
     report = {"suspects": _with_lines(index, step.suspects), "learned": step.learned,
               "confidence": step.confidence, "next_files": step.next_files,
-              "iterations": iteration, "files": read}
+              "iterations": iteration, "files": read,
+              # Whether the ranking that fed the Planner and the options used the repository's
+              # history, and if not why (shallow mirror, no commits before the base).
+              "history": index.history_note}
     update: dict[str, Any] = {"files_read": read, "exploration": report, "explorer_runs": runs, "usage": usage}
     if step.confidence == "low" and reruns_left:
         update["reruns"] = [{"reason": "low_confidence", "learned": step.learned, "files": read}]

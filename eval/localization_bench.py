@@ -4,12 +4,21 @@
 
 Runs over every instance whose repository has a mirror in DIR (``DIR/<owner>+<name>/repo``),
 reading blobs straight from the mirror at the base commit (no checkout). For each repository and
-overall it prints: recall of the gold files within the top 1/3/5/8 of ``RepoIndex.rank``; the
-same when each of those files also brings the modules it imports (one step, as the Explorer's
-options do); plain BM25 (bm25s) over whole ``.py`` files with the issue text as the query,
-measured in the same run, as the reference; the Explorer's prompt size in tokens when it reads the
-top 8 files with skeletons (the real template, rendered); and the time per instance once the
-index is cached. The last line is the overall recall@8.
+overall it prints recall of the gold files within the top 1/3/5/8 of:
+
+- ``today``: the ranking without history (``W_HISTORY = W_COCHANGE = 0``);
+- ``hist``: the history signal alone (past commits whose messages resemble the issue);
+- ``full``: the full ranking with the weights in ``fixgraph.localize`` (in-sample: they were
+  chosen on these instances);
+- ``cv``: the full ranking where each repository's instances are ranked with the weights that
+  score best on the other repositories' instances (leave one repository out), the honest figure;
+- ``bm25``: plain BM25 (bm25s) over whole ``.py`` files with the issue text as the query;
+
+then the full ranking's recall when each top-8 file also brings the modules it imports (one step,
+as the Explorer's options do); the Explorer's prompt size in tokens when it reads the top 8 files
+(the real template, rendered); the time per instance once the indexes are cached, and the time
+and size of each history index. The last line is the headline: cross-validated recall@8, then
+@1, with the in-sample, today's and BM25 figures of the same run.
 """
 
 from __future__ import annotations
@@ -22,13 +31,22 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 KS = (1, 3, 5, 8)
+# The weight grid searched by cross-validation: (W_HISTORY, W_COCHANGE).
+_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5)
+GRID = [(h, c) for h in _WEIGHTS for c in _WEIGHTS]
 
 
 @dataclass
 class Row:
     repo: str
+    gold: list[str] = field(default_factory=list)
+    parts: Any = None  # RankParts, kept for the weight grid
+    today: dict[int, float] = field(default_factory=dict)
+    hist: dict[int, float] = field(default_factory=dict)
+    cv: dict[int, float] = field(default_factory=dict)
     ours: dict[int, float] = field(default_factory=dict)
     imports: dict[int, float] = field(default_factory=dict)
     import_set: int = 0
@@ -76,10 +94,60 @@ def explorer_prompt_tokens(index, inst, ranked, settings) -> int:  # noqa: ANN00
     return sum(count_tokens(str(m.content)) for m in msgs)
 
 
+def history_ranking(parts) -> list[str]:  # noqa: ANN001 - RankParts
+    """The history signal alone, with the ranking's penalty for tests and docs."""
+    from fixgraph.localize import penalty
+
+    return [p for _, p in sorted((-s * penalty(p), p) for p, s in parts.history.items())]
+
+
+def grid_recalls(rows: list[Row]) -> dict[tuple[float, float], list[tuple[float, float]]]:
+    """(recall@1, recall@8) of every row at every grid point."""
+    from fixgraph.localize import combine
+
+    out: dict[tuple[float, float], list[tuple[float, float]]] = {}
+    for point in GRID:
+        vals = []
+        for r in rows:
+            top = [c.path for c in combine(r.parts, *point)[:8]]
+            vals.append((recall(r.gold, top[:1]), recall(r.gold, top)))
+        out[point] = vals
+    return out
+
+
+def best_point(recalls: dict[tuple[float, float], list[tuple[float, float]]], keep: list[int]) -> tuple[float, float]:
+    """The grid point with the best recall@8 + recall@1 on rows ``keep``; ties go to smaller weights."""
+    def objective(point: tuple[float, float]) -> tuple[float, float, float]:
+        vals = [recalls[point][i] for i in keep]
+        return (round(sum(a + b for a, b in vals), 9), -point[0], -point[1])
+    return max(GRID, key=objective)
+
+
+def cross_validate(rows: list[Row]) -> tuple[dict[str, tuple[float, float]], tuple[float, float]]:
+    """Leave one repository out: each repository's rows get the weights best on the others'."""
+    from fixgraph.localize import combine
+
+    recalls = grid_recalls(rows)
+    repos = sorted({r.repo for r in rows})
+    chosen: dict[str, tuple[float, float]] = {}
+    for repo in repos:
+        train = [i for i, r in enumerate(rows) if r.repo != repo]
+        if not train:
+            continue
+        point = best_point(recalls, train)
+        chosen[repo] = point
+        for r in rows:
+            if r.repo == repo:
+                top = [c.path for c in combine(r.parts, *point)[:8]]
+                r.cv = {k: recall(r.gold, top[:k]) for k in KS}
+    return chosen, best_point(recalls, list(range(len(rows))))
+
+
 def run(args: argparse.Namespace) -> int:
     from fixgraph.config import ExplorerSettings
     from fixgraph.dataset import DatasetError, load_jsonl
-    from fixgraph.localize import RepoIndex, count_tokens
+    from fixgraph.history import HistoryIndex
+    from fixgraph.localize import W_COCHANGE, W_HISTORY, LocalizeError, RepoIndex, combine, count_tokens
     from fixgraph.workspace import find_mirror
 
     try:
@@ -107,23 +175,37 @@ def run(args: argparse.Namespace) -> int:
     settings = ExplorerSettings()
     rows: list[Row] = []
     misses: list[str] = []
+    built: dict[str, tuple[float, float, int, str]] = {}  # repo -> build s, size MB, commits, note
     for n, inst in enumerate(chosen, 1):
         gold = gold_files(inst.patch)
         t0 = time.perf_counter()
-        index = RepoIndex.build_from_git(mirrors[inst.repo], inst.base_commit, args.cache_dir)
+        try:
+            index = RepoIndex.build_from_git(mirrors[inst.repo], inst.base_commit, args.cache_dir)
+        except LocalizeError as exc:
+            print(f"localization_bench: {inst.instance_id}: {exc}", file=sys.stderr)
+            return 2
         cold = time.perf_counter() - t0
-        # Timed as the pipeline meets it once the map is cached: load, rank, map, views.
+        if inst.repo not in built:
+            hist = HistoryIndex.open(mirrors[inst.repo], args.cache_dir)
+            built[inst.repo] = (hist.build_seconds, hist.size_bytes / 1e6, len(hist.shas), index.history_note)
+        # Timed as the pipeline meets it once the indexes are cached: load, rank, map, views.
         t0 = time.perf_counter()
         index = RepoIndex.build_from_git(mirrors[inst.repo], inst.base_commit, args.cache_dir)
         ranked = index.rank(inst.problem_statement, k=settings.candidates_shown)
         repo_map = index.repo_map(ranked, max_tokens=settings.map_tokens)
         tokens = explorer_prompt_tokens(index, inst, ranked, settings)
         warm = time.perf_counter() - t0
+        parts = index.rank_parts(inst.problem_statement)
         top = [c.path for c in ranked]
-        row = Row(inst.repo, prompt_tokens=tokens, map_tokens=count_tokens(repo_map), warm_s=warm, cold_s=cold)
+        row = Row(inst.repo, gold=gold, parts=parts, prompt_tokens=tokens,
+                  map_tokens=count_tokens(repo_map), warm_s=warm, cold_s=cold)
+        today = [c.path for c in combine(parts, 0.0, 0.0)[: max(KS)]]
+        hist_top = history_ranking(parts)
         sizes = []
         for k in KS:
             row.ours[k] = recall(gold, top[:k])
+            row.today[k] = recall(gold, today[:k])
+            row.hist[k] = recall(gold, hist_top[:k])
             expanded = list(top[:k])
             for p in top[:k]:
                 expanded.extend(index.imports_of(p))
@@ -138,15 +220,37 @@ def run(args: argparse.Namespace) -> int:
         if row.ours[8] < 1.0:
             misses.append(f"{inst.instance_id}: gold {gold} ranked {[top.index(g) + 1 if g in top else None for g in gold]}")
         if args.verbose:
-            print(f"[{n}/{len(chosen)}] {inst.instance_id} R@8={row.ours[8]:.2f} "
+            print(f"[{n}/{len(chosen)}] {inst.instance_id} R@8={row.ours[8]:.2f} today={row.today[8]:.2f} "
                   f"tokens={tokens} warm={warm:.2f}s cold={cold:.1f}s", file=sys.stderr, flush=True)
+    folds, in_sample = cross_validate(rows)
     print_table(rows, args.no_bm25)
+    print()
+    print(f"{'history index':<22}{'commits':>9}{'build s':>9}{'MB':>7}  at the first base")
+    for repo, (secs, mb, commits, note) in sorted(built.items()):
+        print(f"{repo:<22}{commits:>9}{secs:>9.1f}{mb:>7.1f}  {note}")
+    print()
+    print(f"weights (W_HISTORY, W_COCHANGE): shipped {W_HISTORY:g}, {W_COCHANGE:g}; best on all rows "
+          f"{in_sample[0]:g}, {in_sample[1]:g}; chosen without each repository: "
+          + ", ".join(f"{repo.split('/')[1]} {h:g},{c:g}" for repo, (h, c) in sorted(folds.items())))
     if args.show_misses and misses:
         print("\nmissed at 8:")
         for line in misses:
             print("  " + line)
-    overall = statistics.mean(r.ours[8] for r in rows)
-    print(f"overall recall@8: {overall:.3f} ({len(rows)} instances)")
+
+    def mean(attr: str, k: int) -> float:
+        vals = [getattr(r, attr)[k] for r in rows if k in getattr(r, attr)]
+        return statistics.mean(vals) if vals else float("nan")
+
+    if folds:
+        head = f"overall recall@8: {mean('cv', 8):.3f} ({len(rows)} instances, cross-validated by repository)"
+        head += f"; recall@1 {mean('cv', 1):.3f}; in-sample {mean('ours', 8):.3f}/{mean('ours', 1):.3f}"
+    else:
+        head = f"overall recall@8: {mean('ours', 8):.3f} ({len(rows)} instances, one repository: not cross-validated)"
+        head += f"; recall@1 {mean('ours', 1):.3f}"
+    head += f"; today {mean('today', 8):.3f}/{mean('today', 1):.3f}"
+    if not args.no_bm25:
+        head += f"; bm25 {mean('bm25', 8):.3f}/{mean('bm25', 1):.3f}"
+    print(head)
     return 0
 
 
@@ -160,8 +264,9 @@ def print_table(rows: list[Row], no_bm25: bool) -> None:
     for r in rows:
         groups[r.repo].append(r)
     groups_sorted = sorted(groups.items()) + [("OVERALL", rows)]
-    head = (f"{'repo':<22}{'n':>4} | {'ours@1':>7}{'@3':>6}{'@5':>6}{'@8':>6} | {'+imp@1':>7}{'@3':>6}{'@5':>6}{'@8':>6}"
-            f"{'size@8':>7} | {'bm25@1':>7}{'@3':>6}{'@5':>6}{'@8':>6} | {'tok med':>8}{'p95':>7} | {'warm s':>7}{'p95':>6}{'cold s':>7}")
+    head = (f"{'repo':<20}{'n':>4} | {'today@1':>7}{'@8':>5} | {'hist@1':>6}{'@8':>5} | "
+            f"{'full@1':>6}{'@3':>5}{'@5':>5}{'@8':>5} | {'cv@1':>5}{'@8':>5} | {'bm25@1':>6}{'@8':>5} | "
+            f"{'+imp@8':>6}{'size':>5} | {'tok med':>7}{'p95':>6}{'map':>5} | {'warm s':>6}{'p95':>5}{'cold':>5}")
     print(head)
     print("-" * len(head))
     for name, rs in groups_sorted:
@@ -171,12 +276,11 @@ def print_table(rows: list[Row], no_bm25: bool) -> None:
             return f"{statistics.mean(vals):.2f}" if vals else "-"
         toks = [float(r.prompt_tokens) for r in rs]
         warm = [r.warm_s for r in rs]
-        print(f"{name:<22}{len(rs):>4} | {m('ours', 1):>7}{m('ours', 3):>6}{m('ours', 5):>6}{m('ours', 8):>6} | "
-              f"{m('imports', 1):>7}{m('imports', 3):>6}{m('imports', 5):>6}{m('imports', 8):>6}"
-              f"{statistics.mean(r.import_set for r in rs):>7.1f} | "
-              f"{m('bm25', 1):>7}{m('bm25', 3):>6}{m('bm25', 5):>6}{m('bm25', 8):>6} | "
-              f"{statistics.median(toks):>8.0f}{_pct(toks, 0.95):>7.0f}{_pct([float(r.map_tokens) for r in rs], 0.95):>8.0f} | "
-              f"{statistics.median(warm):>7.2f}{_pct(warm, 0.95):>6.2f}{statistics.median(r.cold_s for r in rs):>7.1f}")
+        print(f"{name:<20}{len(rs):>4} | {m('today', 1):>7}{m('today', 8):>5} | {m('hist', 1):>6}{m('hist', 8):>5} | "
+              f"{m('ours', 1):>6}{m('ours', 3):>5}{m('ours', 5):>5}{m('ours', 8):>5} | {m('cv', 1):>5}{m('cv', 8):>5} | "
+              f"{m('bm25', 1):>6}{m('bm25', 8):>5} | {m('imports', 8):>6}{statistics.mean(r.import_set for r in rs):>5.0f} | "
+              f"{statistics.median(toks):>7.0f}{_pct(toks, 0.95):>6.0f}{_pct([float(r.map_tokens) for r in rs], 0.95):>5.0f} | "
+              f"{statistics.median(warm):>6.2f}{_pct(warm, 0.95):>5.2f}{statistics.median(r.cold_s for r in rs):>5.1f}")
 
 
 def main(argv: list[str] | None = None) -> int:

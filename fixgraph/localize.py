@@ -23,18 +23,41 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from fixgraph.records import atomic_write, file_lock
 from fixgraph.workspace import Worktree, content_key
 
+if TYPE_CHECKING:
+    from fixgraph.history import HistoryView
+
 MAX_FILE_BYTES = 1_000_000
-# Ranking weights, chosen on the localization benchmark by a small grid (see README,
-# "Localization"). A centrality prior (log of how many files import a module) was tried and lost
-# recall at every weight, so it is not used.
+# The ranking, one formula (README, "Localization"):
+#
+#   score(f) = penalty(f) * (today(f) + max today * (W_HISTORY * H(f) / max H + W_COCHANGE * C(f) / max C))
+#
+# (each signal normalized to its best file, the history signals scaled to today's best score so
+# that their weights mean the same on every issue)
+# today(f): W_LEXICAL x BM25 over file contents (normalized to the best file) + W_DEF per name the
+#   issue uses that f defines + bonuses for dotted names, paths and traceback frames written in the
+#   issue, and for f's own name said in it.
+# H(f): files touched by past commits (ancestors of the base only) whose messages resemble the
+#   issue, each commit weighted by its match, recency and focus (fixgraph/history.py).
+# C(f): co-change with the CO_SEEDS files ``today`` ranks highest, weighted by their score.
+# penalty(f): 0.2 for tests, 0.4 for docs and non-Python files, else 1.
+# W_LEXICAL, W_DEF, DEF_REPEAT, DEF_SPREAD were picked by a small grid on the Lite instances
+# (before history existed). W_HISTORY and W_COCHANGE are the grid point best on all nine
+# repositories, which is also what leave-one-repository-out cross-validation picks for seven of
+# the nine folds; eval.localization_bench reports the cross-validated recall beside the in-sample
+# one. Co-change gets weight 0: no fold found it worth more (README, "Localization"). A centrality prior (log of how many files import a module) was
+# tried and lost recall at every weight, so it is not used.
 W_LEXICAL = 16.0  # BM25 over file contents, normalized to the best file's score
 W_DEF = 1.5  # a file defines a name the issue uses
 DEF_REPEAT = 0.3  # how much repeating a name in the issue adds (log-damped)
 DEF_SPREAD = 0.5  # names defined in many files count less: weight / files ** DEF_SPREAD
+W_HISTORY = 0.2
+W_COCHANGE = 0.0
+CO_SEEDS = 5
 INDEX_VERSION = 4
 PY_SUFFIXES = (".py", ".pyi")
 # Text files worth indexing besides Python: docs, configs, templates a fix may touch.
@@ -471,6 +494,45 @@ def _is_doc_path(path: str) -> bool:
     return bool(parts) and parts[0] in ("doc", "docs", "examples", "example", "benchmarks", "bench")
 
 
+class LocalizeError(Exception):
+    """The repository cannot be indexed at this commit; one line for the user."""
+
+
+@dataclass
+class RankParts:
+    """The ranking's signals for one issue, before they are combined (see ``combine``)."""
+
+    today: dict[str, float]
+    why: dict[str, list[str]]
+    history: dict[str, float]
+    cochange: dict[str, float]
+
+
+def penalty(path: str) -> float:
+    """The ranking's multiplier for where a file lives."""
+    if is_test_path(path):
+        # Fixes live in the code; tests are offered to the Explorer as options instead.
+        return 0.2
+    if _is_doc_path(path) or not path.endswith(PY_SUFFIXES):
+        return 0.4
+    return 1.0
+
+
+def combine(parts: RankParts, w_history: float, w_cochange: float) -> list[Candidate]:
+    """The one ranking formula (module header): every signal weighted, then the penalty."""
+    score: dict[str, float] = defaultdict(float, parts.today)
+    scale = max(parts.today.values(), default=0.0) or 1.0
+    for signal, weight in ((parts.history, w_history), (parts.cochange, w_cochange)):
+        best = max(signal.values(), default=0.0)
+        if weight and best > 0:
+            for path, s in signal.items():
+                score[path] += scale * weight * s / best
+    ranked = [Candidate(path, round(s * penalty(path), 6), list(dict.fromkeys(parts.why.get(path, [])))[:8])
+              for path, s in score.items()]
+    ranked.sort(key=lambda c: (-c.score, c.path))
+    return ranked
+
+
 class RepoIndex:
     def __init__(self, source: _Source, entries: list[Entry], infos: dict[str, FileInfo]):
         self.source = source
@@ -478,19 +540,45 @@ class RepoIndex:
         self.infos = infos
         self.paths = sorted(self.entries)
         self._files = {p for p, e in self.entries.items() if e.mode != "120000"}
+        # Set by ``attach_history``; without it the ranking is today's signals alone.
+        self.history: HistoryView | None = None
+        self.history_note = "history: not loaded"
+        # The Planner and each Explorer iteration rank the same issue: compute its signals once.
+        self._parts_memo: tuple[str, RankParts] | None = None
         self._prepare()
 
     # -- building ----------------------------------------------------------------------------
 
     @classmethod
-    def build(cls, wt: Worktree, cache_dir: Path) -> RepoIndex:
+    def build(cls, wt: Worktree, cache_dir: Path, history: bool = True) -> RepoIndex:
         """The index of ``wt`` at its base commit, from the cache when built before."""
-        return cls._build(_WorktreeSource(wt), cache_dir)
+        index = cls._build(_WorktreeSource(wt), cache_dir)
+        if history:
+            common = wt.repo.git.rev_parse("--git-common-dir")
+            index.attach_history((wt.path / common).resolve(), wt.base, cache_dir)
+        return index
 
     @classmethod
-    def build_from_git(cls, git_dir: Path, commit: str, cache_dir: Path) -> RepoIndex:
+    def build_from_git(cls, git_dir: Path, commit: str, cache_dir: Path, history: bool = True) -> RepoIndex:
         """The same, reading blobs from a (bare) repository: no worktree needed."""
-        return cls._build(_GitSource(git_dir, commit), cache_dir)
+        probe = subprocess.run(["git", "--git-dir", str(git_dir), "cat-file", "-e", f"{commit}^{{commit}}"],
+                               capture_output=True, check=False)
+        if probe.returncode != 0:
+            raise LocalizeError(f"base commit {commit} is not in {git_dir}")
+        index = cls._build(_GitSource(git_dir, commit), cache_dir)
+        if history:
+            index.attach_history(git_dir, commit, cache_dir)
+        return index
+
+    def attach_history(self, git_dir: Path, base: str, cache_dir: Path) -> None:
+        """Use the repository's history before ``base`` in the ranking (see ``fixgraph.history``)."""
+        from fixgraph.history import HistoryError, history_status
+
+        try:
+            self.history, self.history_note = history_status(git_dir, base, cache_dir)
+            self._parts_memo = None
+        except HistoryError as exc:
+            raise LocalizeError(str(exc)) from None
 
     @classmethod
     def _build(cls, source: _Source, cache_dir: Path) -> RepoIndex:
@@ -637,6 +725,14 @@ class RepoIndex:
 
     def rank(self, problem: str, k: int = 30) -> list[Candidate]:
         """Files most likely to need changing for ``problem``, best first (deterministic)."""
+        return combine(self.rank_parts(problem, cochange=W_COCHANGE > 0), W_HISTORY, W_COCHANGE)[:k]
+
+    def rank_parts(self, problem: str, cochange: bool = True) -> RankParts:
+        """Each signal of the ranking for ``problem``, before weighting (co-change only if asked:
+        it is the costly one, and a zero weight does not need it)."""
+        memo_key = f"{int(cochange)}{problem}"
+        if self._parts_memo is not None and self._parts_memo[0] == memo_key:
+            return self._parts_memo[1]
         q = parse_problem(problem)
         score: dict[str, float] = defaultdict(float)
         why: dict[str, list[str]] = defaultdict(list)
@@ -682,19 +778,24 @@ class RepoIndex:
             if stem.lower() in q.terms and stem.lower() not in STOP and len(stem) > 3:
                 score[path] += 1.0
 
-        ranked: list[Candidate] = []
-        for path, s in score.items():
-            info = self.infos.get(path)
-            if info is None or path not in self._files or not info.readable:
-                continue
-            if is_test_path(path):
-                # Fixes live in the code; tests are offered to the Explorer as options instead.
-                s *= 0.2
-            elif _is_doc_path(path) or not path.endswith(PY_SUFFIXES):
-                s *= 0.4
-            ranked.append(Candidate(path, round(s, 6), list(dict.fromkeys(why.get(path, [])))[:8]))
-        ranked.sort(key=lambda c: (-c.score, c.path))
-        return ranked[:k]
+        today = {p: s for p, s in score.items() if self._rankable(p)}
+        history: dict[str, float] = {}
+        cochanged: dict[str, float] = {}
+        if self.history is not None:
+            history = {p: s for p, s in self.history.similar_fixes(q.terms, self._files).items()
+                       if self._rankable(p)}
+            seeds = sorted(((-s * penalty(p), p) for p, s in today.items()))[:CO_SEEDS]
+            if seeds and cochange:
+                best = -seeds[0][0] or 1.0
+                cochanged = {p: s for p, s in self.history.co_changed(
+                    {p: -neg / best for neg, p in seeds}, self._files).items() if self._rankable(p)}
+        parts = RankParts(today, dict(why), history, cochanged)
+        self._parts_memo = (memo_key, parts)
+        return parts
+
+    def _rankable(self, path: str) -> bool:
+        info = self.infos.get(path)
+        return info is not None and path in self._files and info.readable
 
     def _match_written_path(self, written: str) -> list[str]:
         w = written.replace("\\", "/").lstrip("./")

@@ -197,7 +197,8 @@ def test_localization_bench_on_a_fixture_mirror(wt, tmp_path: Path, capsys: pyte
     dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(["--dataset", str(dataset), "--repos", str(mirrors), "--cache-dir", str(tmp_path / "c")]) == 0
     out = capsys.readouterr().out.strip().splitlines()
-    assert out[-1] == "overall recall@8: 1.000 (1 instances)"
+    assert out[-1] == ("overall recall@8: 1.000 (1 instances, one repository: not cross-validated); "
+                       "recall@1 1.000; today 1.000/1.000; bm25 1.000/1.000")
     assert any(line.startswith("acme/pkg") for line in out)
 
 
