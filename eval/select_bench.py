@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import itertools
 import json
 import signal
@@ -204,22 +205,25 @@ class Prepared:
         self.cands = cands
         self.candidates = to_candidates(cands, row)
         self.feats = select.features(self.candidates)
+        self.signed = select.signed(self.feats)
         self.resolved = [r for _, _, r in cands]
         self.row = row
-
-    def pick(self, weights: select.Weights) -> int | None:
-        values = select.scores(self.feats, weights)
-        best: tuple[Any, ...] | None = None
+        # The first of each group of equal deliverable candidates: the others are its duplicates.
         seen: set[str] = set()
+        self.choices: list[int] = []
         for i, c in enumerate(self.candidates):
             key = select.normalize(c.patch)
-            if not select.deliverable(c) or key in seen:
-                continue
-            seen.add(key)
-            order = (-values[i], self.feats[i]["size"] or 0.0, i)
-            if best is None or order < best:
-                best = order
-        return None if best is None else int(best[-1])
+            if select.deliverable(c) and key not in seen:
+                seen.add(key)
+                self.choices.append(i)
+
+    def pick(self, weights: select.Weights) -> int | None:
+        """What select.pick would choose (same order), without recomputing the features."""
+        if not self.choices:
+            return None
+        w = dataclasses.astuple(weights)
+        values = [sum(a * b for a, b in zip(row, w, strict=True)) for row in self.signed]
+        return min(self.choices, key=lambda i: (-values[i], self.feats[i]["size"] or 0.0, i))
 
     def resolved_pick(self, weights: select.Weights) -> int:
         i = self.pick(weights)

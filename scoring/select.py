@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, astuple, dataclass, field
 
 from fixgraph.state import AttemptRecord
 from scoring.specs import patch_files
@@ -185,18 +185,25 @@ def features(candidates: Sequence[Candidate]) -> list[dict[str, float | None]]:
 _COSTS = {"broke", "unsafe", "size"}
 
 
-def scores(feats: Sequence[dict[str, float | None]], weights: Weights = DEFAULT_WEIGHTS) -> list[float]:
-    w = weights.to_dict()
+def signed(feats: Sequence[dict[str, float | None]]) -> list[tuple[float, ...]]:
+    """Each candidate's signals in the order of Weights' fields: a cost negated, a signal no
+    candidate has 0, a signal only others have NEUTRAL. The score is their dot product with the weights."""
+    names = list(Weights.__dataclass_fields__)
     known = {name for f in feats for name, v in f.items() if v is not None}
-    total = []
+    out = []
     for f in feats:
-        s = 0.0
-        for name in known:
+        row = []
+        for name in names:
             v = f.get(name)
-            v = NEUTRAL if v is None else v
-            s += -w[name] * v if name in _COSTS else w[name] * v
-        total.append(s)
-    return total
+            v = 0.0 if name not in known else (NEUTRAL if v is None else v)
+            row.append(-v if name in _COSTS else v)
+        out.append(tuple(row))
+    return out
+
+
+def scores(feats: Sequence[dict[str, float | None]], weights: Weights = DEFAULT_WEIGHTS) -> list[float]:
+    w = astuple(weights)
+    return [sum(a * b for a, b in zip(row, w, strict=True)) for row in signed(feats)]
 
 
 def rank(candidates: Sequence[Candidate], weights: Weights = DEFAULT_WEIGHTS) -> list[Ranked]:
