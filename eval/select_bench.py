@@ -43,7 +43,7 @@ from eval.critic_bench import _interrupt, _shard
 from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree, find_mirror
-from scoring import fix_score, quality, select, static, tests
+from scoring import fix_score, guard, quality, select, static, tests
 from scoring.critic import InputError, judge, load_predictions, run_reporting_errors
 from scoring.testenv import PASSING
 
@@ -132,8 +132,6 @@ def signals(inst: Instance, wt: Worktree, patch: str, cfg: RunConfig, cache_dir:
     try:
         settings = cfg.critic.model_copy(update={"static": not args.no_static})
         if args.no_static:
-            from scoring import guard
-
             found = guard.check_patch(wt, patch) if settings.guard != "off" else []
             out["guard"] = len(found)
         else:
