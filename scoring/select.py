@@ -17,8 +17,10 @@ Signals per candidate (none comes from the evaluation's hidden tests):
 The score is a weighted sum (:class:`Weights`); a signal no candidate has contributes nothing, and a
 candidate missing a signal others have gets the neutral 0.5. Duplicates (equal after
 normalization) are counted once for the pick and every time for the agreement of the others.
-Ties go to the smaller patch, then to the earlier candidate. The default weights were chosen by
-cross-validation across repositories on nine agents' patches (eval/select_bench.py, README).
+Ties go to the smaller patch, then to the earlier candidate. The weights of size and agreement
+were chosen over a grid on nine agents' patches (eval/select_bench.py; README, Choosing among
+candidates: the same count in-sample and leave-one-repository-out); those of the test signals,
+Unsafe and the LLM's judgment were not tuned there (that run had none of them).
 """
 
 from __future__ import annotations
