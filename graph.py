@@ -17,7 +17,7 @@ def build_graph(checkpointer=None):  # noqa: ANN001 - any LangGraph checkpointer
     from langgraph.graph import END, START, StateGraph
     from langgraph.runtime import Runtime
 
-    from agents.coder import coder
+    from agents.coder import coder, rounds_done
     from agents.critic import critic, should_retry
     from agents.explorer import explorer, needs_replan
     from agents.planner import planner
@@ -53,7 +53,7 @@ def build_graph(checkpointer=None):  # noqa: ANN001 - any LangGraph checkpointer
         if stopped(state):
             return "pr_agent"
         if state.get("verdict") == "CannotApply":
-            return "coder" if len(state.get("attempts", [])) < cfg.max_attempts else "pr_agent"
+            return "coder" if rounds_done(state) < cfg.max_attempts else "pr_agent"
         return "critic" if cfg.critic.enabled else "pr_agent"
 
     def after_critic(state: TaskState, runtime: Runtime[TaskContext]) -> str:

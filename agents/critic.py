@@ -15,10 +15,12 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from agents.coder import rounds_done
 from agents.common import messages, stops_cleanly
 from fixgraph.context import TaskContext
+from fixgraph.llm import BudgetExceeded
 from fixgraph.state import AttemptRecord, Finding, PatchJudgment, ScoreParts, TaskState, Usage, merge_usage
-from scoring import fix_score, guard, harness, llm_check, quality, static, tests
+from scoring import fix_score, guard, harness, llm_check, quality, select, static, tests
 from scoring.runtime import crashed_tests, runtime_findings
 from scoring.testenv import PASSING
 
@@ -47,10 +49,55 @@ def _key(f: Finding) -> str:
 @stops_cleanly("critic")
 def critic(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
     ctx = runtime.context
+    pending = state.get("candidates") or []
+    if ctx.cfg.coder.candidates > 1 and pending:
+        return _judge_candidates(ctx, state, pending)
+    attempt, usage, feedback = _judge(ctx, state, state.get("patch", ""), state.get("explanation", ""),
+                                      len(state.get("attempts", [])) + 1)
+    attempt["round"] = attempt.get("number", 0)
+    return {"attempts": [attempt], "verdict": attempt.get("verdict", ""), "score": attempt.get("score", {}),
+            "feedback": feedback, "usage": usage}
+
+
+def _judge_candidates(ctx: TaskContext, state: TaskState, pending: list[dict[str, Any]]) -> dict[str, Any]:
+    """Judge each of the round's candidates; the state's verdict, score and feedback become the best
+    one's by the selection rule (over every attempt so far), so the loop retries while even the best
+    is under the threshold. A candidate the budget leaves unjudged is recorded as Unchecked."""
+    number = len(state.get("attempts", [])) + 1
+    judged: list[AttemptRecord] = []
+    feedbacks: dict[int, str] = {}
+    usage: Usage = {}
+    stop = ""
+    for c in pending:
+        n = number + len(judged)
+        if not stop:
+            try:
+                attempt, delta, feedbacks[n] = _judge(ctx, state, c["patch"], c.get("explanation", ""), n)
+                usage = merge_usage(usage, delta)
+            except BudgetExceeded as exc:
+                stop = f"budget: {exc}"
+        if stop:
+            attempt = AttemptRecord(number=n, patch=c["patch"], explanation=c.get("explanation", ""),
+                                    verdict="Unchecked", findings=[], score={"kind": "none"})
+        attempt["round"] = int(c.get("round") or rounds_done(state))
+        attempt["sample"] = c.get("sample", {})
+        judged.append(attempt)
+    everything = list(state.get("attempts", [])) + judged
+    best = select.best_attempt(everything, ctx.cfg.critic.guard == "block") or judged[0]
+    update: dict[str, Any] = {
+        "attempts": judged, "candidates": [], "best": best.get("number", 0), "patch": best.get("patch", ""),
+        "explanation": best.get("explanation", ""), "verdict": best.get("verdict", ""),
+        "score": best.get("score", {}), "feedback": feedbacks.get(best.get("number", 0), ""), "usage": usage}
+    if stop:
+        update["stop_reason"] = stop
+    return update
+
+
+def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
+           number: int) -> tuple[AttemptRecord, Usage, str]:
+    """One patch judged: its attempt record, the LLM usage, and the feedback for the Coder."""
     settings = ctx.cfg.critic
     wt = ctx.worktree
-    patch = state.get("patch", "")
-    number = len(state.get("attempts", [])) + 1
     # Establish the precondition from state, so a resumed task sees the patch it is judging.
     wt.reset()
     wt.apply(patch)
@@ -65,10 +112,9 @@ def critic(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
     if cannot:
         finding = Finding(source="apply", rule="harness", message=cannot, severity="error")
         none = ScoreParts(fix_score=0.0, kind="none", note=cannot)
-        attempt = AttemptRecord(number=number, patch=patch, explanation=state.get("explanation", ""),
+        attempt = AttemptRecord(number=number, patch=patch, explanation=explanation,
                                 verdict="CannotApply", findings=[finding], score=none)
-        return {"attempts": [attempt], "verdict": "CannotApply", "score": none, "feedback": _fmt(finding)}
-
+        return attempt, usage, _fmt(finding)
     guard_findings = guard.check_patch(wt, patch) if settings.guard != "off" else []
     if guard_findings and settings.guard == "block":
         verdict = "Unsafe"
@@ -125,11 +171,10 @@ def critic(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
     previous = state.get("attempts", [])
     before = {_key(f) for f in (previous[-1].get("findings", []) if previous else [])}
     now = {_key(f) for f in findings}
-    attempt = AttemptRecord(number=number, patch=patch, explanation=state.get("explanation", ""),
+    attempt = AttemptRecord(number=number, patch=patch, explanation=explanation,
                             verdict=verdict, findings=findings, score=score,
                             fixed_from_previous=sorted(before - now), crash_context=crash)
-    feedback = "\n".join(notes + [_fmt(f) for f in findings])
-    return {"attempts": [attempt], "verdict": verdict, "score": score, "feedback": feedback, "usage": usage}
+    return attempt, usage, "\n".join(notes + [_fmt(f) for f in findings])
 
 
 def _run_tests(ctx: TaskContext, state: TaskState, patch: str) -> tests.TestOutcome | None:
@@ -166,7 +211,8 @@ def _test_findings(outcome: tests.TestOutcome, skip: set[str] | frozenset[str] =
 
 
 def should_retry(state: TaskState, max_attempts: int, threshold: float) -> bool:
-    if state.get("stop_reason") or len(state.get("attempts", [])) >= max_attempts:
+    """Another round while the best patch so far is under the threshold (max_attempts rounds)."""
+    if state.get("stop_reason") or rounds_done(state) >= max_attempts:
         return False
     if state.get("verdict") in ("Unsafe", "CannotApply"):
         return True

@@ -13,11 +13,15 @@ from langgraph.runtime import Runtime
 from fixgraph.context import TaskContext
 from fixgraph.publish import Outcome
 from fixgraph.state import AttemptRecord, TaskState
+from scoring import select
 from scoring.testenv import PASSING
 
 
-def choose(attempts: list[AttemptRecord], guard_blocks: bool) -> AttemptRecord | None:
-    """The best attempt by fix_score (the later one on ties); None when none is deliverable."""
+def choose(attempts: list[AttemptRecord], guard_blocks: bool, rule: bool = False) -> AttemptRecord | None:
+    """The best attempt by fix_score (the later one on ties), or with ``rule`` (coder.candidates > 1)
+    by the selection rule (scoring/select.py); None when none is deliverable."""
+    if rule:
+        return select.best_attempt(attempts, guard_blocks)
     usable = [a for a in attempts if a.get("patch")]
     if guard_blocks:
         usable = [a for a in usable if not any(f.get("source") == "guard" for f in a.get("findings", []))]
@@ -42,14 +46,21 @@ def pr_agent(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
     ctx = runtime.context
     attempts = list(state.get("attempts", []))
     # A patch the Critic never saw (the budget ran out mid-loop) is still the best we have.
-    patch = state.get("patch", "")
-    if patch and not any(a.get("patch") == patch for a in attempts):
-        attempts.append(AttemptRecord(number=len(attempts) + 1, patch=patch, verdict="Unchecked",
-                                      findings=[], score={"kind": "none"}))
-    chosen = choose(attempts, ctx.cfg.critic.guard == "block")
+    unjudged = [state.get("patch", "")] + [c.get("patch", "") for c in state.get("candidates") or []]
+    unchecked: list[AttemptRecord] = []
+    for patch in dict.fromkeys(p for p in unjudged if p):
+        if not any(a.get("patch") == patch for a in attempts):
+            unchecked.append(AttemptRecord(number=len(attempts) + 1, patch=patch, verdict="Unchecked",
+                                           findings=[], score={"kind": "none"}))
+            attempts.append(unchecked[-1])
+    several = ctx.cfg.coder.candidates > 1
+    # With candidates, the record keeps every one, judged or not.
+    added = {"attempts": unchecked} if several and unchecked else {}
+    guard_blocks = ctx.cfg.critic.guard == "block"
+    chosen = choose(attempts, guard_blocks, rule=several)
     if chosen is None:
         reason = state.get("stop_reason") or "no attempt produced a deliverable patch"
-        return {"published": {"kind": "none", "reason": reason}, "stop_reason": reason}
+        return {"published": {"kind": "none", "reason": reason}, "stop_reason": reason} | added
     ctx.worktree.reset()
     ctx.worktree.apply(chosen.get("patch", ""))
     outcome = Outcome(
@@ -67,6 +78,7 @@ def pr_agent(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
         worktree=ctx.worktree,
         repro_test=_repro_to_deliver(state, chosen) if ctx.cfg.github.include_repro_test else None,
     )
-    published = ctx.publisher.publish(outcome)
-    return {"published": published | {"attempt": chosen.get("number")},
-            "stop_reason": state.get("stop_reason") or "done"}
+    published = ctx.publisher.publish(outcome) | {"attempt": chosen.get("number")}
+    if several:
+        published["selection"] = [r.to_dict() for r in select.rank_attempts(attempts, guard_blocks)]
+    return {"published": published, "stop_reason": state.get("stop_reason") or "done"} | added

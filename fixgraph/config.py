@@ -93,6 +93,12 @@ class CoderSettings(_Strict):
     token_budget: int = Field(default=32_000, ge=2000)
     # Lines of raw context around each suspect when a file is too big to show whole.
     window_lines: int = Field(default=60, ge=5)
+    # Patches the Coder writes per round, each judged by the Critic; the delivered one is chosen
+    # by scoring/select.py. 1 is one patch per round, chosen by fix_score.
+    candidates: int = Field(default=1, ge=1, le=8)
+    # Candidates after the first are sampled at this temperature, with the files shown in a
+    # rotated order (the first is the usual prompt at llm.temperature).
+    sample_temperature: float = Field(default=0.8, ge=0.0, le=2.0)
 
 
 class CriticSettings(_Strict):

@@ -236,8 +236,12 @@ class LLM:
         raise LLMFailure(f"LLM server sent no readable reply in {self.retries + 1} tries: {detail}")
 
     def structured(self, role: str, node: str, schema: type[T],
-                   messages: Sequence[BaseMessage]) -> tuple[T, Usage]:
+                   messages: Sequence[BaseMessage], temperature: float | None = None) -> tuple[T, Usage]:
         model = self.factory(role)
+        if temperature is not None and "temperature" in type(model).model_fields:
+            # Another sample from the same model (the Coder's candidates); a model without the
+            # setting (a scripted one) answers as it would.
+            model = model.model_copy(update={"temperature": temperature})
         runnable = model.with_structured_output(schema, method="function_calling", include_raw=True)
         usage: Usage = {}
         convo = list(messages)

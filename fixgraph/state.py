@@ -124,6 +124,8 @@ class AttemptRecord(TypedDict, total=False):
     score: ScoreParts
     fixed_from_previous: list[str]
     crash_context: str
+    round: int  # the Coder's round that wrote it (several candidates share a round)
+    sample: dict[str, Any]  # how a candidate was sampled: temperature, the order of the files shown
 
 
 class Usage(TypedDict, total=False):
@@ -170,6 +172,10 @@ class TaskState(TypedDict, total=False):
     repro: dict[str, Any]
     # Coder / Critic loop
     attempts: Annotated[list[AttemptRecord], operator.add]
+    # The round's patches not judged yet (coder.candidates > 1): patch, explanation, sample.
+    candidates: list[dict[str, Any]]
+    # The number of the best attempt so far by the selection rule (coder.candidates > 1).
+    best: int
     patch: str
     explanation: str
     feedback: str

@@ -1,0 +1,394 @@
+"""How well the selection rule (scoring/select.py) picks among several agents' patches.
+
+    python -m eval.select_bench --predictions FILE [FILE ...] --dataset ../shared/data/swebench_lite.jsonl \\
+        --repos DIR [--stride K] [--shard I/N] [--resume] [--tests] [--no-static] [-o ROWS.jsonl]
+
+For each instance whose repository has a mirror under ``--repos``, the candidates are the given
+runs' patches (an instance missing from some runs uses those it has). Each candidate is applied at
+the base commit and judged with what the loop may know: the guard and the differential static
+phase (scoring.critic.judge; ``--no-static`` skips the static phase), code quality, and with
+``--tests`` the repository's existing tests selected from the patch (scoring.tests.own_outcome; no
+reproduction test exists here, since none was written by an LLM). An instance whose test
+environment cannot be built keeps the signals that need no test run, and the row says so. The
+ground truth ``resolved`` is read only to score the pick.
+
+Printed per repository and overall: instances, the oracle (instances with a resolved candidate),
+resolved picks of the rule with its default weights, a uniformly random pick among non-empty
+candidates (expected value), a majority vote over normalized patches (ties: expected value over
+the tied groups), the best single run; then the weights tuned on all rows (in-sample) and
+leave-one-repository-out (cross-validated), the instances the rule got wrong, seconds per instance.
+Last line: ``selected=<n> oracle=<n> vote=<n> random=<x> best_single=<n> instances=<n>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import itertools
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import git
+
+from eval.critic_bench import _interrupt, _shard
+from fixgraph.config import RunConfig, load_config
+from fixgraph.dataset import Instance, load_jsonl
+from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree, find_mirror
+from scoring import fix_score, guard, quality, select, static, tests
+from scoring.critic import InputError, judge, load_predictions, run_reporting_errors
+from scoring.testenv import PASSING
+
+# The weights tried when tuning: every combination (tests and regression only with --tests).
+GRID: dict[str, tuple[float, ...]] = {
+    "soft": (0.5, 1.0, 2.0),
+    "exact": (0.0, 0.5, 1.0),
+    "size": (0.0, 0.25, 0.5),
+    "unsafe": (0.0, 0.5, 1.0),
+    "quality": (0.0, 0.5, 1.0),
+}
+TEST_GRID: dict[str, tuple[float, ...]] = {"regression": (0.0, 1.0, 2.0), "broke": (0.0, 1.0)}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m eval.select_bench", description=(__doc__ or "").split("\n")[0])
+    p.add_argument("--predictions", type=Path, nargs="+", required=True, help="predictions JSONL with `resolved`")
+    p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
+    p.add_argument("--repos", type=Path, required=True, help="folder of repository mirrors (owner+name/repo)")
+    p.add_argument("--stride", type=int, default=1, help="every K-th instance")
+    p.add_argument("--shard", default="", metavar="I/N", help="only shard I of N (0-based) of the instances")
+    p.add_argument("--resume", action="store_true", help="reuse the rows already in --output")
+    p.add_argument("--tests", action="store_true", help="also run the selected existing tests per candidate (slow)")
+    p.add_argument("--no-static", action="store_true", help="skip the static phase (guard and quality still run)")
+    p.add_argument("--config", default="redo", help="config for the Critic, regression and test settings")
+    p.add_argument("--cache-dir", type=Path, default=None, help="worktrees, static and test caches (default: config's)")
+    p.add_argument("-o", "--output", type=Path, default=Path("runs/select_bench/rows.jsonl"),
+                   help="per-instance signals, JSON Lines (default: %(default)s)")
+    p.add_argument("--show-wrong", type=int, default=30, help="list at most this many wrong picks")
+    return p
+
+
+# ---- input ------------------------------------------------------------------------------
+
+
+def load_runs(paths: Sequence[Path]) -> dict[str, dict[str, dict[str, Any]]]:
+    """run name -> instance id -> prediction row (with ``resolved``)."""
+    runs: dict[str, dict[str, dict[str, Any]]] = {}
+    for path in paths:
+        rows = load_predictions(path)
+        name = str(rows[0].get("system") or path.stem)
+        if name in runs:
+            name = path.stem
+        if name in runs:
+            raise InputError(f"{path}: run {name!r} given twice")
+        for row in rows:
+            if not isinstance(row.get("resolved"), bool):
+                raise InputError(f"{path}: prediction {row['instance_id']} has no boolean `resolved` to score with")
+        runs[name] = {row["instance_id"]: row for row in rows}
+    return runs
+
+
+def candidates_of(runs: dict[str, dict[str, dict[str, Any]]], iid: str) -> list[tuple[str, str, bool]]:
+    """(run, patch, resolved) for the runs that have the instance, in the order the runs were given."""
+    return [(name, str(rows[iid].get("model_patch") or ""), bool(rows[iid]["resolved"]))
+            for name, rows in runs.items() if iid in rows]
+
+
+# ---- signals ----------------------------------------------------------------------------
+
+
+def _apply(wt: Worktree, patch: str) -> str:
+    """"" when the patch applies (``git apply``, else GNU patch with fuzz, as the harness does)."""
+    try:
+        wt.apply(patch)
+        return ""
+    except PatchError as exc:
+        wt.reset()
+        done = subprocess.run(["patch", "--batch", "--fuzz=5", "-p1", "-i", "-"], cwd=wt.path, input=patch.encode(),
+                              capture_output=True, timeout=60)
+        if done.returncode == 0:
+            return ""
+        wt.reset()
+        return str(exc)
+
+
+def signals(inst: Instance, wt: Worktree, patch: str, cfg: RunConfig, cache_dir: Path, args: argparse.Namespace,
+            runner: tests.SuiteRunner | None) -> dict[str, Any]:
+    """What the loop would know about one candidate: applies, guard, static, quality, tests."""
+    if not patch.strip():
+        return {"applies": False, "why": "empty patch"}
+    err = _apply(wt, patch)
+    if err:
+        return {"applies": False, "why": err}
+    out: dict[str, Any] = {"applies": True}
+    try:
+        settings = cfg.critic.model_copy(update={"static": not args.no_static})
+        if args.no_static:
+            found = guard.check_patch(wt, patch) if settings.guard != "off" else []
+            out["guard"] = len(found)
+        else:
+            v = judge(wt, inst, patch, settings=settings, cache_dir=cache_dir / "static")
+            out.update(static=v.verdict, guard=len(v.guard), static_reason=v.reason[:200],
+                       errors=[e.get("message", "")[:160] for e in v.errors[:3]])
+        out["guard_blocked"] = bool(out.get("guard")) and settings.guard == "block"
+        out["code_quality"], _ = quality.code_quality(wt, patch)
+        if runner is not None:
+            outcome = tests.own_outcome(runner, inst.task(), wt, patch, [], cfg.regression, cfg.repro.timeout_s)
+            if outcome.regression_ran:
+                before, after = outcome.pass_to_pass_before, outcome.pass_to_pass_after
+                out["no_regression"] = fix_score.no_regression(outcome)
+                out["broke"] = any(s not in PASSING and before.get(t) in PASSING for t, s in after.items())
+                out["behaviour"] = after
+            else:
+                out["tests_note"] = outcome.reason[:300]
+            out["test_seconds"] = round(outcome.seconds, 1)
+    finally:
+        wt.reset()
+    return out
+
+
+def judge_instance(inst: Instance, cands: list[tuple[str, str, bool]], repos: RepoCache, cfg: RunConfig,
+                   cache_dir: Path, args: argparse.Namespace, runner: tests.SuiteRunner | None) -> dict[str, Any]:
+    start = time.monotonic()
+    row: dict[str, Any] = {"instance_id": inst.instance_id, "repo": inst.repo, "signals": {}}
+    try:
+        # One worktree per repository and shard: shards run side by side.
+        wt = repos.worktree(inst.repo, inst.base_commit, f"select-{inst.repo_slug}-{args.shard.replace('/', 'of')}")
+    except (WorkspaceError, git.GitCommandError) as exc:
+        row["note"] = f"cannot check out: {str(exc).strip().splitlines()[-1][:200]}"
+        wt = None
+    done: dict[str, dict[str, Any]] = {}  # equal patches are judged once
+    for name, patch, _ in cands:
+        if wt is None:
+            row["signals"][name] = {"applies": bool(patch.strip()), "why": "no checkout"}
+            continue
+        if patch not in done:
+            done[patch] = signals(inst, wt, patch, cfg, cache_dir, args, runner)
+        row["signals"][name] = done[patch]
+    notes = {s.get("tests_note") for s in row["signals"].values() if s.get("tests_note")}
+    if args.tests and notes and not any("no_regression" in s for s in row["signals"].values()):
+        row["note"] = "no test signal (fell back to the signals that need no test run): " + "; ".join(sorted(notes))[:300]
+    row["seconds"] = round(time.monotonic() - start, 2)
+    return row
+
+
+def to_candidates(cands: list[tuple[str, str, bool]], row: dict[str, Any]) -> list[select.Candidate]:
+    out = []
+    for name, patch, _ in cands:
+        s = row["signals"].get(name, {})
+        out.append(select.Candidate(
+            name=name, patch=patch, applies=bool(s.get("applies", bool(patch.strip()))),
+            guard_blocked=bool(s.get("guard_blocked")), static=str(s.get("static", "")),
+            code_quality=s.get("code_quality"), no_regression=s.get("no_regression"), broke=s.get("broke"),
+            behaviour=s.get("behaviour")))
+    return out
+
+
+# ---- scoring ----------------------------------------------------------------------------
+
+
+class Prepared:
+    """One instance's candidates and their weight-independent features, for fast tuning."""
+
+    def __init__(self, iid: str, repo: str, cands: list[tuple[str, str, bool]], row: dict[str, Any]):
+        self.iid, self.repo = iid, repo
+        self.cands = cands
+        self.candidates = to_candidates(cands, row)
+        self.feats = select.features(self.candidates)
+        self.signed = select.signed(self.feats)
+        self.resolved = [r for _, _, r in cands]
+        self.row = row
+        # The first of each group of equal deliverable candidates: the others are its duplicates.
+        seen: set[str] = set()
+        self.choices: list[int] = []
+        for i, c in enumerate(self.candidates):
+            key = select.normalize(c.patch)
+            if select.deliverable(c) and key not in seen:
+                seen.add(key)
+                self.choices.append(i)
+
+    def pick(self, weights: select.Weights) -> int | None:
+        """What select.pick would choose (same order), without recomputing the features."""
+        if not self.choices:
+            return None
+        w = dataclasses.astuple(weights)
+        values = [sum(a * b for a, b in zip(row, w, strict=True)) for row in self.signed]
+        return min(self.choices, key=lambda i: (-values[i], self.feats[i]["size"] or 0.0, i))
+
+    def resolved_pick(self, weights: select.Weights) -> int:
+        i = self.pick(weights)
+        return int(i is not None and self.resolved[i])
+
+    def random(self) -> float:
+        live = [r for (_, p, r) in self.cands if p.strip()]
+        return sum(live) / len(live) if live else 0.0
+
+    def vote(self) -> float:
+        live = [(select.normalize(p), r) for (_, p, r) in self.cands if p.strip()]
+        if not live:
+            return 0.0
+        count = Counter(k for k, _ in live)
+        top = max(count.values())
+        tied = {k for k, n in count.items() if n == top}
+        by_key = {k: r for k, r in live if k in tied}
+        return sum(by_key.values()) / len(by_key)
+
+
+def grid(with_tests: bool) -> list[select.Weights]:
+    space = dict(GRID) | (TEST_GRID if with_tests else {})
+    base = select.DEFAULT_WEIGHTS.to_dict()
+    out = []
+    for values in itertools.product(*space.values()):
+        w = dict(base) | dict(zip(space, values, strict=True))
+        if not with_tests:
+            w |= {"regression": 0.0, "broke": 0.0, "tests": 0.0}
+        out.append(select.Weights(**w))
+    return out
+
+
+def tune(rows: Sequence[Prepared], weights: Sequence[select.Weights]) -> tuple[select.Weights, int]:
+    """The weights that resolve the most rows (the first in grid order on ties)."""
+    best, best_n = weights[0], -1
+    for w in weights:
+        n = sum(p.resolved_pick(w) for p in rows)
+        if n > best_n:
+            best, best_n = w, n
+    return best, best_n
+
+
+def _why(p: Prepared, i: int | None, j: int) -> str:
+    """A short account of why candidate i was picked over the resolved candidate j."""
+    def show(k: int) -> str:
+        f = {n: round(v, 2) for n, v in p.feats[k].items() if v is not None}
+        s = p.row["signals"].get(p.cands[k][0], {})
+        extra = f" static={s['static']}" if s.get("static") else ""
+        extra += "" if s.get("applies", True) else f" not-applied({s.get('why', '')[:60]})"
+        return f"{p.cands[k][0]} {f}{extra}"
+    if i is None:
+        return f"nothing deliverable picked; resolved: {show(j)}"
+    return f"picked {show(i)} | resolved {show(j)}"
+
+
+def report(prepared: list[Prepared], runs: dict[str, dict[str, dict[str, Any]]], with_tests: bool,
+           show_wrong: int) -> None:
+    by_repo: dict[str, list[Prepared]] = defaultdict(list)
+    for p in prepared:
+        by_repo[p.repo].append(p)
+    ids = {p.iid for p in prepared}
+    single = {name: sum(bool(rows[i]["resolved"]) for i in ids if i in rows) for name, rows in runs.items()}
+    best_run = max(single, key=lambda n: (single[n], n))
+    w0 = select.DEFAULT_WEIGHTS
+    space = grid(with_tests)
+    tuned, tuned_n = tune(prepared, space)
+    # Leave one repository out: tune on the others, count on it.
+    cv: dict[str, int] = {}
+    for repo, held in by_repo.items():
+        w, _ = tune([p for p in prepared if p.repo != repo], space)
+        cv[repo] = sum(p.resolved_pick(w) for p in held)
+    print(f"{'repo':<22}{'inst':>5}{'oracle':>7}{'select':>7}{'cv':>5}{'random':>8}{'vote':>7}{'best1':>6}{'s/inst':>8}")
+    for repo in sorted(by_repo):
+        rows = by_repo[repo]
+        print(f"{repo:<22}{len(rows):>5}{sum(any(p.resolved) for p in rows):>7}"
+              f"{sum(p.resolved_pick(w0) for p in rows):>7}{cv[repo]:>5}{sum(p.random() for p in rows):>8.2f}"
+              f"{sum(p.vote() for p in rows):>7.2f}{sum(bool(runs[best_run].get(p.iid, {}).get('resolved')) for p in rows):>6}"
+              f"{statistics.median([p.row.get('seconds', 0.0) for p in rows]):>8.1f}")
+    selected = sum(p.resolved_pick(w0) for p in prepared)
+    oracle = sum(any(p.resolved) for p in prepared)
+    print(f"{'all':<22}{len(prepared):>5}{oracle:>7}{selected:>7}{sum(cv.values()):>5}"
+          f"{sum(p.random() for p in prepared):>8.2f}{sum(p.vote() for p in prepared):>7.2f}{single[best_run]:>6}"
+          f"{statistics.median([p.row.get('seconds', 0.0) for p in prepared]):>8.1f}")
+    print("single runs: " + ", ".join(f"{n} {k}" for n, k in sorted(single.items(), key=lambda x: -x[1])))
+    print(f"default weights {w0.to_dict()}: {selected}")
+    print(f"tuned on all rows (in-sample): {tuned_n} with {tuned.to_dict()}")
+    print(f"tuned leave-one-repo-out (cross-validated): {sum(cv.values())} "
+          f"({', '.join(r.split('/')[-1] + ' ' + str(n) for r, n in sorted(cv.items()))})")
+    notes = [p for p in prepared if p.row.get("note")]
+    if notes:
+        print(f"instances with a note ({len(notes)}): " + "; ".join(f"{p.iid}: {p.row['note'][:120]}" for p in notes[:10]))
+    wrong = []
+    for p in prepared:
+        i = p.pick(w0)
+        if any(p.resolved) and (i is None or not p.resolved[i]):
+            j = p.resolved.index(True)
+            wrong.append(f"  {p.iid}: {_why(p, i, j)}")
+    print(f"wrong picks with a resolved candidate ({len(wrong)}):")
+    for line in wrong[:show_wrong]:
+        print(line)
+    seconds = [p.row.get("seconds", 0.0) for p in prepared]
+    print(f"seconds per instance: median {statistics.median(seconds):.1f}, mean {statistics.mean(seconds):.1f}, "
+          f"total {sum(seconds):.0f}")
+    print(f"selected={selected} oracle={oracle} vote={round(sum(p.vote() for p in prepared), 2)} "
+          f"random={sum(p.random() for p in prepared):.2f} best_single={single[best_run]} instances={len(prepared)}")
+
+
+def run(args: argparse.Namespace) -> int:
+    shard = _shard(args.shard) if args.shard else None
+    if args.stride < 1:
+        raise InputError("--stride must be at least 1")
+    cfg = load_config(args.config)
+    if not args.no_static:
+        static.pyright_version(static.pyright_command(cfg.critic))  # fail before any work
+    runs = load_runs(args.predictions)
+    dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
+    if not args.repos.is_dir():
+        raise InputError(f"--repos: not a directory: {args.repos}")
+    ids = sorted({i for rows in runs.values() for i in rows if i in dataset
+                  and find_mirror(args.repos, dataset[i].repo) is not None})
+    ids = ids[:: args.stride]
+    if shard:
+        ids = ids[shard[0]::shard[1]]
+    if not ids:
+        raise InputError("no instance of the predictions has a mirror under --repos")
+    cache_dir = (args.cache_dir or cfg.cache_dir).resolve()
+    repos = RepoCache(cache_dir, mirrors=args.repos)
+    runner = tests.make_runner(cfg.tests, cache_dir) if args.tests else None
+    previous: dict[str, dict[str, Any]] = {}
+    if args.resume and args.output.is_file():
+        for line in args.output.read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError):
+                rec = json.loads(line)
+                previous[rec["instance_id"]] = rec
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    prepared: list[Prepared] = []
+    print(f"{len(ids)} instances, {len(runs)} runs", file=sys.stderr)
+    try:
+        with args.output.open("a" if args.resume else "w", encoding="utf-8") as out:
+            for n, iid in enumerate(ids, 1):
+                inst = dataset[iid]
+                cands = candidates_of(runs, iid)
+                row = previous.get(iid)
+                if row is None:
+                    row = judge_instance(inst, cands, repos, cfg, cache_dir, args, runner)
+                    out.write(json.dumps(row) + "\n")
+                    out.flush()
+                p = Prepared(iid, inst.repo, cands, row)
+                prepared.append(p)
+                i = p.pick(select.DEFAULT_WEIGHTS)
+                print(f"[{n}/{len(ids)}] {iid}: {len(cands)} candidates, picked "
+                      f"{p.cands[i][0] if i is not None else 'none'} "
+                      f"({'resolved' if i is not None and p.resolved[i] else 'not resolved'}; oracle {any(p.resolved)}) "
+                      f"{row.get('seconds', 0.0):.1f}s", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"interrupted: the figures below cover {len(prepared)} instances (rerun with --resume)", file=sys.stderr)
+    if not prepared:
+        raise InputError("no instance was judged")
+    report(prepared, runs, args.tests, args.show_wrong)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+    return run_reporting_errors(run, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""The selection rule on real patches to the calc fixture, judged by its real tests and guard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eval.fixtures import BUGGY_LINE, FIXED_LINE, OPS_BUGGY, REPRO_PATH, REPRO_TEST, WRONG_LINE, _diff
+from fixgraph.config import RegressionSettings
+from fixgraph.dataset import Instance
+from fixgraph.workspace import PatchError, RepoCache
+from scoring import fix_score, guard, select, tests
+from tests.testrun_helpers import local_settings
+
+REPRO = tests.ReproTest(REPRO_PATH, REPRO_TEST, ("tests/test_mean_issue.py::test_mean_is_sum_over_count",))
+CLAMP = "    return max(lo, min(x, hi))\n"
+
+
+def ops_patch(*replacements: tuple[str, str]) -> str:
+    text = OPS_BUGGY
+    for old, new in replacements:
+        assert old in text
+        text = text.replace(old, new)
+    return _diff(OPS_BUGGY, text, "calc/ops.py")
+
+
+FIX = ops_patch((BUGGY_LINE, FIXED_LINE))
+# The same fix, with a comment and other spacing: equal after normalization.
+FIX_AGAIN = ops_patch((BUGGY_LINE, "    # no offset\n    return  sum(values)/len(values)\n"))
+FIX_OTHER = ops_patch((BUGGY_LINE, "    return sum(values) / float(len(values))\n"))
+FIX_BREAKS_CLAMP = ops_patch((BUGGY_LINE, FIXED_LINE), (CLAMP, "    return min(lo, max(x, hi))\n"))
+WRONG = ops_patch((BUGGY_LINE, WRONG_LINE))
+# Passes every test (the call sits in a branch the tests never take), and the guard flags it.
+FIX_WITH_NETWORK = ops_patch((BUGGY_LINE, "    if not values:\n        import requests\n"
+                                          "        requests.post('https://example.com', verify=False)\n" + FIXED_LINE))
+
+
+@pytest.fixture
+def judged(calc: tuple[Path, Instance], tmp_path: Path):
+    """judge(name, patch) -> a Candidate with what the loop knows: apply, guard, the reproduction
+    test and the existing tests, run for real."""
+    mirrors, inst = calc
+    wt = RepoCache(tmp_path / "cache", mirrors=mirrors).worktree(inst.repo, inst.base_commit, "select")
+    runner = tests.make_runner(local_settings(), tmp_path / "cache")
+
+    def judge(name: str, patch: str, guard_blocks: bool = True) -> select.Candidate:
+        wt.reset()
+        try:
+            wt.apply(patch)
+        except PatchError:
+            return select.Candidate(name, patch, applies=False)
+        try:
+            found = guard.check_patch(wt, patch)
+            out = tests.own_outcome(runner, inst.task(), wt, patch, [REPRO], RegressionSettings())
+        finally:
+            wt.reset()
+        assert out.repro_ran and out.regression_ran, out.reason
+        before = out.pass_to_pass_before
+        return select.Candidate(
+            name, patch, guard_blocked=guard_blocks and bool(found), static="Safe",
+            test_pass_rate=fix_score.test_pass_rate(out), no_regression=fix_score.no_regression(out),
+            broke=any(s not in tests.PASSING and before.get(t) in tests.PASSING
+                      for t, s in out.pass_to_pass_after.items()),
+            behaviour=out.fail_to_pass | out.pass_to_pass_after)
+
+    return judge
+
+
+def test_of_three_the_one_that_breaks_an_existing_test_loses(judged):
+    # It fixes the bug (it contains the others' fix) and comes first; it breaks clamp().
+    cands = [judged("breaks", FIX_BREAKS_CLAMP), judged("fix", FIX), judged("other", FIX_OTHER)]
+    assert cands[0].broke and cands[0].no_regression == 0.5 and cands[0].test_pass_rate == 1.0
+    assert not cands[1].broke and not cands[2].broke
+    ranked = select.rank(cands)
+    assert [r.candidate.name for r in ranked][-1] == "breaks"
+    picked = select.pick(cands)
+    assert picked is not None and picked.candidate.name != "breaks"
+
+
+def test_of_two_that_pass_everything_the_one_the_others_agree_with_wins(judged):
+    cands = [judged("other", FIX_OTHER), judged("fix", FIX), judged("fix-again", FIX_AGAIN), judged("wrong", WRONG)]
+    assert cands[0].test_pass_rate == cands[1].test_pass_rate == 1.0 and cands[3].test_pass_rate == 0.0
+    assert select.normalize(FIX) == select.normalize(FIX_AGAIN) != select.normalize(FIX_OTHER)
+    picked = select.pick(cands)
+    # "other" comes first, so the tie-break alone would take it: agreement decides.
+    assert picked is not None and picked.candidate.name == "fix"
+    # The duplicate is counted once for the pick, and kept for the vote.
+    assert picked.duplicates == ["fix-again"]
+    assert [r.candidate.name for r in select.rank(cands)] == ["fix", "other", "wrong"]
+    assert picked.features["soft"] > select.rank(cands)[1].features["soft"]
+
+
+def test_a_candidate_the_guard_blocks_is_never_delivered(judged):
+    blocked = judged("network", FIX_WITH_NETWORK)
+    assert blocked.guard_blocked and blocked.test_pass_rate == 1.0 and not blocked.broke
+    # It has the best tests by far: still not delivered.
+    cands = [blocked, judged("wrong", WRONG), judged("wrong-again", WRONG)]
+    picked = select.pick(cands)
+    assert picked is not None and picked.candidate.name == "wrong"
+    assert select.pick([blocked]) is None
+    # Under the guard's warn policy it is an ordinary candidate, and the best one.
+    warned = judged("network", FIX_WITH_NETWORK, guard_blocks=False)
+    picked = select.pick([warned, judged("wrong", WRONG)])
+    assert picked is not None and picked.candidate.name == "network"
+
+
+def scratch_patch() -> str:
+    """A new script at the top of the repository, as agents leave them (reproduce.py)."""
+    return _diff("", "from calc.ops import mean\nprint(mean([1, 2, 3]))\n", "reproduce.py").replace(
+        "--- a/reproduce.py", "new file mode 100644\n--- /dev/null")
+
+
+def test_empty_and_non_applying_patches_are_never_picked_over_one_that_applies(judged):
+    stale = FIX.replace("sum(values) / len(values) - 1", "sum(values) / len(values) - 7")
+    cands = [select.Candidate("empty", ""), judged("stale", stale), judged("wrong", WRONG),
+             select.Candidate("only-a-script", scratch_patch()), select.Candidate("stale-again", stale, applies=False)]
+    assert not cands[1].applies
+    # The two stale patches agree with each other, the wrong one with nobody, and it applies.
+    picked = select.pick(cands)
+    assert picked is not None and picked.candidate.name == "wrong"
+    assert select.pick([select.Candidate("empty", ""), cands[1], cands[3]]) is None
+
+
+def test_ties_are_broken_deterministically():
+    a, b = select.Candidate("a", FIX_OTHER), select.Candidate("b", FIX)
+    # Same signals and the same size: the earlier one, every time.
+    assert [select.pick([a, b]).candidate.name for _ in range(3)] == ["a"] * 3  # type: ignore[union-attr]
+    assert select.pick([b, a]).candidate.name == "b"  # type: ignore[union-attr]
+    # The smaller change wins a tie on score, wherever it is.
+    big = select.Candidate("big", ops_patch((BUGGY_LINE, FIXED_LINE), ('"""Sum of two numbers."""', '"""Sum."""')))
+    assert select.pick([big, b], select.Weights(size=0.0)).candidate.name == "b"  # type: ignore[union-attr]
+    c, d = select.Candidate("c", FIX), select.Candidate("d", FIX_AGAIN)
+    picked = select.pick([d, c])
+    assert picked is not None and picked.candidate.name == "d" and picked.duplicates == ["c"]
+
+
+def test_normalize_ignores_headers_whitespace_comments_and_scratch_files():
+    scratch = scratch_patch()
+    assert select.normalize(FIX) == select.normalize(FIX_AGAIN.replace("@@ -9,7", "@@ -12,7"))
+    assert select.normalize(FIX + scratch) == select.normalize(FIX)
+    assert select.changed_lines(scratch) == frozenset()
+    assert select.normalize(FIX) != select.normalize(WRONG)
