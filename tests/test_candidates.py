@@ -9,8 +9,8 @@ from typing import Any
 
 from eval.fixtures import BROKEN_LINE, BUGGY_LINE, FIXED_LINE, WRONG_LINE, calc_script, make_calc_repo
 from fixgraph.dataset import Instance
-from fixgraph.runner import run_tasks
 from fixgraph.scripted import ScriptedChatModel
+from graph import run_tasks
 from tests.conftest import read_record
 
 PRICE = 1000.0  # dollars per million input tokens, so that the scripted calls cost something

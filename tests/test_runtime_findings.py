@@ -10,9 +10,9 @@ from typing import Any
 from eval.fixtures import BUGGY_LINE, FIXED_LINE, calc_script
 from fixgraph.config import RegressionSettings
 from fixgraph.dataset import Task
-from fixgraph.runner import run_tasks
 from fixgraph.scripted import ScriptedChatModel
 from fixgraph.workspace import RepoCache
+from graph import run_tasks
 from scoring.crash import failures_of
 from scoring.runtime import crashed_tests, runtime_findings
 from scoring.tests import make_runner, own_outcome
