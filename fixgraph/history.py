@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from fixgraph.records import file_lock
+from fixgraph.terms import terms_of
 from fixgraph.workspace import content_key
 
 HISTORY_VERSION = 1
@@ -267,7 +268,8 @@ class HistoryIndex:
         mask = np.zeros(len(self.shas), dtype=bool)
         mask[idx[idx >= 0]] = True
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        # Threads of one process write here too: the name must be unique per writer, not per process.
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         with open(tmp, "wb") as fh:
             np.save(fh, np.packbits(mask), allow_pickle=False)
         os.replace(tmp, path)
@@ -310,8 +312,6 @@ def _is_shallow(git_dir: Path) -> bool:
 def _build(git_dir: Path, db_path: Path, commits: list[Commit], tips: list[str], started: float,
            existing: Path | None = None) -> None:
     """Write the index (``existing`` rows plus ``commits``) to ``db_path`` atomically."""
-    from fixgraph.localize import terms_of
-
     rows: list[Commit] = []
     if existing is not None and existing.is_file():
         rows = _read_commits(existing)
@@ -362,7 +362,7 @@ def _build(git_dir: Path, db_path: Path, commits: list[Commit], tips: list[str],
         "renames": _pack(np.array(renames, dtype=np.int32).reshape(-1, 3)),
     }
     db_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = db_path.with_name(f".{db_path.name}.{os.getpid()}.tmp")
+    tmp = db_path.with_name(f".{db_path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.unlink(missing_ok=True)
     db = sqlite3.connect(str(tmp))
     try:

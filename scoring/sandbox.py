@@ -219,10 +219,12 @@ def _make_reachable(path: Path) -> None:
 def _needed(cmd: Sequence[str], env: Mapping[str, str]) -> list[Path]:
     """What the sandbox user must reach besides its writable folders: the interpreter (often in a
     home folder: pyenv) and the PATH and PYTHONPATH entries."""
-    found = [Path(sys.executable).resolve(), Path(sys.base_prefix).resolve()]
+    # Both the path as named and where its links lead: a venv's python is a link into pyenv, and
+    # the venv's own folders (a 0700 temp dir, say) must be walkable too.
+    found = [Path(sys.executable).absolute(), Path(sys.executable).resolve(), Path(sys.base_prefix).resolve()]
     exe = shutil.which(cmd[0], path=env.get("PATH")) if cmd else None
     if exe:
-        found.append(Path(exe).resolve())
+        found += [Path(exe).absolute(), Path(exe).resolve()]
     for var in ("PATH", "PYTHONPATH", "VIRTUAL_ENV"):
         found += [Path(p).resolve() for p in env.get(var, "").split(os.pathsep) if p.startswith("/")]
     return found

@@ -118,18 +118,29 @@ def test_a_change_no_selected_test_notices_stays_clean(tmp_path: Path) -> None:
     assert outcome.regression_crashes == [] and runtime_findings(outcome, patch) == []
 
 
-def test_a_test_that_flips_between_base_runs_is_left_out_and_recorded(tmp_path: Path) -> None:
-    counter = tmp_path / "flips"
-    flaky = (f"import os\n\nimport calc\n\nP = {str(counter)!r}\n\n\n"
-             "def test_flips():\n"
-             "    n = int(open(P).read()) if os.path.exists(P) else 0\n"
-             "    open(P, 'w').write(str(n + 1))\n"
-             "    assert calc.add(n % 2, 0) == 0\n")
+def test_a_test_that_flips_between_base_runs_is_left_out_and_recorded(tmp_path: Path, monkeypatch) -> None:
+    """A test whose outcome changes from one run to the next. The sandbox keeps no state between
+    runs (by design), so the flip is made at the runner's boundary: every other run reports it failed."""
+    from scoring.tests import SubprocessRunner
+
+    real = SubprocessRunner.run_suite
+    calls = {"n": 0}
+
+    def flipping(self, task, wt, patch, suite):  # noqa: ANN001
+        run = real(self, task, wt, patch, suite)
+        tid = "tests/test_flaky.py::test_flips"
+        if tid in run.statuses:
+            calls["n"] += 1
+            run.statuses[tid] = "PASSED" if calls["n"] % 2 else "FAILED"
+        return run
+
+    monkeypatch.setattr(SubprocessRunner, "run_suite", flipping)
+    flaky = "import calc\n\n\ndef test_flips():\n    assert calc.add(0, 0) == 0\n"
     change = CALC.replace("def label(x):", "def label(x):  # formats x")
     # Run once at the base: it passes there, fails with the patch, and looks like a regression.
     once, _ = _judge(tmp_path / "once", change, files={"tests/test_flaky.py": flaky})
     assert once.pass_to_pass_after["tests/test_flaky.py::test_flips"] == "FAILED"
-    counter.unlink()
+    calls["n"] = 0
     # Run twice at the base: it differs, so it is left out and named.
     twice, _ = _judge(tmp_path / "twice", change, files={"tests/test_flaky.py": flaky}, base_runs=2)
     assert "tests/test_flaky.py::test_flips" not in twice.pass_to_pass_before
