@@ -76,6 +76,9 @@ def judge_run(run: SuiteRun, path: str, content: str = "") -> tuple[str, list[st
     if not run.statuses:
         why = "timed out" if run.timed_out else "no test was collected (an import or collection error?)"
         return f"it did not run: {why}", []
+    if run.timed_out:
+        # What was reported before the kill is not the whole file: "passes" would be a guess.
+        return "it did not finish within repro.timeout_s: keep it small and fast", []
     failing = [t for t, s in run.statuses.items() if s not in PASSING and s != "SKIPPED"]
     if not failing:
         return "it passes on the unfixed code, so it does not reproduce the issue", []

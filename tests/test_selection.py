@@ -101,3 +101,5 @@ def test_only_the_files_own_tests_count() -> None:
     only_inner = SuiteRun({"test_inner.py::test_func": "FAILED", "testing/test_issue.py::test_issue": "PASSED"},
                           "log", 1.0)
     assert "does not reproduce" in judge_run(only_inner, "testing/test_issue.py", content)[0]
+    cut = SuiteRun({"testing/test_issue.py::test_issue": "PASSED"}, "log", 180.0, timed_out=True)
+    assert "did not finish" in judge_run(cut, "testing/test_issue.py", content)[0]
