@@ -17,6 +17,7 @@ import re
 import shlex
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -92,13 +93,29 @@ def git_env() -> dict[str, str]:
     return {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "SSH_ASKPASS": "true"}
 
 
+# What a network hiccup looks like in git's own words: worth another try, unlike a rejection.
+_TRANSIENT_GIT = re.compile(r"Connection reset by peer|Recv failure|Empty reply from server|RPC failed|"
+                            r"early EOF|Could not resolve host|Failed to connect|timed out|"
+                            r"The requested URL returned error: (429|5\d\d)", re.I)
+GIT_RETRIES = 2
+
+
 def run_git(cmd: git.Git, url: str, token: str | None, *args: str, secrets: list[str]) -> str:
-    """Run ``git <args>`` (in ``cmd``'s directory) against ``url`` with credentials; errors redacted."""
-    with git_auth(url, token) as auth:
-        try:
-            return cmd.execute(["git", *auth, *args], env=git_env())  # type: ignore[call-overload]
-        except git.GitCommandError as exc:
-            raise RemoteGitError(redact(_git_reason(exc), secrets + [token or ""])) from None
+    """Run ``git <args>`` (in ``cmd``'s directory) against ``url`` with credentials; errors redacted.
+    A transient network failure is retried (twice, after 1 s and 2 s); anything else is final."""
+    for attempt in range(GIT_RETRIES + 1):
+        with git_auth(url, token) as auth:
+            try:
+                return cmd.execute(["git", *auth, *args], env=git_env())  # type: ignore[call-overload]
+            except git.GitCommandError as exc:
+                reason = _git_reason(exc)
+                if attempt < GIT_RETRIES and _TRANSIENT_GIT.search(str(exc.stderr or "")):
+                    log.warning("git %s: transient failure, retrying: %s", args[0] if args else "",
+                                redact(reason, secrets + [token or ""]))
+                    time.sleep(1.0 + attempt)
+                    continue
+                raise RemoteGitError(redact(reason, secrets + [token or ""])) from None
+    raise AssertionError("unreachable")
 
 
 def _git_reason(exc: git.GitCommandError) -> str:

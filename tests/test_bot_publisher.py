@@ -251,3 +251,34 @@ def test_pr_agent_never_chooses_a_blocked_attempt() -> None:
     assert choose([clean, flagged], guard_blocks=True) == clean  # type: ignore[list-item]
     assert choose([flagged], guard_blocks=True) is None  # type: ignore[list-item]
     assert choose([clean, flagged], guard_blocks=False) == flagged  # type: ignore[list-item]
+
+
+def test_a_push_that_meets_a_connection_reset_is_retried(tmp_path, monkeypatch) -> None:
+    """A network hiccup on push is tried again; a rejection is not."""
+    import git as gitpython
+
+    from fixgraph import github_pr
+
+    calls: list[list[str]] = []
+
+    class Flaky:
+        def execute(self, argv, env=None):  # noqa: ANN001
+            calls.append(argv)
+            if len(calls) == 1:
+                raise gitpython.GitCommandError(argv, 128, stderr="fatal: unable to access 'http://x/': "
+                                                "Recv failure: Connection reset by peer")
+            return "ok"
+
+    monkeypatch.setattr(github_pr.time, "sleep", lambda s: None)
+    assert github_pr.run_git(Flaky(), "http://127.0.0.1:1/a.git", "tok", "push", "x", secrets=[]) == "ok"  # type: ignore[arg-type]
+    assert len(calls) == 2
+
+    class Rejects:
+        def execute(self, argv, env=None):  # noqa: ANN001
+            calls.append(argv)
+            raise gitpython.GitCommandError(argv, 1, stderr="remote: GH006: Protected branch update failed")
+
+    calls.clear()
+    with pytest.raises(github_pr.RemoteGitError, match="GH006"):
+        github_pr.run_git(Rejects(), "http://127.0.0.1:1/a.git", "tok", "push", "x", secrets=[])  # type: ignore[arg-type]
+    assert len(calls) == 1
