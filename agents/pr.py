@@ -39,7 +39,8 @@ def _repro_to_deliver(state: TaskState, chosen: AttemptRecord) -> dict[str, Any]
         return None
     if any(status not in PASSING for status in after.values()):
         return None
-    return {"path": repro.get("path", ""), "content": repro.get("content", ""), "tests": sorted(after)}
+    return {"path": repro.get("path", ""), "content": repro.get("content", ""), "tests": sorted(after),
+            "files": list(repro.get("files") or [])}
 
 
 def pr_agent(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:

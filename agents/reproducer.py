@@ -24,12 +24,20 @@ from fixgraph.workspace import PatchError
 from scoring import selection
 from scoring.specs import SpecsError, repo_specs
 from scoring.testenv import PASSING, SuiteRun, owned_by
-from scoring.tests import ReproTest, baseline, make_runner
+from scoring.tests import ReproTest, baseline, internal_error_frames, make_runner
 
 # A failure of these kinds raised in the test file itself says the test is broken, not the code.
 _BROKEN_TEST = {"NameError", "ImportError", "ModuleNotFoundError", "SyntaxError", "IndentationError",
                 "UnboundLocalError"}
+# A failure of these kinds, or with these words, says the test wanted the network, which test runs
+# do not have: it fails at the base for that reason alone, and would fail after any fix.
+_NETWORK_TYPES = {"ConnectionError", "ConnectionRefusedError", "NewConnectionError", "MaxRetryError",
+                  "gaierror", "URLError", "ProxyError", "SSLError", "ConnectTimeout", "ReadTimeout"}
+_NETWORK_WORDS = ("Name or service not known", "Temporary failure in name resolution", "Network is unreachable",
+                  "Failed to establish a new connection", "nodename nor servname", "No address associated")
 OUTPUT_CHARS = 2500
+MAX_SUPPORT_FILES = 5
+MAX_SUPPORT_CHARS = 50_000
 EXAMPLE_LINES = 40
 CODE_BUDGET = 12_000
 
@@ -54,7 +62,29 @@ def check_draft(draft: ReproTestDraft, ctx: TaskContext) -> str:
         return f"not valid Python: {exc.msg} (line {exc.lineno})"
     has_test = any(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name.startswith("test")
                    or isinstance(n, ast.ClassDef) and n.name.startswith("Test") for n in ast.walk(tree))
-    return "" if has_test else "the file defines no test function (def test_...)"
+    if not has_test:
+        return "the file defines no test function (def test_...)"
+    return check_support(draft, ctx)
+
+
+def check_support(draft: ReproTestDraft, ctx: TaskContext) -> str:
+    """Why the draft's data files cannot be written beside the test ("" when they can). Each must be
+    new: a file the repository has is code or data under test, and rewriting it is a patch."""
+    if len(draft.files) > MAX_SUPPORT_FILES:
+        return f"{len(draft.files)} data files: at most {MAX_SUPPORT_FILES}"
+    tracked = set(ctx.worktree.tracked_files()) if draft.files else set()
+    seen = {draft.path}
+    for f in draft.files:
+        try:
+            ctx.worktree.resolve(f.path)
+        except PatchError as exc:
+            return f"data file: {exc}"
+        if f.path in tracked or f.path in seen:
+            return f"data file {f.path!r} already exists: a data file must be a new file"
+        if len(f.content) > MAX_SUPPORT_CHARS:
+            return f"data file {f.path!r} is over {MAX_SUPPORT_CHARS} characters"
+        seen.add(f.path)
+    return ""
 
 
 def test_names(content: str) -> set[str]:
@@ -73,25 +103,31 @@ def judge_run(run: SuiteRun, path: str, content: str = "") -> tuple[str, list[st
         run.statuses = {t: s for t, s in run.statuses.items() if owned_by(t, (path,), names)}
     if run.error:
         return f"it could not run: {run.error}", []
-    if not run.statuses:
-        why = "timed out" if run.timed_out else "no test was collected (an import or collection error?)"
-        return f"it did not run: {why}", []
     if run.timed_out:
         # What was reported before the kill is not the whole file: "passes" would be a guess.
-        return "it did not finish within repro.timeout_s: keep it small and fast", []
+        return "it timed out: it did not finish within repro.timeout_s (keep it small and fast)", []
+    if [f for f in internal_error_frames(run.log, run.root) if not f.startswith(path + ":")]:
+        # The test session itself crashed in the repository's code (the code under test is the
+        # test runner, as in pytest's own issues): the file as a whole is the failing test.
+        return "", [path]
+    if not run.statuses:
+        return "it did not run: no test was collected (an import or collection error?)", []
     failing = [t for t, s in run.statuses.items() if s not in PASSING and s != "SKIPPED"]
     if not failing:
         return "it passes on the unfixed code, so it does not reproduce the issue", []
-    broken = []
+    broken: dict[str, str] = {}
     by_id = {str(r.get("nodeid")): r for r in run.crash_records}
     for tid in failing:
-        rec = by_id.get(tid)
-        frames = (rec or {}).get("frames") or []
-        if rec and rec.get("type") in _BROKEN_TEST and frames and frames[-1].get("file") == path:
-            broken.append(f"{tid}: {rec.get('type')}: {rec.get('message', '')}"[:300])
+        rec = by_id.get(tid) or {}
+        frames = rec.get("frames") or []
+        what = f"{tid}: {rec.get('type')}: {rec.get('message', '')}"[:300]
+        if rec.get("type") in _BROKEN_TEST and frames and frames[-1].get("file") == path:
+            broken[tid] = "the test itself is broken, not the code: " + what
+        elif rec.get("type") in _NETWORK_TYPES or any(w in str(rec.get("message", "")) for w in _NETWORK_WORDS):
+            broken[tid] = "it needs the network, and tests run without one (build the objects locally): " + what
     if broken and len(broken) == len(failing):
-        return "it fails because the test itself is broken, not the code: " + "; ".join(broken[:3]), []
-    return "", [t for t in failing if not any(b.startswith(t + ":") for b in broken)]
+        return "it fails for a reason other than the issue: " + "; ".join(list(broken.values())[:3]), []
+    return "", [t for t in failing if t not in broken]
 
 
 def _test_layout(ctx: TaskContext, suspect_files: list[str]) -> tuple[list[str], dict[str, str] | None]:
@@ -139,8 +175,9 @@ def reproducer(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any
         output = ""
         failing: list[str] = []
         run: SuiteRun | None = None
+        support = tuple((f.path, f.content) for f in draft.files)
         if not problem:
-            test = ReproTest(draft.path, draft.content, ())
+            test = ReproTest(draft.path, draft.content, (), support)
             run = baseline(runner, ctx.task, wt, test.suite(settings.timeout_s))
             problem, failing = judge_run(run, draft.path, draft.content)
             output = run.log_tail(OUTPUT_CHARS)
@@ -149,6 +186,7 @@ def reproducer(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any
         if not problem and run is not None:
             return {"usage": usage, "repro": {
                 "status": "accepted", "path": draft.path, "content": draft.content, "failing": failing,
+                "files": [{"path": p, "content": c} for p, c in support],
                 "base_statuses": run.statuses, "base_output": output, "explanation": draft.explanation,
                 "tries": number, "seconds": round(run.seconds, 1), "history": _history(tries)}}
         if run is not None and run.error.startswith("env could not be built"):

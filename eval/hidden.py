@@ -6,10 +6,13 @@ does (its own tests are ``scoring.tests.own_outcome``).
 
 from __future__ import annotations
 
+import ast
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from unidiff.patch import PatchSet
 
 from fixgraph.dataset import Instance
 from fixgraph.workspace import Worktree
@@ -23,9 +26,16 @@ def run_hidden(runner: SuiteRunner, inst: Instance, wt: Worktree, patch: str) ->
     return hidden_outcome(runner, inst.task(), inst.evaluation_data(), wt, patch)
 
 
-def test_file_from_test_patch(inst: Instance, wt: Worktree) -> dict[str, Any] | None:
+def test_file_from_test_patch(inst: Instance, wt: Worktree, only_changed: bool = True) -> dict[str, Any] | None:
     """The instance's own test file as its ``test_patch`` leaves it: the test file holding the most
-    FAIL_TO_PASS tests, {"path", "content"}; None when the test patch has no Python test file."""
+    FAIL_TO_PASS tests, {"path", "content", "files", "other_files"}; None when the test patch has
+    no Python test file.
+
+    ``only_changed``: keep, of the file's tests, those the test patch adds or edits (with every
+    fixture and helper), as a reproduction test written for the issue would be; the file's other
+    tests are the repository's, and some fail for reasons of their own. ``files``: the text files
+    the test patch creates (data the test reads), as a reproduction test's data files.
+    """
     files = [f for f in patch_files(inst.test_patch) if f.endswith(".py") and not f.endswith(NON_TEST_EXTS)]
     if not files:
         return None
@@ -46,12 +56,69 @@ def test_file_from_test_patch(inst: Instance, wt: Worktree) -> dict[str, Any] | 
         one = _file_diff(inst.test_patch, path)
         if git_apply(scratch, one):
             return None
-        # Data files the test patch adds (fixtures, expected outputs) are not part of a one-file test.
-        others = [f for f in patch_files(inst.test_patch) if f != path]
-        return {"path": path, "content": target.read_text(encoding="utf-8", errors="replace"),
-                "other_files": others}
+        content = target.read_text(encoding="utf-8", errors="replace")
+        if only_changed:
+            content = keep_tests(content, _added_lines(one))
+        created = _created_files(inst.test_patch)
+        return {"path": path, "content": content,
+                "files": [{"path": p, "content": c} for p, c in created.items() if p != path],
+                "other_files": [f for f in patch_files(inst.test_patch) if f != path and f not in created]}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def keep_tests(content: str, changed: set[int]) -> str:
+    """``content`` without the test functions and methods none of whose lines is in ``changed``
+    (a class of tests left with none goes too); the whole file when none would be left."""
+    try:
+        tree = ast.parse(content)
+    except SyntaxError:
+        return content
+
+    def span(node: ast.AST) -> range:
+        decorators = getattr(node, "decorator_list", [])
+        first = min([node.lineno, *(d.lineno for d in decorators)])  # type: ignore[attr-defined]
+        return range(first, (node.end_lineno or node.lineno) + 1)  # type: ignore[attr-defined]
+
+    def is_test(node: ast.AST) -> bool:
+        return isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test")
+
+    drop: list[range] = []
+    kept = 0
+    for node in tree.body:
+        if is_test(node):
+            if changed.isdisjoint(span(node)):
+                drop.append(span(node))
+            else:
+                kept += 1
+        elif isinstance(node, ast.ClassDef):
+            methods = [m for m in node.body if is_test(m)]
+            gone = [m for m in methods if changed.isdisjoint(span(m))]
+            kept += len(methods) - len(gone)
+            if methods and len(gone) == len(methods) and changed.isdisjoint(span(node)):
+                drop.append(span(node))
+            else:
+                drop += [span(m) for m in gone]
+    if not kept:
+        return content
+    lines = content.splitlines(keepends=True)
+    dropped = {n for r in drop for n in r}
+    return "".join(line for number, line in enumerate(lines, 1) if number not in dropped)
+
+
+def _added_lines(diff: str) -> set[int]:
+    """Line numbers, in the new file, of the lines a one-file diff adds."""
+    return {line.target_line_no for pf in PatchSet(diff) for hunk in pf for line in hunk
+            if line.is_added and line.target_line_no is not None}
+
+
+def _created_files(patch: str) -> dict[str, str]:
+    """The text files a diff creates, with their content."""
+    out: dict[str, str] = {}
+    for pf in PatchSet(patch):
+        if pf.is_added_file and not pf.is_binary_file:
+            out[pf.path] = "".join(line.value for hunk in pf for line in hunk if line.is_added)
+    return out
 
 
 def _file_diff(patch: str, path: str) -> str:

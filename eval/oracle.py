@@ -37,6 +37,7 @@ def oracle_script(inst: Instance, repro: dict[str, Any] | None = None) -> dict[s
         # The same test for every try: a refused one is refused again, and the record says why.
         "ReproTestDraft": [{"path": (repro or {}).get("path", "tests/test_oracle_missing.py"),
                             "content": (repro or {}).get("content", "def test_missing():\n    pass\n"),
+                            "files": (repro or {}).get("files", []),
                             "explanation": "oracle: the instance's own test file"}] * 10,
         "CodeChange": [{"edits": gold_edits(inst.patch), "explanation": "oracle: the gold patch"}],
         "RuntimeCheck": [{"verdict": "Safe", "errors": []}],

@@ -78,6 +78,7 @@ def run_one(inst: Instance, cfg: Any, repos: RepoCache, store: RunStore) -> dict
         if own_test is None:
             return row | {"status": "no_test_file", "reason": "the test patch has no Python test file"}
         row["test_patch_other_files"] = own_test.get("other_files", [])
+        row["support_files"] = [f["path"] for f in own_test.get("files", [])]
         task = inst.task()
         model = ScriptedChatModel(script=oracle_script(inst, own_test))
         llm = LLM(lambda role: model, Meter(cfg.budget, cfg.llm.prices, RunMeter(None)), 0)
@@ -181,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repos", type=Path, required=True)
     p.add_argument("--only", default="", help="comma-separated owner/name repos (default: every mirrored one)")
     p.add_argument("--limit", type=int, default=None, help="instances per repo")
+    p.add_argument("--instances", default="", help="comma-separated instance ids (default: all chosen)")
     p.add_argument("--config", default="redo")
     p.add_argument("--out", type=Path, default=Path("runs/repro_bench.jsonl"))
     args = p.parse_args(argv)
@@ -194,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     chosen = pick(instances, args.repos, only, args.limit)
+    wanted = {s.strip() for s in args.instances.split(",") if s.strip()}
+    if wanted:
+        chosen = [i for i in chosen if i.instance_id in wanted]
     done: dict[str, dict[str, Any]] = {}
     if args.out.is_file():
         for line in args.out.read_text().splitlines():

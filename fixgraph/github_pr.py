@@ -303,10 +303,12 @@ class GitHubPublisher:
         wt.reset()
         wt.apply(outcome.patch)
         if outcome.repro_test:
-            # The reproduction test goes in as a regression test; resolve() keeps it inside the repo.
-            target = wt.resolve(outcome.repro_test["path"])
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(outcome.repro_test["content"], encoding="utf-8")
+            # The reproduction test goes in as a regression test, with the data files it reads;
+            # resolve() keeps each inside the repo.
+            for item in [outcome.repro_test, *(outcome.repro_test.get("files") or [])]:
+                target = wt.resolve(item["path"])
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(item["content"], encoding="utf-8")
         wt.repo.git.add("-A")
         message = (f"Fix #{self.number}: {_one_line(self.title, 60)}\n\n"
                    f"{_one_line(outcome.explanation, 600)}\n\n"

@@ -66,6 +66,13 @@ class RuntimeCheck(BaseModel):
     errors: list[SuspectedError] = Field(default_factory=list)
 
 
+class SupportFile(BaseModel):
+    """A data file a reproduction test reads (a sample input, an expected output)."""
+
+    path: str = Field(description="Repository-relative path of a NEW file (not one the repository has).")
+    content: str = Field(description="The whole file, as text.")
+
+
 class ReproTestDraft(BaseModel):
     """A test that reproduces the issue: it must fail before the fix and pass after it."""
 
@@ -74,6 +81,8 @@ class ReproTestDraft(BaseModel):
     content: str = Field(description="The whole file: imports and one or a few test functions that fail "
                                      "while the issue is present.")
     explanation: str = Field("", description="One sentence: what the test checks.")
+    files: list[SupportFile] = Field(default_factory=list,
+                                     description="Data files the test reads, if it needs any (usually none).")
 
 
 class PatchJudgment(BaseModel):

@@ -74,18 +74,60 @@ __all__ = ["PASSING", "LOG_TAIL_CHARS", "Suite", "SuiteRun", "SuiteRunner", "Tes
 
 @dataclass(frozen=True)
 class ReproTest:
-    """An accepted reproduction test: the file, and the test ids in it that failed at the base."""
+    """An accepted reproduction test: the file, the test ids in it that failed at the base, and the
+    data files it reads (``support``: (path, content) pairs, written beside it for every run).
+
+    A failing id equal to the file's own path stands for the whole file: at the base the test
+    session crashed in the repository's code before it could report any test (the bug is in the
+    test runner itself, as in pytest's own issues). It passes when every test of the file does.
+    """
 
     path: str
     content: str
     failing: tuple[str, ...]
+    support: tuple[tuple[str, str], ...] = ()
 
     def suite(self, timeout_s: float | None = None) -> Suite:
-        return Suite(targets=(self.path,), added=((self.path, self.content),), timeout_s=timeout_s, label="repro")
+        return Suite(targets=(self.path,), added=((self.path, self.content), *self.support), timeout_s=timeout_s,
+                     label="repro")
+
+    def statuses_after(self, run: SuiteRun) -> dict[str, str]:
+        """The status in ``run`` of each id that failed at the base."""
+        out: dict[str, str] = {}
+        for tid in self.failing:
+            if tid != self.path:
+                out[tid] = run.statuses.get(tid, "MISSING")
+                continue
+            own = [s for t, s in run.statuses.items() if owned_by(t, (self.path,))]
+            whole = bool(own) and not run.timed_out and "INTERNALERROR>" not in run.log and all(
+                s in PASSING or s == "SKIPPED" for s in own)
+            out[tid] = "PASSED" if whole else "FAILED"
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "content": self.content, "failing": list(self.failing),
+                "files": [{"path": p, "content": c} for p, c in self.support]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ReproTest:
-        return cls(str(data["path"]), str(data["content"]), tuple(data.get("failing") or ()))
+        support = tuple((str(f["path"]), str(f["content"])) for f in data.get("files") or ())
+        return cls(str(data["path"]), str(data["content"]), tuple(data.get("failing") or ()), support)
+
+
+_INTERNAL_FRAME = re.compile(r'^INTERNALERROR>\s+File "([^"]+)", line (\d+)', re.MULTILINE)
+
+
+def internal_error_frames(log: str, root: str = "") -> list[str]:
+    """``file:line`` of the frames in the repository's own code (not site-packages, not the
+    interpreter's) of a pytest INTERNALERROR traceback in ``log``; [] when there is none."""
+    frames = []
+    for path, line in _INTERNAL_FRAME.findall(log):
+        if root and path.startswith(root.rstrip("/") + "/"):
+            path = path[len(root.rstrip("/")) + 1:]
+        if path.startswith("/") or path.startswith("<") or "site-packages/" in path:
+            continue
+        frames.append(f"{path}:{line}")
+    return frames
 
 
 @dataclass
@@ -327,8 +369,7 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
             why.append(f"reproduction test {test.path}: {after.error}")
             continue
         out.repro_ran = True
-        for tid in test.failing:
-            out.fail_to_pass[tid] = after.statuses.get(tid, "MISSING")
+        out.fail_to_pass |= test.statuses_after(after)
         still = [t for t in test.failing if out.fail_to_pass[t] not in PASSING]
         if still:
             failing_runs.append((after, still))

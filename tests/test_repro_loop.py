@@ -182,3 +182,95 @@ def _strip_seconds(text: str) -> str:
 
     text = re.sub(r'"(seconds|s)": [0-9.]+', '"seconds": 0', text)
     return re.sub(r" in [0-9.]+s ", " in 0s ", text)  # pytest's own timing line
+
+
+DATA_TEST = '''import json
+from pathlib import Path
+
+from calc.ops import mean
+
+
+def test_mean_of_the_recorded_case():
+    case = json.loads((Path(__file__).parent / "data" / "mean_case.json").read_text())
+    assert mean(case["values"]) == case["mean"]
+'''
+DATA_FILE = {"path": "tests/data/mean_case.json", "content": '{"values": [1, 2, 3], "mean": 2}\n'}
+
+
+@pytest.mark.parametrize("bot", [False, True], ids=["eval-mode", "bot"])
+def test_a_reproduction_test_brings_the_data_file_it_reads(tmp_path, cfg_factory, bot):
+    """A test that reads a data file gives it in ``files``: it is written beside the test at the base
+    and after every patch, and the pull request carries both. A data file may not be one the
+    repository already has (that would be a patch of the code under test)."""
+    drafts = [{"path": "tests/test_mean_case.py", "content": DATA_TEST,
+               "files": [{"path": "calc/ops.py", "content": "def mean(v):\n    return 2\n"}]},
+              {"path": "tests/test_mean_case.py", "content": DATA_TEST, "files": [DATA_FILE]}]
+    overrides: dict[str, Any] = {"eval_mode": False} if bot else {}
+    mirrors = tmp_path / "mirrors"
+    inst = Instance.model_validate(make_calc_repo(mirrors))
+    cfg = cfg_factory("redo", **overrides)
+    recorder = _PRRecorder(cfg) if bot else None
+    model = ScriptedChatModel(script=calc_script(False, repro_drafts=drafts))
+    run_tasks([inst], cfg, run_id="data", repos=mirrors, model_factory=lambda role: model, progress=False,
+              publisher=recorder)
+    rec = read_record(cfg, "data", inst.instance_id)
+    repro = rec["repro"]
+    assert "already exists: a data file must be a new file" in repro["history"][0]["verdict"]
+    assert repro["status"] == "accepted" and repro["tries"] == 2 and repro["files"] == [DATA_FILE]
+    assert repro["failing"] == ["tests/test_mean_case.py::test_mean_of_the_recorded_case"]
+    assert "assert 1.0 == 2" in repro["base_output"]  # it read the file and failed on the bug
+    # After the fix the Critic's run wrote the data file too: the test passes.
+    assert rec["attempts"][-1]["score"]["test_pass_rate"] == 1.0
+    if recorder:
+        delivered = recorder.seen[0]
+        assert "tests/data/mean_case.json" in delivered and '\\"mean\\": 2' in delivered
+        assert "It reads `tests/data/mean_case.json`, also new." in delivered
+    else:
+        diff = (cfg.predictions_dir / f"{inst.instance_id}.diff").read_text()
+        assert "mean_case" not in diff
+
+
+def _run_of(statuses: dict[str, str], log: str = "", records: list[dict[str, Any]] | None = None):
+    from scoring.testenv import SuiteRun
+
+    return SuiteRun(statuses=statuses, log=log, seconds=1.0, crash_records=records or [], root="/tmp/run-x")
+
+
+INTERNAL = """INTERNALERROR> Traceback (most recent call last):
+INTERNALERROR>   File "/venv/lib/python3.9/site-packages/pluggy/callers.py", line 187, in _multicall
+INTERNALERROR>   File "/tmp/run-x/src/_pytest/_io/saferepr.py", line 23, in _format_repr_exception
+INTERNALERROR>   File "testing/io/test_saferepr.py", line 166, in __getattribute__
+INTERNALERROR> RuntimeError
+"""
+
+
+def test_a_session_that_crashes_in_the_repositorys_code_reproduces_as_a_whole_file():
+    """pytest's own bugs can crash the session before any test is reported (pytest-7168): the
+    file as a whole is then the failing test, and it passes when every test of it passes."""
+    from agents.reproducer import judge_run
+    from scoring.tests import ReproTest
+
+    path = "testing/io/test_saferepr.py"
+    assert judge_run(_run_of({}, INTERNAL), path) == ("", [path])
+    # A crash whose only repository frames are the test file's own is the test's doing.
+    only_test = "\n".join(line for line in INTERNAL.splitlines() if "_pytest" not in line)
+    assert judge_run(_run_of({}, only_test), path)[0].startswith("it did not run")
+    test = ReproTest(path, "", (path,))
+    assert test.statuses_after(_run_of({f"{path}::test_a": "PASSED", f"{path}::test_b": "PASSED"})) == {path: "PASSED"}
+    assert test.statuses_after(_run_of({f"{path}::test_a": "PASSED", f"{path}::test_b": "FAILED"})) == {path: "FAILED"}
+    assert test.statuses_after(_run_of({f"{path}::test_a": "PASSED"}, INTERNAL)) == {path: "FAILED"}
+    assert test.statuses_after(_run_of({})) == {path: "FAILED"}
+
+
+def test_a_test_that_fails_only_for_want_of_the_network_is_refused():
+    from agents.reproducer import judge_run
+
+    path = "test_requests.py"
+    offline = {"nodeid": f"{path}::test_get", "type": "ConnectionError",
+               "message": "('Connection aborted.', gaierror(-3, 'Temporary failure in name resolution'))"}
+    real = {"nodeid": f"{path}::test_method", "type": "AssertionError", "message": "assert 'b\\'GET\\'' == 'GET'"}
+    why, failing = judge_run(_run_of({f"{path}::test_get": "FAILED"}, records=[offline]), path)
+    assert "needs the network" in why and failing == []
+    # Beside a test that fails on the bug, the offline one is simply not counted.
+    statuses = {f"{path}::test_get": "FAILED", f"{path}::test_method": "FAILED", f"{path}::test_ok": "PASSED"}
+    assert judge_run(_run_of(statuses, records=[offline, real]), path) == ("", [f"{path}::test_method"])
