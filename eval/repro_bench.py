@@ -1,7 +1,8 @@
 """Does the loop's own test signal work on real repositories?
 
     python -m eval.repro_bench --dataset ../shared/data/swebench_lite.jsonl --repos DIR \
-        [--only pallets/flask,pytest-dev/pytest,sympy/sympy] [--limit N] [--out FILE]
+        [--only pallets/flask,pytest-dev/pytest,sympy/sympy] [--limit N] [--stride K] [--instances ID,...]
+        [--out FILE]
 
 For each SWE-bench Lite instance whose repository has a mirror in DIR, the real Reproducer node
 runs with a scripted model whose "reproduction test" is the instance's own test file as its
@@ -49,7 +50,8 @@ from scoring.testenv import PASSING
 from scoring.tests import ReproTest, make_runner, own_outcome
 
 
-def pick(instances: list[Instance], mirrors: Path, only: set[str], limit: int | None) -> list[Instance]:
+def pick(instances: list[Instance], mirrors: Path, only: set[str], limit: int | None,
+         stride: int = 1) -> list[Instance]:
     """Instances with a mirror; per repo the commonest versions first, so environments are shared."""
     by_repo: dict[str, list[Instance]] = defaultdict(list)
     for inst in instances:
@@ -62,6 +64,7 @@ def pick(instances: list[Instance], mirrors: Path, only: set[str], limit: int | 
         for inst in group:
             count[inst.version] += 1
         group.sort(key=lambda i: (-count[i.version], i.version, i.instance_id))
+        group = group[::stride]
         out += group[:limit] if limit else group
     return out
 
@@ -183,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", help="comma-separated owner/name repos (default: every mirrored one)")
     p.add_argument("--limit", type=int, default=None, help="instances per repo")
     p.add_argument("--instances", default="", help="comma-separated instance ids (default: all chosen)")
+    p.add_argument("--stride", type=int, default=1, help="every K-th instance of each repo (after --limit's order)")
     p.add_argument("--config", default="redo")
     p.add_argument("--out", type=Path, default=Path("runs/repro_bench.jsonl"))
     args = p.parse_args(argv)
@@ -191,11 +195,13 @@ def main(argv: list[str] | None = None) -> int:
         instances = load_jsonl(args.dataset)
         if not args.repos.is_dir():
             raise ConfigError(f"--repos {args.repos} is not a folder")
+        if args.stride < 1:
+            raise ConfigError("--stride must be at least 1")
     except (ConfigError, DatasetError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     only = {s.strip() for s in args.only.split(",") if s.strip()}
-    chosen = pick(instances, args.repos, only, args.limit)
+    chosen = pick(instances, args.repos, only, args.limit, args.stride)
     wanted = {s.strip() for s in args.instances.split(",") if s.strip()}
     if wanted:
         chosen = [i for i in chosen if i.instance_id in wanted]

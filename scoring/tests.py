@@ -297,12 +297,16 @@ class SubprocessRunner:
 # ---- runs without the patch, cached -----------------------------------------------------
 
 
+BASE_CRASH_RECORDS = 200
+
+
 def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: int = 1) -> SuiteRun:
     """The suite at the base commit, cached per task. With ``runs`` > 1 the suite runs that many
     times and a test whose status differs between runs is flaky: left out, and named in the notes."""
     env_key = runner.env_key(task, wt)
     # "unrooted": test ids no longer hold the run's path (base runs cached before hold it).
-    key = content_key(task.base_commit, *suite.key_parts(), env_key, runner.backend, str(runs), "unrooted")
+    key = content_key(task.base_commit, *suite.key_parts(), env_key, runner.backend, str(runs), "unrooted",
+                      "crash-records")
     path = runner.cache_dir / "test-baselines" / f"{_safe(task.instance_id)}-{key}.json"
     if env_key and path.is_file():
         try:
@@ -310,7 +314,8 @@ def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: 
             return SuiteRun(statuses=data["statuses"], log=data["log"], seconds=0.0,
                             timed_out=data.get("timed_out", False), error=data.get("error", ""),
                             network_isolated=data.get("network_isolated", False),
-                            notes=list(data.get("notes", [])), backend=runner.backend)
+                            notes=list(data.get("notes", [])), backend=runner.backend,
+                            crash_records=list(data.get("crash_records", [])))
         except (json.JSONDecodeError, KeyError):
             pass
     first = runner.run_suite(task, wt, None, suite)
@@ -332,7 +337,10 @@ def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: 
         # A timeout may be load on the machine, and an env failure may be mended: do not pin them.
         atomic_write(path, json.dumps({"statuses": first.statuses, "log": first.log_tail(),
                                        "timed_out": first.timed_out, "error": first.error,
-                                       "network_isolated": first.network_isolated, "notes": first.notes}))
+                                       "network_isolated": first.network_isolated, "notes": first.notes,
+                                       # What the Reproducer reads to tell a broken or offline test
+                                       # from a reproduction.
+                                       "crash_records": first.crash_records[:BASE_CRASH_RECORDS]}))
     return first
 
 

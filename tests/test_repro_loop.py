@@ -274,3 +274,32 @@ def test_a_test_that_fails_only_for_want_of_the_network_is_refused():
     # Beside a test that fails on the bug, the offline one is simply not counted.
     statuses = {f"{path}::test_get": "FAILED", f"{path}::test_method": "FAILED", f"{path}::test_ok": "PASSED"}
     assert judge_run(_run_of(statuses, records=[offline, real]), path) == ("", [f"{path}::test_method"])
+
+
+NETWORK_TEST = '''import urllib.request
+
+from calc.ops import mean
+
+
+def test_mean_served_remotely():
+    urllib.request.urlopen("http://example.com/mean?values=1,2,3", timeout=5)
+    assert mean([1, 2, 3]) == 2
+'''
+
+
+def test_a_test_that_wants_the_network_is_refused_also_when_its_base_run_is_cached(tmp_path, cfg_factory):
+    """Tests run offline: a test that fails only because it cannot connect does not reproduce the
+    issue. The verdict reads the crash records, so a second run of the task, which finds the base run
+    in the cache, must refuse it the same way."""
+    drafts = [{"path": "tests/test_mean_remote.py", "content": NETWORK_TEST},
+              {"path": REPRO_PATH, "content": REPRO_TEST}]
+    mirrors = tmp_path / "mirrors"
+    inst = Instance.model_validate(make_calc_repo(mirrors))
+    cfg = cfg_factory("redo", **{"repro.max_tries": 2})
+    for run_id in ("first", "cached"):
+        model = ScriptedChatModel(script=calc_script(False, repro_drafts=drafts))
+        run_tasks([inst], cfg, run_id=run_id, repos=mirrors, model_factory=lambda role, m=model: m, progress=False)
+        repro = read_record(cfg, run_id, inst.instance_id)["repro"]
+        assert "needs the network" in repro["history"][0]["verdict"], (run_id, repro["history"][0])
+        assert repro["status"] == "accepted" and repro["path"] == REPRO_PATH
+        assert "needs the network" in model.prompts_for("ReproTestDraft")[1]
