@@ -17,6 +17,8 @@ the best ``max_files`` are run, the rest are recorded as left out, and so are fi
 from __future__ import annotations
 
 import ast
+import contextlib
+import fnmatch
 import re
 import subprocess
 from dataclasses import asdict, dataclass, field
@@ -217,3 +219,37 @@ def _sizes(wt: Worktree, paths: list[str]) -> dict[str, int]:
         if len(parts) >= 4 and parts[3].isdigit():
             out[path] = int(parts[3])
     return out
+
+
+def pytest_file_patterns(wt: Worktree) -> tuple[str, ...]:
+    """The ``python_files`` patterns of the repository's own pytest configuration at the base (in
+    pytest.ini, tox.ini, setup.cfg or pyproject.toml; () when it sets none). pytest's own repository
+    collects ``testing/*/*.py``, so ``testing/python/fixtures.py`` is one of its test files."""
+    import configparser
+    import tomllib
+
+    for name, section in (("pytest.ini", "pytest"), ("pyproject.toml", ""), ("tox.ini", "pytest"),
+                          ("setup.cfg", "tool:pytest")):
+        text = wt.read(name)
+        if not text:
+            continue
+        value: Any = None
+        if name == "pyproject.toml":
+            with contextlib.suppress(tomllib.TOMLDecodeError):
+                value = tomllib.loads(text).get("tool", {}).get("pytest", {}).get("ini_options", {}).get("python_files")
+        else:
+            parser = configparser.ConfigParser(interpolation=None, strict=False)
+            with contextlib.suppress(configparser.Error):
+                parser.read_string(text)
+                value = parser.get(section, "python_files", fallback=None)
+        if value:
+            return tuple(value.split() if isinstance(value, str) else (str(v) for v in value))
+    return ()
+
+
+def collected_by_pytest(path: str, patterns: tuple[str, ...]) -> bool:
+    """Whether pytest collects ``path`` under ``patterns`` when it walks the tree (pytest's own
+    rule: a pattern with a ``/`` matches the path, one without matches the file name)."""
+    name = PurePosixPath(path).name
+    return path.endswith(".py") and any(
+        fnmatch.fnmatch(path if "/" in p else name, p) for p in patterns)

@@ -303,3 +303,31 @@ def test_a_test_that_wants_the_network_is_refused_also_when_its_base_run_is_cach
         assert "needs the network" in repro["history"][0]["verdict"], (run_id, repro["history"][0])
         assert repro["status"] == "accepted" and repro["path"] == REPRO_PATH
         assert "needs the network" in model.prompts_for("ReproTestDraft")[1]
+
+
+class _Tree:
+    def __init__(self, files: dict[str, str]) -> None:
+        self.files = files
+
+    def read(self, rel: str) -> str | None:
+        return self.files.get(rel)
+
+
+@pytest.mark.parametrize("files,expected", [
+    ({"tox.ini": "[tox]\nenvlist = py37\n\n[pytest]\npython_files = test_*.py *_test.py testing/*/*.py\n"},
+     ("test_*.py", "*_test.py", "testing/*/*.py")),
+    ({"setup.cfg": "[tool:pytest]\npython_files =\n    check_*.py\n"}, ("check_*.py",)),
+    ({"pyproject.toml": '[tool.pytest.ini_options]\npython_files = ["spec_*.py"]\n'}, ("spec_*.py",)),
+    ({"tox.ini": "[pytest\nbroken"}, ()),
+    ({}, ()),
+])
+def test_the_repositorys_own_pytest_patterns_name_its_test_files(files, expected):
+    """pytest's repository collects ``testing/*/*.py`` (pytest-5221's tests live in
+    ``testing/python/fixtures.py``): a reproduction test there is a test file."""
+    from scoring.selection import collected_by_pytest, pytest_file_patterns
+
+    patterns = pytest_file_patterns(_Tree(files))  # type: ignore[arg-type]
+    assert patterns == expected
+    if "testing/*/*.py" in patterns:
+        assert collected_by_pytest("testing/python/fixtures.py", patterns)
+        assert not collected_by_pytest("src/_pytest/fixtures.py", patterns)
