@@ -56,6 +56,7 @@ GRID: dict[str, tuple[float, ...]] = {
     "quality": (0.0, 0.5, 1.0),
 }
 TEST_GRID: dict[str, tuple[float, ...]] = {"regression": (0.0, 1.0, 2.0), "broke": (0.0, 1.0)}
+BEHAVIOUR_WHERE = ("all", "distinct", "contested")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -68,6 +69,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="reuse the rows already in --output")
     p.add_argument("--tests", action="store_true", help="also run the selected existing tests per candidate (slow)")
     p.add_argument("--no-static", action="store_true", help="skip the static phase (guard and quality still run)")
+    p.add_argument("--behaviour-where", choices=BEHAVIOUR_WHERE, default="all", help=(
+        "where the static phase and the tests run: on every instance (all); where at least two distinct "
+        "deliverable candidates exist (distinct); or, reading the ground truth, only where distinct "
+        "deliverable candidates differ in outcome, the only instances where the pick's outcome can change "
+        "(contested). Default: %(default)s"))
+    p.add_argument("--instances", type=Path, default=None, help="only the instance ids listed in FILE (one a line)")
     p.add_argument("--config", default="redo", help="config for the Critic, regression and test settings")
     p.add_argument("--cache-dir", type=Path, default=None, help="worktrees, static and test caches (default: config's)")
     p.add_argument("-o", "--output", type=Path, default=Path("runs/select_bench/rows.jsonl"),
@@ -120,9 +127,10 @@ def _apply(wt: Worktree, patch: str) -> str:
         return str(exc)
 
 
-def signals(inst: Instance, wt: Worktree, patch: str, cfg: RunConfig, cache_dir: Path, args: argparse.Namespace,
+def signals(inst: Instance, wt: Worktree, patch: str, cfg: RunConfig, cache_dir: Path, static_on: bool,
             runner: tests.SuiteRunner | None) -> dict[str, Any]:
-    """What the loop would know about one candidate: applies, guard, static, quality, tests."""
+    """What the loop would know about one candidate: applies, guard, quality, and when asked the
+    static phase and the selected existing tests."""
     if not patch.strip():
         return {"applies": False, "why": "empty patch"}
     err = _apply(wt, patch)
@@ -130,8 +138,8 @@ def signals(inst: Instance, wt: Worktree, patch: str, cfg: RunConfig, cache_dir:
         return {"applies": False, "why": err}
     out: dict[str, Any] = {"applies": True}
     try:
-        settings = cfg.critic.model_copy(update={"static": not args.no_static})
-        if args.no_static:
+        settings = cfg.critic.model_copy(update={"static": static_on})
+        if not static_on:
             found = guard.check_patch(wt, patch) if settings.guard != "off" else []
             out["guard"] = len(found)
         else:
@@ -155,6 +163,28 @@ def signals(inst: Instance, wt: Worktree, patch: str, cfg: RunConfig, cache_dir:
     return out
 
 
+def _groups(cands: list[tuple[str, str, bool]], sig: dict[str, dict[str, Any]]) -> dict[str, list[int]]:
+    """Normalized change -> the indices of the deliverable candidates making it, in input order."""
+    out: dict[str, list[int]] = {}
+    for i, (name, patch, _) in enumerate(cands):
+        s = sig[name]
+        if s.get("applies") and not s.get("guard_blocked") and select.changed_lines(patch):
+            out.setdefault(select.normalize(patch), []).append(i)
+    return out
+
+
+def behaviour_needed(where: str, cands: list[tuple[str, str, bool]], sig: dict[str, dict[str, Any]]) -> bool:
+    """Whether the static phase and tests are worth running on this instance. ``contested`` reads
+    the ground truth: the pick is the first member of one group, so when those firsts all resolve,
+    or none does, no signal can change whether the pick resolves."""
+    groups = _groups(cands, sig)
+    if where == "all":
+        return bool(groups)
+    if where == "distinct":
+        return len(groups) >= 2
+    return len({cands[members[0]][2] for members in groups.values()}) == 2
+
+
 def judge_instance(inst: Instance, cands: list[tuple[str, str, bool]], repos: RepoCache, cfg: RunConfig,
                    cache_dir: Path, args: argparse.Namespace, runner: tests.SuiteRunner | None) -> dict[str, Any]:
     start = time.monotonic()
@@ -171,8 +201,20 @@ def judge_instance(inst: Instance, cands: list[tuple[str, str, bool]], repos: Re
             row["signals"][name] = {"applies": bool(patch.strip()), "why": "no checkout"}
             continue
         if patch not in done:
-            done[patch] = signals(inst, wt, patch, cfg, cache_dir, args, runner)
+            done[patch] = signals(inst, wt, patch, cfg, cache_dir, False, None)
         row["signals"][name] = done[patch]
+    static_on = not args.no_static
+    if wt is not None and (static_on or runner is not None):
+        if behaviour_needed(args.behaviour_where, cands, row["signals"]):
+            # The costly signals once per distinct change (the rule picks among those), shared
+            # by the candidates that make it.
+            for members in _groups(cands, row["signals"]).values():
+                full = signals(inst, wt, cands[members[0]][1], cfg, cache_dir, static_on, runner)
+                for i in members:
+                    row["signals"][cands[i][0]] = full
+            row["behaviour"] = "static" * static_on + "+tests" * (runner is not None)
+        else:
+            row["behaviour"] = f"skipped ({args.behaviour_where})"
     notes = {s.get("tests_note") for s in row["signals"].values() if s.get("tests_note")}
     if args.tests and notes and not any("no_regression" in s for s in row["signals"].values()):
         row["note"] = "no test signal (fell back to the signals that need no test run): " + "; ".join(sorted(notes))[:300]
@@ -329,6 +371,26 @@ def report(prepared: list[Prepared], runs: dict[str, dict[str, dict[str, Any]]],
           f"random={sum(p.random() for p in prepared):.2f} best_single={single[best_run]} instances={len(prepared)}")
 
 
+def load_rows(path: Path) -> dict[str, dict[str, Any]]:
+    """Rows by instance. Rows of one instance from several runs (static in one, tests in another,
+    their files concatenated) are merged: each candidate keeps every signal either run found."""
+    rows: dict[str, dict[str, Any]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError, AttributeError):
+            rec = json.loads(line)
+            prev = rows.get(rec["instance_id"])
+            if prev is None:
+                rows[rec["instance_id"]] = rec
+                continue
+            for name, sig in rec["signals"].items():
+                prev["signals"][name] = {**prev["signals"].get(name, {}), **sig}
+            prev["seconds"] = round(prev.get("seconds", 0.0) + rec.get("seconds", 0.0), 2)
+            prev["behaviour"] = "; ".join(b for b in (prev.get("behaviour"), rec.get("behaviour")) if b)
+            if rec.get("note"):
+                prev["note"] = "; ".join(n for n in (prev.get("note"), rec["note"]) if n)
+    return rows
+
+
 def run(args: argparse.Namespace) -> int:
     shard = _shard(args.shard) if args.shard else None
     if args.stride < 1:
@@ -342,6 +404,12 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--repos: not a directory: {args.repos}")
     ids = sorted({i for rows in runs.values() for i in rows if i in dataset
                   and find_mirror(args.repos, dataset[i].repo) is not None})
+    if args.instances is not None:
+        try:
+            wanted = set(args.instances.read_text(encoding="utf-8").split())
+        except OSError as exc:
+            raise InputError(f"--instances: {exc.strerror or exc}: {args.instances}") from None
+        ids = [i for i in ids if i in wanted]
     ids = ids[:: args.stride]
     if shard:
         ids = ids[shard[0]::shard[1]]
@@ -350,12 +418,7 @@ def run(args: argparse.Namespace) -> int:
     cache_dir = (args.cache_dir or cfg.cache_dir).resolve()
     repos = RepoCache(cache_dir, mirrors=args.repos)
     runner = tests.make_runner(cfg.tests, cache_dir) if args.tests else None
-    previous: dict[str, dict[str, Any]] = {}
-    if args.resume and args.output.is_file():
-        for line in args.output.read_text(encoding="utf-8").splitlines():
-            with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError):
-                rec = json.loads(line)
-                previous[rec["instance_id"]] = rec
+    previous = load_rows(args.output) if args.resume and args.output.is_file() else {}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     prepared: list[Prepared] = []
     print(f"{len(ids)} instances, {len(runs)} runs", file=sys.stderr)
