@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import git
+import numpy as np
 
 from eval.critic_bench import _interrupt, _shard
 from fixgraph.config import RunConfig, load_config
@@ -47,15 +48,19 @@ from scoring import fix_score, guard, quality, select, static, tests
 from scoring.critic import InputError, judge, load_predictions, run_reporting_errors
 from scoring.testenv import PASSING
 
-# The weights tried when tuning: every combination (tests and regression only with --tests).
+# The weights tried when tuning: every combination (the test signals' only with --tests).
 GRID: dict[str, tuple[float, ...]] = {
-    "soft": (0.5, 1.0, 2.0),
-    "exact": (0.0, 0.5, 1.0),
+    "soft": (0.0, 0.5, 1.0),
+    "medoid": (0.0, 0.5, 1.0, 2.0),
+    "twin": (0.0, 0.25, 0.5),
+    "files": (0.0, 0.5, 1.0),
+    "exact": (0.0, 0.5),
     "size": (0.0, 0.25, 0.5),
     "unsafe": (0.0, 0.5, 1.0),
-    "quality": (0.0, 0.5, 1.0),
+    "quality": (0.0, 0.5),
 }
-TEST_GRID: dict[str, tuple[float, ...]] = {"regression": (0.0, 1.0, 2.0), "broke": (0.0, 1.0)}
+TEST_GRID: dict[str, tuple[float, ...]] = {"regression": (0.0, 1.0, 2.0), "broke": (0.0, 1.0),
+                                           "same_tests": (0.0, 0.5, 1.0)}
 BEHAVIOUR_WHERE = ("all", "distinct", "contested")
 
 
@@ -287,23 +292,33 @@ class Prepared:
 def grid(with_tests: bool) -> list[select.Weights]:
     space = dict(GRID) | (TEST_GRID if with_tests else {})
     base = select.DEFAULT_WEIGHTS.to_dict()
-    out = []
-    for values in itertools.product(*space.values()):
-        w = dict(base) | dict(zip(space, values, strict=True))
-        if not with_tests:
-            w |= {"regression": 0.0, "broke": 0.0, "tests": 0.0}
-        out.append(select.Weights(**w))
+    if not with_tests:
+        base |= {name: 0.0 for name in ("tests", *TEST_GRID)}
+    return [select.Weights(**(base | dict(zip(space, values, strict=True))))
+            for values in itertools.product(*space.values())]
+
+
+def resolved_matrix(rows: Sequence[Prepared], weights: Sequence[select.Weights]) -> np.ndarray:
+    """resolved[r, w]: whether row r's pick under weights w resolves; all weights at once. Ties
+    are broken as select.rank does (smaller change, then earlier candidate); scores are rounded
+    so that a sum in another order cannot split a tie."""
+    w = np.array([dataclasses.astuple(x) for x in weights])
+    out = np.zeros((len(rows), len(weights)), dtype=bool)
+    for r, p in enumerate(rows):
+        if not p.choices:
+            continue
+        order = sorted(p.choices, key=lambda i: (p.feats[i]["size"] or 0.0, i))
+        values = np.round(np.array([p.signed[i] for i in order]) @ w.T, 9)
+        out[r] = np.array([p.resolved[i] for i in order])[values.argmax(axis=0)]
     return out
 
 
-def tune(rows: Sequence[Prepared], weights: Sequence[select.Weights]) -> tuple[select.Weights, int]:
+def tune(rows: Sequence[Prepared], weights: Sequence[select.Weights],
+         matrix: np.ndarray | None = None) -> tuple[select.Weights, int]:
     """The weights that resolve the most rows (the first in grid order on ties)."""
-    best, best_n = weights[0], -1
-    for w in weights:
-        n = sum(p.resolved_pick(w) for p in rows)
-        if n > best_n:
-            best, best_n = w, n
-    return best, best_n
+    counts = (resolved_matrix(rows, weights) if matrix is None else matrix).sum(axis=0)
+    best = int(counts.argmax())
+    return weights[best], sum(p.resolved_pick(weights[best]) for p in rows)
 
 
 def _why(p: Prepared, i: int | None, j: int) -> str:
@@ -329,11 +344,13 @@ def report(prepared: list[Prepared], runs: dict[str, dict[str, dict[str, Any]]],
     best_run = max(single, key=lambda n: (single[n], n))
     w0 = select.DEFAULT_WEIGHTS
     space = grid(with_tests)
-    tuned, tuned_n = tune(prepared, space)
+    matrix = resolved_matrix(prepared, space)
+    tuned, tuned_n = tune(prepared, space, matrix)
     # Leave one repository out: tune on the others, count on it.
     cv: dict[str, int] = {}
     for repo, held in by_repo.items():
-        w, _ = tune([p for p in prepared if p.repo != repo], space)
+        keep = np.array([p.repo != repo for p in prepared])
+        w, _ = tune([p for p in prepared if p.repo != repo], space, matrix[keep])
         cv[repo] = sum(p.resolved_pick(w) for p in held)
     print(f"{'repo':<22}{'inst':>5}{'oracle':>7}{'select':>7}{'cv':>5}{'random':>8}{'vote':>7}{'best1':>6}{'s/inst':>8}")
     for repo in sorted(by_repo):

@@ -50,6 +50,15 @@ class Weights:
     # The LLM's judgment of the patch against the issue, when no test could run (not tuned: the
     # benchmark has no LLM).
     judged: float = 1.0
+    # Agreement that copies cannot inflate (samples of one model repeat themselves): soft
+    # agreement with each other distinct change counted once, whether any other candidate makes
+    # the same change at all, and the overlap of the touched source files with the other changes.
+    medoid: float = 0.0
+    twin: float = 0.0
+    files: float = 0.0
+    # Agreement by behaviour: the share of the other distinct changes that left every test both
+    # ran in the same state.
+    same_tests: float = 0.0
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -158,17 +167,34 @@ def deliverable(c: Candidate) -> bool:
     return c.applies and not c.guard_blocked and bool(changed_lines(c.patch))
 
 
+def _tests_agree(a: Candidate, b: Candidate) -> bool | None:
+    """Whether every test both ran is in the same state after each (None: no test in common)."""
+    if not a.behaviour or not b.behaviour:
+        return None
+    common = a.behaviour.keys() & b.behaviour.keys()
+    return all(a.behaviour[t] == b.behaviour[t] for t in common) if common else None
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 def features(candidates: Sequence[Candidate]) -> list[dict[str, float | None]]:
     """Each candidate's signals in [0, 1] (None: unknown), before weighting."""
     norms = [normalize(c.patch) for c in candidates]
     lines = [changed_lines(c.patch) for c in candidates]
+    files = [frozenset(patch_files(source_part(c.patch))) for c in candidates]
     # Every candidate that changes the code votes, duplicates included.
     voters = [i for i in range(len(candidates)) if lines[i]]
+    # ...and for the agreement copies cannot inflate, each distinct change once (its first).
+    distinct = list({norms[i]: i for i in reversed(voters)}.values())
     out: list[dict[str, float | None]] = []
     for i, c in enumerate(candidates):
         others = [j for j in voters if j != i]
         exact = sum(norms[j] == norms[i] or _same_behaviour(c, candidates[j]) for j in others)
         soft = sum(_jaccard(lines[i], lines[j]) for j in others)
+        apart = [j for j in distinct if norms[j] != norms[i]]
+        agree = [float(a) for a in (_tests_agree(c, candidates[j]) for j in apart) if a is not None]
         out.append({
             "tests": c.test_pass_rate,
             "regression": c.no_regression,
@@ -179,6 +205,10 @@ def features(candidates: Sequence[Candidate]) -> list[dict[str, float | None]]:
             "exact": exact / len(others) if others else 0.0,
             "soft": soft / len(others) if others else 0.0,
             "judged": c.judged,
+            "medoid": _mean([_jaccard(lines[i], lines[j]) for j in apart]) or 0.0,
+            "twin": float(any(norms[j] == norms[i] for j in others)),
+            "files": _mean([_jaccard(files[i], files[j]) for j in apart]) or 0.0,
+            "same_tests": _mean(agree),
         })
     return out
 
