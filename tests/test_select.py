@@ -148,7 +148,7 @@ def test_copies_of_one_change_do_not_inflate_the_agreement_that_discounts_them()
     thrice = once + [select.Candidate("wrong-2", WRONG), select.Candidate("wrong-3", WRONG)]
     f1, f3 = select.features(once), select.features(thrice)
     # Soft agreement counts every copy: two more copies of the wrong change raise its share...
-    assert f3[0]["soft"] > f1[0]["soft"]
+    assert (f3[0]["soft"] or 0.0) > (f1[0]["soft"] or 0.0)
     # ...while the medoid counts each distinct change once, and twin only says that a copy exists.
     assert f3[0]["medoid"] == f1[0]["medoid"] and f3[1]["medoid"] == f1[1]["medoid"]
     assert (f1[0]["twin"], f3[0]["twin"], f3[1]["twin"]) == (0.0, 1.0, 0.0)

@@ -12,7 +12,7 @@ from tests.test_select import FIX, FIX_AGAIN, WRONG, scratch_patch
 
 
 def _preds(path: Path, iid: str, patch: str, resolved: bool | None) -> Path:
-    row = {"instance_id": iid, "model_patch": patch, "system": path.stem}
+    row: dict[str, object] = {"instance_id": iid, "model_patch": patch, "system": path.stem}
     if resolved is not None:
         row["resolved"] = resolved
     path.write_text(json.dumps(row) + "\n")
