@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import hashlib
 import itertools
 import json
 import signal
@@ -195,8 +196,10 @@ def judge_instance(inst: Instance, cands: list[tuple[str, str, bool]], repos: Re
     start = time.monotonic()
     row: dict[str, Any] = {"instance_id": inst.instance_id, "repo": inst.repo, "signals": {}}
     try:
-        # One worktree per repository and shard: shards run side by side.
-        wt = repos.worktree(inst.repo, inst.base_commit, f"select-{inst.repo_slug}-{args.shard.replace('/', 'of')}")
+        # One worktree per repository and output file: runs writing different rows (shards, or a
+        # static run beside a tests run) go side by side.
+        run_id = hashlib.sha256(str(args.output.resolve()).encode()).hexdigest()[:8]
+        wt = repos.worktree(inst.repo, inst.base_commit, f"select-{inst.repo_slug}-{run_id}")
     except (WorkspaceError, git.GitCommandError) as exc:
         row["note"] = f"cannot check out: {str(exc).strip().splitlines()[-1][:200]}"
         wt = None
