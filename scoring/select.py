@@ -3,24 +3,28 @@
 Signals per candidate (none comes from the evaluation's hidden tests):
 
 - **deliverable**: a patch that applies at the base commit, that the guard does not block, and
-  that changes the code (not only tests or a new scratch script at the top level). Anything else is never picked over a deliverable candidate, and is never picked at all
-  (:func:`pick` returns None when no candidate is deliverable).
+  that changes the code (not only tests or a new scratch script at the top level). Anything else
+  is never picked (:func:`pick` returns None when no candidate is deliverable).
 - **tests**: the reproduction tests' pass rate after the patch, the existing tests' no_regression
   rate, and whether any test that passed at the base now fails (``broke``).
 - **static**: the Critic's verdict; ``Unsafe`` (a runtime error the patch introduces) costs.
 - **quality**: scoring/quality.py's code_quality, and the patch's size (changed source lines).
-- **agreement**: candidates that make the same change agree. ``exact``: the share of the other
-  candidates whose patch is equal after :func:`normalize`, or, when tests ran for both, that left
-  every test in the same state. ``soft``: the mean Jaccard similarity of the changed source lines
-  with every other candidate (a medoid: the change most of the others overlap).
+- **agreement**: candidates that make the same change agree. Counting every copy: ``exact``, the
+  share of the other candidates whose patch is equal after :func:`normalize`, or, when tests ran
+  for both, that left every test in the same state; ``soft``, the mean Jaccard similarity of the
+  changed source lines with every other candidate. Discounting copies (samples of one model
+  repeat their mistakes together): ``medoid``, soft agreement with each other distinct change
+  counted once; ``twin``, whether any other candidate makes the same change; ``files``, the
+  overlap of the touched source files. By behaviour: ``same_tests``, the share of the other
+  distinct changes that left every test both ran in the same state.
 
 The score is a weighted sum (:class:`Weights`); a signal no candidate has contributes nothing, and a
 candidate missing a signal others have gets the neutral 0.5. Duplicates (equal after
-normalization) are counted once for the pick and every time for the agreement of the others.
-Ties go to the smaller patch, then to the earlier candidate. The weights of size and agreement
-were chosen over a grid on nine agents' patches (eval/select_bench.py; README, Choosing among
-candidates: the same count in-sample and leave-one-repository-out); those of the test signals,
-Unsafe and the LLM's judgment were not tuned there (that run had none of them).
+normalization) are counted once for the pick and every time for the copy-counting agreement of
+the others. Ties go to the smaller patch, then to the earlier candidate. The weights were chosen
+on nine agents' patches by eval/select_bench.py (README, Choosing among candidates, with the
+in-sample and the leave-one-repository-out counts); those of the reproduction tests and of the
+LLM's judgment were not tuned there (that benchmark has neither).
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ SIZE_REF_LINES = 40
 
 @dataclass(frozen=True)
 class Weights:
+    """The defaults are the benchmark's choice (eval/select_bench.py; README, Choosing among
+    candidates): the grid family with the best leave-one-repository-out count, tuned on all rows.
+    tests and judged were not tuned (the benchmark has no reproduction test and no LLM)."""
+
     tests: float = 2.0
     regression: float = 2.0
     broke: float = 1.0
@@ -46,16 +54,15 @@ class Weights:
     quality: float = 0.0
     size: float = 0.5
     exact: float = 0.0
-    soft: float = 1.0
-    # The LLM's judgment of the patch against the issue, when no test could run (not tuned: the
-    # benchmark has no LLM).
+    soft: float = 0.0
+    # The LLM's judgment of the patch against the issue, when no test could run.
     judged: float = 1.0
     # Agreement that copies cannot inflate (samples of one model repeat themselves): soft
     # agreement with each other distinct change counted once, whether any other candidate makes
     # the same change at all, and the overlap of the touched source files with the other changes.
     medoid: float = 0.0
-    twin: float = 0.0
-    files: float = 0.0
+    twin: float = 0.25
+    files: float = 0.5
     # Agreement by behaviour: the share of the other distinct changes that left every test both
     # ran in the same state.
     same_tests: float = 0.0
@@ -216,7 +223,6 @@ def features(candidates: Sequence[Candidate]) -> list[dict[str, float | None]]:
 # Signals that lower the score as they grow.
 _COSTS = {"broke", "unsafe", "size"}
 
-
 def signed(feats: Sequence[dict[str, float | None]]) -> list[tuple[float, ...]]:
     """Each candidate's signals in the order of Weights' fields: a cost negated, a signal no
     candidate has 0, a signal only others have NEUTRAL. The score is their dot product with the weights."""
@@ -227,7 +233,8 @@ def signed(feats: Sequence[dict[str, float | None]]) -> list[tuple[float, ...]]:
         row = []
         for name in names:
             v = f.get(name)
-            v = 0.0 if name not in known else (NEUTRAL if v is None else v)
+            if v is None:
+                v = 0.0 if name not in known else NEUTRAL
             row.append(-v if name in _COSTS else v)
         out.append(tuple(row))
     return out
