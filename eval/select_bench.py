@@ -1,7 +1,8 @@
 """How well the selection rule (scoring/select.py) picks among several agents' patches.
 
     python -m eval.select_bench --predictions FILE [FILE ...] --dataset ../shared/data/swebench_lite.jsonl \\
-        --repos DIR [--stride K] [--shard I/N] [--resume] [--tests] [--no-static] [-o ROWS.jsonl]
+        --repos DIR [--stride K] [--shard I/N] [--instances FILE] [--resume] [--tests] [--no-static] \\
+        [--behaviour-where all|distinct|contested] [--config NAME|PATH] [-o ROWS.jsonl]
 
 For each instance whose repository has a mirror under ``--repos``, the candidates are the given
 runs' patches (an instance missing from some runs uses those it has). Each candidate is applied at
@@ -10,13 +11,20 @@ phase (scoring.critic.judge; ``--no-static`` skips the static phase), code quali
 ``--tests`` the repository's existing tests selected from the patch (scoring.tests.own_outcome; no
 reproduction test exists here, since none was written by an LLM). An instance whose test
 environment cannot be built keeps the signals that need no test run, and the row says so. The
-ground truth ``resolved`` is read only to score the pick.
+static phase and the tests run once per distinct deliverable change, and with
+``--behaviour-where`` only where they can matter: ``distinct`` (two distinct deliverable changes
+or more) or ``contested`` (those changes differ in outcome: the only instances where the pick's
+outcome can change, found by reading ``resolved``). Otherwise the ground truth ``resolved`` is
+read only to score the pick. Rows of one instance from several runs (static in one, tests in
+another) are merged on ``--resume``.
 
 Printed per repository and overall: instances, the oracle (instances with a resolved candidate),
 resolved picks of the rule with its default weights, a uniformly random pick among non-empty
 candidates (expected value), a majority vote over normalized patches (ties: expected value over
 the tied groups), the best single run; then the weights tuned on all rows (in-sample) and
-leave-one-repository-out (cross-validated), the instances the rule got wrong, seconds per instance.
+leave-one-repository-out (cross-validated), for the whole grid and for each family of agreement
+signals, the family that cross-validates best, the instances the rule got wrong, seconds per
+instance.
 Last line: ``selected=<n> oracle=<n> vote=<n> random=<x> best_single=<n> instances=<n>``.
 """
 
