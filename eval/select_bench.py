@@ -1,7 +1,8 @@
 """How well the selection rule (scoring/select.py) picks among several agents' patches.
 
     python -m eval.select_bench --predictions FILE [FILE ...] --dataset ../shared/data/swebench_lite.jsonl \\
-        --repos DIR [--stride K] [--shard I/N] [--resume] [--tests] [--no-static] [-o ROWS.jsonl]
+        --repos DIR [--stride K] [--shard I/N] [--instances FILE] [--resume] [--tests] [--no-static] \\
+        [--behaviour-where all|distinct|contested] [--config NAME|PATH] [-o ROWS.jsonl]
 
 For each instance whose repository has a mirror under ``--repos``, the candidates are the given
 runs' patches (an instance missing from some runs uses those it has). Each candidate is applied at
@@ -10,13 +11,20 @@ phase (scoring.critic.judge; ``--no-static`` skips the static phase), code quali
 ``--tests`` the repository's existing tests selected from the patch (scoring.tests.own_outcome; no
 reproduction test exists here, since none was written by an LLM). An instance whose test
 environment cannot be built keeps the signals that need no test run, and the row says so. The
-ground truth ``resolved`` is read only to score the pick.
+static phase and the tests run once per distinct deliverable change, and with
+``--behaviour-where`` only where they can matter: ``distinct`` (two distinct deliverable changes
+or more) or ``contested`` (those changes differ in outcome: the only instances where the pick's
+outcome can change, found by reading ``resolved``). Otherwise the ground truth ``resolved`` is
+read only to score the pick. Rows of one instance from several runs (static in one, tests in
+another) are merged on ``--resume``.
 
 Printed per repository and overall: instances, the oracle (instances with a resolved candidate),
 resolved picks of the rule with its default weights, a uniformly random pick among non-empty
 candidates (expected value), a majority vote over normalized patches (ties: expected value over
 the tied groups), the best single run; then the weights tuned on all rows (in-sample) and
-leave-one-repository-out (cross-validated), the instances the rule got wrong, seconds per instance.
+leave-one-repository-out (cross-validated), for the whole grid and for each family of agreement
+signals, the family that cross-validates best, the instances the rule got wrong, seconds per
+instance.
 Last line: ``selected=<n> oracle=<n> vote=<n> random=<x> best_single=<n> instances=<n>``.
 """
 
@@ -25,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import hashlib
 import itertools
 import json
 import signal
@@ -38,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import git
+import numpy as np
 
 from eval.critic_bench import _interrupt, _shard
 from fixgraph.config import RunConfig, load_config
@@ -47,15 +57,27 @@ from scoring import fix_score, guard, quality, select, static, tests
 from scoring.critic import InputError, judge, load_predictions, run_reporting_errors
 from scoring.testenv import PASSING
 
-# The weights tried when tuning: every combination (tests and regression only with --tests).
+# The weights tried when tuning: every combination (the test signals' only with --tests).
 GRID: dict[str, tuple[float, ...]] = {
-    "soft": (0.5, 1.0, 2.0),
-    "exact": (0.0, 0.5, 1.0),
+    "soft": (0.0, 0.5, 1.0),
+    "medoid": (0.0, 0.5, 1.0, 2.0),
+    # Never off: between candidates equal on every other signal, the one others agree with wins.
+    "twin": (0.25, 0.5, 1.0),
+    "files": (0.0, 0.5, 1.0),
+    "exact": (0.0, 0.5),
     "size": (0.0, 0.25, 0.5),
-    "unsafe": (0.0, 0.5, 1.0),
-    "quality": (0.0, 0.5, 1.0),
+    # Never off: in the loop an Unsafe verdict stops the Critic before the tests, and the verdict
+    # then stands in for them (here the tests run whatever the verdict).
+    "unsafe": (0.5, 1.0),
+    "quality": (0.0, 0.5),
 }
-TEST_GRID: dict[str, tuple[float, ...]] = {"regression": (0.0, 1.0, 2.0), "broke": (0.0, 1.0)}
+TEST_GRID: dict[str, tuple[float, ...]] = {"regression": (0.0, 1.0, 2.0), "broke": (0.0, 1.0),
+                                           "same_tests": (0.0, 0.5, 1.0)}
+# The weights before this grid was tuned with the static phase and tests (the previous defaults:
+# README, Choosing among candidates), which ties are resolved towards.
+PRIOR = select.Weights(tests=2.0, regression=2.0, broke=1.0, unsafe=0.5, quality=0.0, size=0.5, exact=0.0, soft=1.0,
+                       judged=1.0, medoid=0.0, twin=0.25, files=0.0, same_tests=0.0)
+BEHAVIOUR_WHERE = ("all", "distinct", "contested")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -68,6 +90,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="reuse the rows already in --output")
     p.add_argument("--tests", action="store_true", help="also run the selected existing tests per candidate (slow)")
     p.add_argument("--no-static", action="store_true", help="skip the static phase (guard and quality still run)")
+    p.add_argument("--behaviour-where", choices=BEHAVIOUR_WHERE, default="all", help=(
+        "where the static phase and the tests run: on every instance (all); where at least two distinct "
+        "deliverable candidates exist (distinct); or, reading the ground truth, only where distinct "
+        "deliverable candidates differ in outcome, the only instances where the pick's outcome can change "
+        "(contested). Default: %(default)s"))
+    p.add_argument("--instances", type=Path, default=None, help="only the instance ids listed in FILE (one a line)")
     p.add_argument("--config", default="redo", help="config for the Critic, regression and test settings")
     p.add_argument("--cache-dir", type=Path, default=None, help="worktrees, static and test caches (default: config's)")
     p.add_argument("-o", "--output", type=Path, default=Path("runs/select_bench/rows.jsonl"),
@@ -120,9 +148,10 @@ def _apply(wt: Worktree, patch: str) -> str:
         return str(exc)
 
 
-def signals(inst: Instance, wt: Worktree, patch: str, cfg: RunConfig, cache_dir: Path, args: argparse.Namespace,
+def signals(inst: Instance, wt: Worktree, patch: str, cfg: RunConfig, cache_dir: Path, static_on: bool,
             runner: tests.SuiteRunner | None) -> dict[str, Any]:
-    """What the loop would know about one candidate: applies, guard, static, quality, tests."""
+    """What the loop would know about one candidate: applies, guard, quality, and when asked the
+    static phase and the selected existing tests."""
     if not patch.strip():
         return {"applies": False, "why": "empty patch"}
     err = _apply(wt, patch)
@@ -130,8 +159,8 @@ def signals(inst: Instance, wt: Worktree, patch: str, cfg: RunConfig, cache_dir:
         return {"applies": False, "why": err}
     out: dict[str, Any] = {"applies": True}
     try:
-        settings = cfg.critic.model_copy(update={"static": not args.no_static})
-        if args.no_static:
+        settings = cfg.critic.model_copy(update={"static": static_on})
+        if not static_on:
             found = guard.check_patch(wt, patch) if settings.guard != "off" else []
             out["guard"] = len(found)
         else:
@@ -155,13 +184,37 @@ def signals(inst: Instance, wt: Worktree, patch: str, cfg: RunConfig, cache_dir:
     return out
 
 
+def _groups(cands: list[tuple[str, str, bool]], sig: dict[str, dict[str, Any]]) -> dict[str, list[int]]:
+    """Normalized change -> the indices of the deliverable candidates making it, in input order."""
+    out: dict[str, list[int]] = {}
+    for i, (name, patch, _) in enumerate(cands):
+        s = sig[name]
+        if s.get("applies") and not s.get("guard_blocked") and select.changed_lines(patch):
+            out.setdefault(select.normalize(patch), []).append(i)
+    return out
+
+
+def behaviour_needed(where: str, cands: list[tuple[str, str, bool]], sig: dict[str, dict[str, Any]]) -> bool:
+    """Whether the static phase and tests are worth running on this instance. ``contested`` reads
+    the ground truth: the pick is the first member of one group, so when those firsts all resolve,
+    or none does, no signal can change whether the pick resolves."""
+    groups = _groups(cands, sig)
+    if where == "all":
+        return bool(groups)
+    if where == "distinct":
+        return len(groups) >= 2
+    return len({cands[members[0]][2] for members in groups.values()}) == 2
+
+
 def judge_instance(inst: Instance, cands: list[tuple[str, str, bool]], repos: RepoCache, cfg: RunConfig,
                    cache_dir: Path, args: argparse.Namespace, runner: tests.SuiteRunner | None) -> dict[str, Any]:
     start = time.monotonic()
     row: dict[str, Any] = {"instance_id": inst.instance_id, "repo": inst.repo, "signals": {}}
     try:
-        # One worktree per repository and shard: shards run side by side.
-        wt = repos.worktree(inst.repo, inst.base_commit, f"select-{inst.repo_slug}-{args.shard.replace('/', 'of')}")
+        # One worktree per repository and output file: runs writing different rows (shards, or a
+        # static run beside a tests run) go side by side.
+        run_id = hashlib.sha256(str(args.output.resolve()).encode()).hexdigest()[:8]
+        wt = repos.worktree(inst.repo, inst.base_commit, f"select-{inst.repo_slug}-{run_id}")
     except (WorkspaceError, git.GitCommandError) as exc:
         row["note"] = f"cannot check out: {str(exc).strip().splitlines()[-1][:200]}"
         wt = None
@@ -171,8 +224,20 @@ def judge_instance(inst: Instance, cands: list[tuple[str, str, bool]], repos: Re
             row["signals"][name] = {"applies": bool(patch.strip()), "why": "no checkout"}
             continue
         if patch not in done:
-            done[patch] = signals(inst, wt, patch, cfg, cache_dir, args, runner)
+            done[patch] = signals(inst, wt, patch, cfg, cache_dir, False, None)
         row["signals"][name] = done[patch]
+    static_on = not args.no_static
+    if wt is not None and (static_on or runner is not None):
+        if behaviour_needed(args.behaviour_where, cands, row["signals"]):
+            # The costly signals once per distinct change (the rule picks among those), shared
+            # by the candidates that make it.
+            for members in _groups(cands, row["signals"]).values():
+                full = signals(inst, wt, cands[members[0]][1], cfg, cache_dir, static_on, runner)
+                for i in members:
+                    row["signals"][cands[i][0]] = full
+            row["behaviour"] = "static" * static_on + "+tests" * (runner is not None)
+        else:
+            row["behaviour"] = f"skipped ({args.behaviour_where})"
     notes = {s.get("tests_note") for s in row["signals"].values() if s.get("tests_note")}
     if args.tests and notes and not any("no_regression" in s for s in row["signals"].values()):
         row["note"] = "no test signal (fell back to the signals that need no test run): " + "; ".join(sorted(notes))[:300]
@@ -180,10 +245,18 @@ def judge_instance(inst: Instance, cands: list[tuple[str, str, bool]], repos: Re
     return row
 
 
+# The selection found no existing test for the change: the tests ran (for the others), and
+# nothing was shown broken. Left unknown, the neutral half favoured whichever candidate happened
+# to touch tested code (pylint-7114, sphinx-8721).
+UNREACHED = "no existing test exercises the changed code"
+
+
 def to_candidates(cands: list[tuple[str, str, bool]], row: dict[str, Any]) -> list[select.Candidate]:
     out = []
     for name, patch, _ in cands:
         s = row["signals"].get(name, {})
+        if UNREACHED in s.get("tests_note", "") and "no_regression" not in s:
+            s = s | {"no_regression": 1.0, "broke": False}
         out.append(select.Candidate(
             name=name, patch=patch, applies=bool(s.get("applies", bool(patch.strip()))),
             guard_blocked=bool(s.get("guard_blocked")), static=str(s.get("static", "")),
@@ -242,26 +315,61 @@ class Prepared:
         return sum(by_key.values()) / len(by_key)
 
 
-def grid(with_tests: bool) -> list[select.Weights]:
-    space = dict(GRID) | (TEST_GRID if with_tests else {})
-    base = select.DEFAULT_WEIGHTS.to_dict()
-    out = []
-    for values in itertools.product(*space.values()):
-        w = dict(base) | dict(zip(space, values, strict=True))
-        if not with_tests:
-            w |= {"regression": 0.0, "broke": 0.0, "tests": 0.0}
-        out.append(select.Weights(**w))
+# Families of the grid, compared by cross-validation: which agreement signals each leaves out.
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "copies counted (soft, exact)": ("medoid", "twin", "files"),
+    "copies discounted (medoid, twin, files)": ("soft", "exact"),
+    "both": (),
+}
+
+
+def grid(with_tests: bool, drop: Sequence[str] = ()) -> list[select.Weights]:
+    space = {k: v for k, v in (dict(GRID) | (TEST_GRID if with_tests else {})).items() if k not in drop}
+    base = select.DEFAULT_WEIGHTS.to_dict() | {name: 0.0 for name in drop}
+    if not with_tests:
+        base |= {name: 0.0 for name in ("tests", *TEST_GRID)}
+    return [select.Weights(**(base | dict(zip(space, values, strict=True))))
+            for values in itertools.product(*space.values())]
+
+
+def resolved_matrix(rows: Sequence[Prepared], weights: Sequence[select.Weights]) -> np.ndarray:
+    """resolved[r, w]: whether row r's pick under weights w resolves; all weights at once. Ties
+    are broken as select.rank does (smaller change, then earlier candidate); scores are rounded
+    so that a sum in another order cannot split a tie."""
+    w = np.array([dataclasses.astuple(x) for x in weights])
+    out = np.zeros((len(rows), len(weights)), dtype=bool)
+    for r, p in enumerate(rows):
+        if not p.choices:
+            continue
+        order = sorted(p.choices, key=lambda i: (p.feats[i]["size"] or 0.0, i))
+        values = np.round(np.array([p.signed[i] for i in order]) @ w.T, 9)
+        out[r] = np.array([p.resolved[i] for i in order])[values.argmax(axis=0)]
     return out
 
 
-def tune(rows: Sequence[Prepared], weights: Sequence[select.Weights]) -> tuple[select.Weights, int]:
-    """The weights that resolve the most rows (the first in grid order on ties)."""
-    best, best_n = weights[0], -1
-    for w in weights:
-        n = sum(p.resolved_pick(w) for p in rows)
-        if n > best_n:
-            best, best_n = w, n
-    return best, best_n
+def tune(rows: Sequence[Prepared], weights: Sequence[select.Weights],
+         matrix: np.ndarray | None = None) -> tuple[select.Weights, int]:
+    """The weights that resolve the most rows; on ties the nearest to PRIOR (the rows cannot
+    tell those apart, so nothing is changed for them), then the first in grid order."""
+    counts = (resolved_matrix(rows, weights) if matrix is None else matrix).sum(axis=0)
+    prior = np.array(dataclasses.astuple(PRIOR))
+    distance = np.abs(np.array([dataclasses.astuple(w) for w in weights]) - prior).sum(axis=1)
+    best = int(np.lexsort((np.arange(len(weights)), distance, -counts))[0])
+    return weights[best], sum(p.resolved_pick(weights[best]) for p in rows)
+
+
+def cross_validate(prepared: Sequence[Prepared], by_repo: dict[str, list[Prepared]], space: Sequence[select.Weights],
+                   ) -> tuple[select.Weights, int, dict[str, int]]:
+    """The weights tuned on all rows and their count (in-sample), and per repository the count
+    of the weights tuned on the other repositories (leave one repository out)."""
+    matrix = resolved_matrix(prepared, space)
+    tuned, tuned_n = tune(prepared, space, matrix)
+    cv: dict[str, int] = {}
+    for repo, held in by_repo.items():
+        keep = np.array([p.repo != repo for p in prepared])
+        w, _ = tune([p for p in prepared if p.repo != repo], space, matrix[keep])
+        cv[repo] = sum(p.resolved_pick(w) for p in held)
+    return tuned, tuned_n, cv
 
 
 def _why(p: Prepared, i: int | None, j: int) -> str:
@@ -286,13 +394,8 @@ def report(prepared: list[Prepared], runs: dict[str, dict[str, dict[str, Any]]],
     single = {name: sum(bool(rows[i]["resolved"]) for i in ids if i in rows) for name, rows in runs.items()}
     best_run = max(single, key=lambda n: (single[n], n))
     w0 = select.DEFAULT_WEIGHTS
-    space = grid(with_tests)
-    tuned, tuned_n = tune(prepared, space)
-    # Leave one repository out: tune on the others, count on it.
-    cv: dict[str, int] = {}
-    for repo, held in by_repo.items():
-        w, _ = tune([p for p in prepared if p.repo != repo], space)
-        cv[repo] = sum(p.resolved_pick(w) for p in held)
+    fitted = {name: cross_validate(prepared, by_repo, grid(with_tests, drop)) for name, drop in FAMILIES.items()}
+    tuned, tuned_n, cv = fitted["both"]
     print(f"{'repo':<22}{'inst':>5}{'oracle':>7}{'select':>7}{'cv':>5}{'random':>8}{'vote':>7}{'best1':>6}{'s/inst':>8}")
     for repo in sorted(by_repo):
         rows = by_repo[repo]
@@ -310,6 +413,12 @@ def report(prepared: list[Prepared], runs: dict[str, dict[str, dict[str, Any]]],
     print(f"tuned on all rows (in-sample): {tuned_n} with {tuned.to_dict()}")
     print(f"tuned leave-one-repo-out (cross-validated): {sum(cv.values())} "
           f"({', '.join(r.split('/')[-1] + ' ' + str(n) for r, n in sorted(cv.items()))})")
+    for name, (w, n, folds) in fitted.items():
+        nonzero = {k: v for k, v in w.to_dict().items() if v and k != "judged"}
+        print(f"grid {name}: in-sample {n} ({nonzero}), cross-validated {sum(folds.values())}")
+    # The defaults to ship: the family that generalizes best, tuned on every row.
+    chosen = max(fitted, key=lambda name: sum(fitted[name][2].values()))
+    print(f"chosen by cross-validation: {chosen}: {fitted[chosen][0].to_dict()}")
     notes = [p for p in prepared if p.row.get("note")]
     if notes:
         print(f"instances with a note ({len(notes)}): " + "; ".join(f"{p.iid}: {p.row['note'][:120]}" for p in notes[:10]))
@@ -329,6 +438,26 @@ def report(prepared: list[Prepared], runs: dict[str, dict[str, dict[str, Any]]],
           f"random={sum(p.random() for p in prepared):.2f} best_single={single[best_run]} instances={len(prepared)}")
 
 
+def load_rows(path: Path) -> dict[str, dict[str, Any]]:
+    """Rows by instance. Rows of one instance from several runs (static in one, tests in another,
+    their files concatenated) are merged: each candidate keeps every signal either run found."""
+    rows: dict[str, dict[str, Any]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError, AttributeError):
+            rec = json.loads(line)
+            prev = rows.get(rec["instance_id"])
+            if prev is None:
+                rows[rec["instance_id"]] = rec
+                continue
+            for name, sig in rec["signals"].items():
+                prev["signals"][name] = {**prev["signals"].get(name, {}), **sig}
+            prev["seconds"] = round(prev.get("seconds", 0.0) + rec.get("seconds", 0.0), 2)
+            prev["behaviour"] = "; ".join(b for b in (prev.get("behaviour"), rec.get("behaviour")) if b)
+            if rec.get("note"):
+                prev["note"] = "; ".join(n for n in (prev.get("note"), rec["note"]) if n)
+    return rows
+
+
 def run(args: argparse.Namespace) -> int:
     shard = _shard(args.shard) if args.shard else None
     if args.stride < 1:
@@ -342,6 +471,12 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--repos: not a directory: {args.repos}")
     ids = sorted({i for rows in runs.values() for i in rows if i in dataset
                   and find_mirror(args.repos, dataset[i].repo) is not None})
+    if args.instances is not None:
+        try:
+            wanted = set(args.instances.read_text(encoding="utf-8").split())
+        except OSError as exc:
+            raise InputError(f"--instances: {exc.strerror or exc}: {args.instances}") from None
+        ids = [i for i in ids if i in wanted]
     ids = ids[:: args.stride]
     if shard:
         ids = ids[shard[0]::shard[1]]
@@ -350,12 +485,7 @@ def run(args: argparse.Namespace) -> int:
     cache_dir = (args.cache_dir or cfg.cache_dir).resolve()
     repos = RepoCache(cache_dir, mirrors=args.repos)
     runner = tests.make_runner(cfg.tests, cache_dir) if args.tests else None
-    previous: dict[str, dict[str, Any]] = {}
-    if args.resume and args.output.is_file():
-        for line in args.output.read_text(encoding="utf-8").splitlines():
-            with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError):
-                rec = json.loads(line)
-                previous[rec["instance_id"]] = rec
+    previous = load_rows(args.output) if args.resume and args.output.is_file() else {}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     prepared: list[Prepared] = []
     print(f"{len(ids)} instances, {len(runs)} runs", file=sys.stderr)

@@ -3,24 +3,28 @@
 Signals per candidate (none comes from the evaluation's hidden tests):
 
 - **deliverable**: a patch that applies at the base commit, that the guard does not block, and
-  that changes the code (not only tests or a new scratch script at the top level). Anything else is never picked over a deliverable candidate, and is never picked at all
-  (:func:`pick` returns None when no candidate is deliverable).
+  that changes the code (not only tests or a new scratch script at the top level). Anything else
+  is never picked (:func:`pick` returns None when no candidate is deliverable).
 - **tests**: the reproduction tests' pass rate after the patch, the existing tests' no_regression
   rate, and whether any test that passed at the base now fails (``broke``).
 - **static**: the Critic's verdict; ``Unsafe`` (a runtime error the patch introduces) costs.
 - **quality**: scoring/quality.py's code_quality, and the patch's size (changed source lines).
-- **agreement**: candidates that make the same change agree. ``exact``: the share of the other
-  candidates whose patch is equal after :func:`normalize`, or, when tests ran for both, that left
-  every test in the same state. ``soft``: the mean Jaccard similarity of the changed source lines
-  with every other candidate (a medoid: the change most of the others overlap).
+- **agreement**: candidates that make the same change agree. Counting every copy: ``exact``, the
+  share of the other candidates whose patch is equal after :func:`normalize`, or, when tests ran
+  for both, that left every test in the same state; ``soft``, the mean Jaccard similarity of the
+  changed source lines with every other candidate. Discounting copies (samples of one model
+  repeat their mistakes together): ``medoid``, soft agreement with each other distinct change
+  counted once; ``twin``, whether any other candidate makes the same change; ``files``, the
+  overlap of the touched source files. By behaviour: ``same_tests``, the share of the other
+  distinct changes that left every test both ran in the same state.
 
 The score is a weighted sum (:class:`Weights`); a signal no candidate has contributes nothing, and a
 candidate missing a signal others have gets the neutral 0.5. Duplicates (equal after
-normalization) are counted once for the pick and every time for the agreement of the others.
-Ties go to the smaller patch, then to the earlier candidate. The weights of size and agreement
-were chosen over a grid on nine agents' patches (eval/select_bench.py; README, Choosing among
-candidates: the same count in-sample and leave-one-repository-out); those of the test signals,
-Unsafe and the LLM's judgment were not tuned there (that run had none of them).
+normalization) are counted once for the pick and every time for the copy-counting agreement of
+the others. Ties go to the smaller patch, then to the earlier candidate. The weights were chosen
+on nine agents' patches by eval/select_bench.py (README, Choosing among candidates, with the
+in-sample and the leave-one-repository-out counts); those of the reproduction tests and of the
+LLM's judgment were not tuned there (that benchmark has neither).
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ SIZE_REF_LINES = 40
 
 @dataclass(frozen=True)
 class Weights:
+    """The defaults are the benchmark's choice (eval/select_bench.py; README, Choosing among
+    candidates): the grid family with the best leave-one-repository-out count, tuned on all rows.
+    tests and judged were not tuned (the benchmark has no reproduction test and no LLM)."""
+
     tests: float = 2.0
     regression: float = 2.0
     broke: float = 1.0
@@ -46,10 +54,18 @@ class Weights:
     quality: float = 0.0
     size: float = 0.5
     exact: float = 0.0
-    soft: float = 1.0
-    # The LLM's judgment of the patch against the issue, when no test could run (not tuned: the
-    # benchmark has no LLM).
+    soft: float = 0.0
+    # The LLM's judgment of the patch against the issue, when no test could run.
     judged: float = 1.0
+    # Agreement that copies cannot inflate (samples of one model repeat themselves): soft
+    # agreement with each other distinct change counted once, whether any other candidate makes
+    # the same change at all, and the overlap of the touched source files with the other changes.
+    medoid: float = 0.0
+    twin: float = 0.25
+    files: float = 0.5
+    # Agreement by behaviour: the share of the other distinct changes that left every test both
+    # ran in the same state.
+    same_tests: float = 0.0
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -158,17 +174,34 @@ def deliverable(c: Candidate) -> bool:
     return c.applies and not c.guard_blocked and bool(changed_lines(c.patch))
 
 
+def _tests_agree(a: Candidate, b: Candidate) -> bool | None:
+    """Whether every test both ran is in the same state after each (None: no test in common)."""
+    if not a.behaviour or not b.behaviour:
+        return None
+    common = a.behaviour.keys() & b.behaviour.keys()
+    return all(a.behaviour[t] == b.behaviour[t] for t in common) if common else None
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 def features(candidates: Sequence[Candidate]) -> list[dict[str, float | None]]:
     """Each candidate's signals in [0, 1] (None: unknown), before weighting."""
     norms = [normalize(c.patch) for c in candidates]
     lines = [changed_lines(c.patch) for c in candidates]
+    files = [frozenset(patch_files(source_part(c.patch))) for c in candidates]
     # Every candidate that changes the code votes, duplicates included.
     voters = [i for i in range(len(candidates)) if lines[i]]
+    # ...and for the agreement copies cannot inflate, each distinct change once (its first).
+    distinct = list({norms[i]: i for i in reversed(voters)}.values())
     out: list[dict[str, float | None]] = []
     for i, c in enumerate(candidates):
         others = [j for j in voters if j != i]
         exact = sum(norms[j] == norms[i] or _same_behaviour(c, candidates[j]) for j in others)
         soft = sum(_jaccard(lines[i], lines[j]) for j in others)
+        apart = [j for j in distinct if norms[j] != norms[i]]
+        agree = [float(a) for a in (_tests_agree(c, candidates[j]) for j in apart) if a is not None]
         out.append({
             "tests": c.test_pass_rate,
             "regression": c.no_regression,
@@ -179,13 +212,16 @@ def features(candidates: Sequence[Candidate]) -> list[dict[str, float | None]]:
             "exact": exact / len(others) if others else 0.0,
             "soft": soft / len(others) if others else 0.0,
             "judged": c.judged,
+            "medoid": _mean([_jaccard(lines[i], lines[j]) for j in apart]) or 0.0,
+            "twin": float(any(norms[j] == norms[i] for j in others)),
+            "files": _mean([_jaccard(files[i], files[j]) for j in apart]) or 0.0,
+            "same_tests": _mean(agree),
         })
     return out
 
 
 # Signals that lower the score as they grow.
 _COSTS = {"broke", "unsafe", "size"}
-
 
 def signed(feats: Sequence[dict[str, float | None]]) -> list[tuple[float, ...]]:
     """Each candidate's signals in the order of Weights' fields: a cost negated, a signal no
@@ -197,7 +233,8 @@ def signed(feats: Sequence[dict[str, float | None]]) -> list[tuple[float, ...]]:
         row = []
         for name in names:
             v = f.get(name)
-            v = 0.0 if name not in known else (NEUTRAL if v is None else v)
+            if v is None:
+                v = 0.0 if name not in known else NEUTRAL
             row.append(-v if name in _COSTS else v)
         out.append(tuple(row))
     return out

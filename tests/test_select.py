@@ -141,3 +141,32 @@ def test_normalize_ignores_headers_whitespace_comments_and_scratch_files():
     assert select.normalize(FIX + scratch) == select.normalize(FIX)
     assert select.changed_lines(scratch) == frozenset()
     assert select.normalize(FIX) != select.normalize(WRONG)
+
+
+def test_copies_of_one_change_do_not_inflate_the_agreement_that_discounts_them():
+    once = [select.Candidate("wrong", WRONG), select.Candidate("fix", FIX), select.Candidate("other", FIX_OTHER)]
+    thrice = once + [select.Candidate("wrong-2", WRONG), select.Candidate("wrong-3", WRONG)]
+    f1, f3 = select.features(once), select.features(thrice)
+    # Soft agreement counts every copy: two more copies of the wrong change raise its share...
+    assert (f3[0]["soft"] or 0.0) > (f1[0]["soft"] or 0.0)
+    # ...while the medoid counts each distinct change once, and twin only says that a copy exists.
+    assert f3[0]["medoid"] == f1[0]["medoid"] and f3[1]["medoid"] == f1[1]["medoid"]
+    assert (f1[0]["twin"], f3[0]["twin"], f3[1]["twin"]) == (0.0, 1.0, 0.0)
+    # Every change here touches calc/ops.py alone: the file overlap is full.
+    assert {f["files"] for f in f3} == {1.0}
+
+
+def test_agreement_by_behaviour_counts_the_tests_both_ran():
+    passed = {"t::a": "PASSED", "t::b": "PASSED"}
+    cands = [select.Candidate("fix", FIX, behaviour=passed),
+             select.Candidate("other", FIX_OTHER, behaviour=passed | {"t::c": "PASSED"}),
+             select.Candidate("wrong", WRONG, behaviour={"t::a": "PASSED", "t::b": "FAILED"}),
+             select.Candidate("untested", FIX_BREAKS_CLAMP)]
+    f = select.features(cands)
+    # fix and other agree on a and b (c ran only for other); wrong leaves b failing.
+    assert (f[0]["same_tests"], f[1]["same_tests"], f[2]["same_tests"]) == (0.5, 0.5, 0.0)
+    # No test ran for it: unknown, so neutral, not a disagreement.
+    assert f[3]["same_tests"] is None
+    w = select.Weights(size=0.0, soft=0.0, same_tests=1.0)
+    picked = select.pick(cands[2:3] + cands[:2], w)
+    assert picked is not None and picked.candidate.name == "fix"

@@ -12,7 +12,7 @@ from tests.test_select import FIX, FIX_AGAIN, WRONG, scratch_patch
 
 
 def _preds(path: Path, iid: str, patch: str, resolved: bool | None) -> Path:
-    row = {"instance_id": iid, "model_patch": patch, "system": path.stem}
+    row: dict[str, object] = {"instance_id": iid, "model_patch": patch, "system": path.stem}
     if resolved is not None:
         row["resolved"] = resolved
     path.write_text(json.dumps(row) + "\n")
@@ -53,3 +53,63 @@ def test_bench_refuses_predictions_without_resolved(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "resolved" in err and len(err.splitlines()) == 1
+
+
+def _cands(*pairs: tuple[str, bool]) -> list[tuple[str, str, bool]]:
+    return [(f"r{i}", patch, resolved) for i, (patch, resolved) in enumerate(pairs)]
+
+
+def test_costly_signals_run_only_where_the_pick_can_change():
+    applied = {"applies": True}
+    # FIX and FIX_AGAIN are one change; WRONG another.
+    mixed = _cands((FIX, True), (FIX_AGAIN, True), (WRONG, False))
+    sig = {name: applied for name, _, _ in mixed}
+    assert select_bench.behaviour_needed("contested", mixed, sig)
+    assert select_bench.behaviour_needed("distinct", mixed, sig)
+    # Every distinct change resolves (or none does): whatever the signals, the pick's outcome is the same.
+    agreed = _cands((FIX, True), (WRONG, True))
+    assert not select_bench.behaviour_needed("contested", agreed, sig)
+    assert select_bench.behaviour_needed("distinct", agreed, sig)
+    # Which member of a group is picked is fixed (the first): only the firsts' outcomes count.
+    first_fails = _cands((FIX, False), (FIX_AGAIN, True), (WRONG, False))
+    assert not select_bench.behaviour_needed("contested", first_fails, sig)
+    # A change that does not apply is never picked: it cannot make an instance contested.
+    assert not select_bench.behaviour_needed("contested", mixed, {"r0": {"applies": False}, "r1": {"applies": False},
+                                                                  "r2": applied})
+    one = _cands((FIX, True), (FIX_AGAIN, False))
+    assert not select_bench.behaviour_needed("distinct", one, sig)
+    assert select_bench.behaviour_needed("all", one, sig)
+
+
+def test_rows_of_one_instance_from_two_runs_are_merged(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    static_row = {"instance_id": "x", "repo": "o/r", "seconds": 10.0, "behaviour": "static",
+                  "signals": {"a": {"applies": True, "static": "Unsafe"}, "b": {"applies": False}}}
+    tests_row = {"instance_id": "x", "repo": "o/r", "seconds": 5.0, "behaviour": "+tests",
+                 "signals": {"a": {"applies": True, "no_regression": 0.5, "broke": True}}}
+    rows.write_text(json.dumps(static_row) + "\n" + json.dumps(tests_row) + "\n{not json\n")
+    merged = select_bench.load_rows(rows)["x"]
+    assert merged["signals"]["a"] == {"applies": True, "static": "Unsafe", "no_regression": 0.5, "broke": True}
+    assert merged["signals"]["b"] == {"applies": False}
+    assert (merged["seconds"], merged["behaviour"]) == (15.0, "static; +tests")
+
+
+def test_bench_skips_the_static_phase_where_no_signal_can_change_the_outcome(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FIXGRAPH_CACHE_DIR", str(tmp_path / "cache"))
+    inst = make_calc_repo(tmp_path / "mirrors")
+    dataset = write_dataset(tmp_path / "lite.jsonl", [inst])
+    iid = inst["instance_id"]
+
+    def bench(resolved: tuple[bool, bool], out: Path) -> dict:
+        runs = [_preds(tmp_path / "a.jsonl", iid, WRONG, resolved[0]), _preds(tmp_path / "b.jsonl", iid, FIX, resolved[1])]
+        assert select_bench.main(["--predictions", *map(str, runs), "--dataset", str(dataset), "--repos",
+                                  str(tmp_path / "mirrors"), "--behaviour-where", "contested", "-o", str(out)]) == 0
+        return json.loads(out.read_text())
+
+    row = bench((False, True), tmp_path / "contested.jsonl")
+    assert row["behaviour"] == "static"
+    assert row["signals"]["a"]["static"] and row["signals"]["b"]["static"] == "Safe"
+    row = bench((False, False), tmp_path / "agreed.jsonl")
+    assert row["behaviour"] == "skipped (contested)"
+    assert "static" not in row["signals"]["a"] and row["signals"]["a"]["applies"]
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("selected=0 oracle=0 ")
