@@ -112,6 +112,7 @@ class TestOutcome:
     source: str = "own"  # own | oracle
     crash: str = ""  # crash context and failing output for the Coder
     seconds: float = 0.0
+    base_seconds: float = 0.0  # of ``seconds``, the base runs of the selected tests (0 when cached)
     log_tail: str = ""
     timed_out: bool = False
     network_isolated: bool = False
@@ -351,10 +352,12 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
                       label="regression")
         before = baseline(runner, task, wt, suite, runs=settings.base_runs)
         out.seconds += before.seconds
+        out.base_seconds += before.seconds
         if (not before.error and not before.timed_out and len(chosen.files) > 1
                 and not any(st in PASSING for st in before.statuses.values())):
             suite, before = _runnable_files(runner, task, wt, chosen, settings)
             out.seconds += before.seconds
+            out.base_seconds += before.seconds
             out.selection = chosen.to_dict()
         if before.seconds and not before.error:  # a fresh run: what each file costs, for later selections
             costs.record(wt, chosen.files, before.statuses, before.seconds / settings.base_runs)
