@@ -105,6 +105,7 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         own = own_outcome(runner, inst.task(), wt, patch, [], cfg.regression)  # the loop's check
         rec["own_seconds"] = round(time.monotonic() - t1, 1)
         rec["own_base_seconds"] = round(own.base_seconds, 1)
+        rec["own_run_seconds"] = round(own.seconds, 1)  # the test processes alone: no wait for a shared env
         rec["own_ran"] = own.regression_ran
         rec["own_reason"] = own.reason[:300]
         rec["selected"] = own.selection.get("files", [])
@@ -216,6 +217,10 @@ def report(recs: list[dict[str, Any]], args: argparse.Namespace) -> str:
         lines.append(f"tests run per patch: median {statistics.median(r['tests_run'] for r in judged):.0f}; "
                      f"seconds per patch (loop's check): median {tally.median_s:.1f}, p95 {tally.p95_s:.1f}; "
                      f"hidden run: median {statistics.median(r['hidden_seconds'] for r in judged):.1f}")
+        runs = [r["own_run_seconds"] for r in judged if "own_run_seconds" in r]
+        if runs:
+            lines.append(f"seconds per patch in the test processes alone (no queueing for an env another job "
+                         f"holds): median {statistics.median(runs):.1f} ({len(runs)} patches)")
         later = [r["own_seconds"] - r["own_base_seconds"] for r in judged if "own_base_seconds" in r]
         if later:  # a later attempt of the same task finds the base run cached
             lines.append(f"seconds per later attempt (base run cached): median {statistics.median(later):.1f}, "
