@@ -21,7 +21,8 @@ expected to take. A file's expected seconds are measured: each base run of a sel
 attributed to its files by the tests each reported, and kept per (repo, version, file)
 (:class:`CostBook`, in the cache) so a later task skips a file known to be slow; a file never
 measured is estimated from its number of test functions at the repository's measured rate. What is
-left out is recorded with the reason. Ties break on the path, so a selection is deterministic.
+left out is recorded with the reason. Ties break on the expected seconds (the cheaper first), then
+the path, so a selection is deterministic.
 """
 
 from __future__ import annotations
@@ -194,7 +195,9 @@ def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
             if hits.get(t, 0) < MAX_NAME_HITS:
                 hits[t] = hits.get(t, 0) + 1
                 add(t, W_NAME, f"names {name}")
-    ranked = sorted(scores, key=lambda t: (-scores[t], t))
+    # Among files with the same evidence the cheaper runs first: a slow one must not take the budget.
+    cost = {t: costs.expected(t, _count_tests(wt, t)) for t in scores} if costs is not None else {}
+    ranked = sorted(scores, key=lambda t: (-scores[t], cost[t][0] if cost else 0.0, t))
     sizes = _sizes(wt, ranked)
     budget = settings.max_expected_s - (S_PER_RUN if costs is not None else 0.0)
     for t in ranked:
@@ -204,8 +207,8 @@ def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
         if len(sel.files) >= settings.max_files:
             sel.left_out.append(f"{t}: over regression.max_files ({settings.max_files})")
             continue
-        if costs is not None:
-            expected, how = costs.expected(t, _count_tests(wt, t))
+        if cost:
+            expected, how = cost[t]
             if expected > budget:
                 sel.left_out.append(f"{t}: {how} {expected:.0f}s, over regression.max_expected_s "
                                     f"({max(budget, 0):.0f}s left of {settings.max_expected_s:g}s)")
@@ -231,6 +234,7 @@ class CostBook:
         self.slug = repo.replace("/", "+")
         self.path = self.folder / f"{self.slug}__{re.sub(r'[^A-Za-z0-9_.-]', '_', version or 'any')}.json"
         self._book: dict[str, dict[str, float]] | None = None
+        self._rate: float | None = None
 
     def _load(self, path: Path) -> dict[str, dict[str, float]]:
         with contextlib.suppress(OSError, json.JSONDecodeError):
@@ -247,11 +251,13 @@ class CostBook:
 
     def rate(self) -> float:
         """Median measured seconds per test in this repository (any version), else the default."""
-        rates = [v["s"] / v["n"] for v in self.book.values() if v.get("n")]
-        if not rates:
-            for other in sorted(self.folder.glob(f"{self.slug}__*.json")):
-                rates += [v["s"] / v["n"] for v in self._load(other).values() if v.get("n")]
-        return statistics.median(rates) if rates else DEFAULT_S_PER_TEST
+        if self._rate is None:
+            rates = [v["s"] / v["n"] for v in self.book.values() if v.get("n")]
+            if not rates:
+                for other in sorted(self.folder.glob(f"{self.slug}__*.json")):
+                    rates += [v["s"] / v["n"] for v in self._load(other).values() if v.get("n")]
+            self._rate = statistics.median(rates) if rates else DEFAULT_S_PER_TEST
+        return self._rate
 
     def expected(self, path: str, n_tests: int) -> tuple[float, str]:
         """(seconds, "measured" | "estimated") for one run of ``path``."""
@@ -284,7 +290,7 @@ class CostBook:
                 if n:
                     book[f] = {"s": round(seconds * n / total, 2), "n": n}
             atomic_write(self.path, json.dumps(book, indent=0, sort_keys=True))
-            self._book = book
+            self._book, self._rate = book, None
 
 
 def python_files_patterns(wt: Worktree) -> list[str]:

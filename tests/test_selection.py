@@ -167,3 +167,17 @@ def test_the_selection_is_bounded_by_expected_seconds_measured_per_file(tmp_path
     assert roomy.files == ["tests/test_util.py", "tests/test_slow.py"] and roomy.expected_s["tests/test_slow.py"] == 200.0
     # Without a cost book only the count and size bounds apply.
     assert len(select_tests(wt, patch, RegressionSettings()).files) == 3
+
+
+def test_among_files_with_the_same_evidence_the_cheaper_runs_first(tmp_path: Path) -> None:
+    from scoring.selection import CostBook
+
+    files = {"pkg/util.py": UTIL, "tests/test_a_slow.py": "import pkg.util\n\ndef test_a():\n    assert 1\n",
+             "tests/test_b_fast.py": "import pkg.util\n\ndef test_b():\n    assert 1\n"}
+    wt = _repo(tmp_path, files)
+    patch = apply_to(wt, diff_for(tmp_path, "pkg/util.py", UTIL, UTIL.replace("upper", "title")))
+    book = CostBook(tmp_path / "costs", "acme/pkg", "1.0")
+    book.record(wt, ["tests/test_a_slow.py"], {"tests/test_a_slow.py::test_a": "PASSED"}, 30.0)
+    book.record(wt, ["tests/test_b_fast.py"], {"tests/test_b_fast.py::test_b": "PASSED"}, 5.0)
+    sel = select_tests(wt, patch, RegressionSettings(max_expected_s=20), costs=book)
+    assert sel.files == ["tests/test_b_fast.py"] and list(sel.scores) == ["tests/test_b_fast.py", "tests/test_a_slow.py"]
