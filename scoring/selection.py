@@ -17,7 +17,8 @@ Test files are the usual names plus the repository's own ``python_files`` patter
 ``testing/python/*.py``). Each file gets a score (convention 4, mirror 3, import 2, package
 import 1, one per changed name it mentions, at most 3); the best are run within three bounds:
 ``max_files``, ``max_file_bytes`` and ``max_expected_s``, the seconds a run of the selection is
-expected to take. A file's expected seconds are measured: each base run of a selection is
+expected to take (the best file runs whatever it costs, up to ``timeout_s``; the budget decides
+which others join it). A file's expected seconds are measured: each base run of a selection is
 attributed to its files by the tests each reported, and kept per (repo, version, file)
 (:class:`CostBook`, in the cache) so a later task skips a file known to be slow; a file never
 measured is estimated from its number of test functions at the repository's measured rate. What is
@@ -209,9 +210,14 @@ def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
             continue
         if cost:
             expected, how = cost[t]
-            if expected > budget:
+            # The best file runs whatever it costs (up to the run's timeout): the module's own test
+            # file is the strongest evidence there is, and a small unrelated one is no substitute.
+            if sel.files and expected > budget:
                 sel.left_out.append(f"{t}: {how} {expected:.0f}s, over regression.max_expected_s "
                                     f"({max(budget, 0):.0f}s left of {settings.max_expected_s:g}s)")
+                continue
+            if not sel.files and expected > settings.timeout_s:
+                sel.left_out.append(f"{t}: {how} {expected:.0f}s, over regression.timeout_s")
                 continue
             budget -= expected
             sel.expected_s[t] = round(expected, 1)

@@ -165,6 +165,12 @@ def test_the_selection_is_bounded_by_expected_seconds_measured_per_file(tmp_path
     assert any(x.startswith("tests/test_many.py: estimated 5000s") for x in sel.left_out)
     roomy = select_tests(wt, patch, RegressionSettings(max_expected_s=1000), costs=CostBook(tmp_path / "costs", "acme/pkg", "1.0"))
     assert roomy.files == ["tests/test_util.py", "tests/test_slow.py"] and roomy.expected_s["tests/test_slow.py"] == 200.0
+    # The best file runs whatever it costs (up to the run's timeout): a small budget only keeps others out.
+    tight = select_tests(wt, patch, RegressionSettings(max_expected_s=10), costs=CostBook(tmp_path / "costs", "acme/pkg", "1.0"))
+    assert tight.files == ["tests/test_util.py"]
+    short = select_tests(wt, patch, RegressionSettings(max_expected_s=10, timeout_s=60),
+                         costs=CostBook(tmp_path / "costs", "acme/pkg", "1.0"))
+    assert "tests/test_util.py: measured 100s, over regression.timeout_s" in short.left_out
     # Without a cost book only the count and size bounds apply.
     assert len(select_tests(wt, patch, RegressionSettings()).files) == 3
 
