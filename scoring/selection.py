@@ -34,7 +34,6 @@ import contextlib
 import fnmatch
 import json
 import re
-import statistics
 import subprocess
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -256,13 +255,16 @@ class CostBook:
         return self._book
 
     def rate(self) -> float:
-        """Median measured seconds per test in this repository (any version), else the default."""
+        """Measured seconds per test in this repository (this version, else any), else the default:
+        all seconds over all tests, so the start-up a small file's share carries does not make
+        every test look slow."""
         if self._rate is None:
-            rates = [v["s"] / v["n"] for v in self.book.values() if v.get("n")]
-            if not rates:
+            measured = [v for v in self.book.values() if v.get("n")]
+            if not measured:
                 for other in sorted(self.folder.glob(f"{self.slug}__*.json")):
-                    rates += [v["s"] / v["n"] for v in self._load(other).values() if v.get("n")]
-            self._rate = statistics.median(rates) if rates else DEFAULT_S_PER_TEST
+                    measured += [v for v in self._load(other).values() if v.get("n")]
+            tests = sum(v["n"] for v in measured)
+            self._rate = sum(v["s"] for v in measured) / tests if tests else DEFAULT_S_PER_TEST
         return self._rate
 
     def expected(self, path: str, n_tests: int) -> tuple[float, str]:

@@ -359,7 +359,9 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
             out.seconds += before.seconds
             out.base_seconds += before.seconds
             out.selection = chosen.to_dict()
-        if before.seconds and not before.error:  # a fresh run: what each file costs, for later selections
+        # A fresh, complete run: what each file costs, for later selections. A run cut by its timeout
+        # says nothing of the files it did not finish (300 s shared by the 8 tests it reached).
+        if before.seconds and not before.error and not before.timed_out:
             costs.record(wt, chosen.files, before.statuses, before.seconds / settings.base_runs)
         out.notes += before.notes
         if before.error or not before.statuses:
