@@ -70,7 +70,6 @@ class Selection:
     left_out: list[str] = field(default_factory=list)  # "path: reason"
     changed_modules: list[str] = field(default_factory=list)
     changed_names: list[str] = field(default_factory=list)
-    expected_s: dict[str, float] = field(default_factory=dict)  # per selected file, when bounded by time
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -219,7 +218,6 @@ def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
                 sel.left_out.append(f"{t}: {how} {expected:.0f}s, over regression.timeout_s")
                 continue
             budget -= expected
-            sel.expected_s[t] = round(expected, 1)
         sel.files.append(t)
     sel.scores = {t: scores[t] for t in ranked}
     sel.why = {t: why[t] for t in ranked}

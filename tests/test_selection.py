@@ -159,12 +159,12 @@ def test_the_selection_is_bounded_by_expected_seconds_measured_per_file(tmp_path
                  "tests/test_util.py::test_a": "PASSED"}, 300.0)
     assert CostBook(tmp_path / "costs", "acme/pkg", "1.0").book["tests/test_slow.py"] == {"s": 200.0, "n": 2}
     sel = select_tests(wt, patch, RegressionSettings(max_expected_s=150), costs=CostBook(tmp_path / "costs", "acme/pkg", "1.0"))
-    assert sel.files == ["tests/test_util.py"] and sel.expected_s == {"tests/test_util.py": 100.0}
+    assert sel.files == ["tests/test_util.py"]
     assert "tests/test_slow.py: measured 200s, over regression.max_expected_s (47s left of 150s)" in sel.left_out
     # test_many was never measured: 50 tests at the repository's measured rate (200 s / 2 tests).
     assert any(x.startswith("tests/test_many.py: estimated 5000s") for x in sel.left_out)
     roomy = select_tests(wt, patch, RegressionSettings(max_expected_s=1000), costs=CostBook(tmp_path / "costs", "acme/pkg", "1.0"))
-    assert roomy.files == ["tests/test_util.py", "tests/test_slow.py"] and roomy.expected_s["tests/test_slow.py"] == 200.0
+    assert roomy.files == ["tests/test_util.py", "tests/test_slow.py"]
     # The best file runs whatever it costs (up to the run's timeout): a small budget only keeps others out.
     tight = select_tests(wt, patch, RegressionSettings(max_expected_s=10), costs=CostBook(tmp_path / "costs", "acme/pkg", "1.0"))
     assert tight.files == ["tests/test_util.py"]
