@@ -355,9 +355,9 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
         out.base_seconds += before.seconds
         if (not before.error and not before.timed_out and len(chosen.files) > 1
                 and not any(st in PASSING for st in before.statuses.values())):
-            suite, before = _runnable_files(runner, task, wt, chosen, settings)
-            out.seconds += before.seconds
-            out.base_seconds += before.seconds
+            suite, before, alone_s = _runnable_files(runner, task, wt, chosen, settings)
+            out.seconds += before.seconds + alone_s
+            out.base_seconds += before.seconds + alone_s
             out.selection = chosen.to_dict()
         # A fresh, complete run: what each file costs, for later selections. A run cut by its timeout
         # says nothing of the files it did not finish (300 s shared by the 8 tests it reached).
@@ -399,10 +399,11 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
 
 
 def _runnable_files(runner: SuiteRunner, task: Task, wt: Worktree, chosen: Selection,
-                    settings: RegressionSettings) -> tuple[Suite, SuiteRun]:
+                    settings: RegressionSettings) -> tuple[Suite, SuiteRun, float]:
     """The selection without the files where nothing passes at the base, run alone: one test module
     that cannot be imported stops the whole run (pytest's collection error; sympy's ``bin/test``,
-    whose reporter crashes) before the others run. ``chosen`` records what was left out."""
+    whose reporter crashes) before the others run. ``chosen`` records what was left out. Returns
+    the suite of the others, its base run, and the seconds the runs alone took."""
     alive, seconds = [], 0.0
     for f in chosen.files:
         one = baseline(runner, task, wt, Suite(targets=(f,), protected=(f,), timeout_s=settings.timeout_s,
@@ -415,8 +416,7 @@ def _runnable_files(runner: SuiteRunner, task: Task, wt: Worktree, chosen: Selec
     chosen.files = alive
     suite = Suite(targets=tuple(alive), protected=tuple(alive), timeout_s=settings.timeout_s, label="regression")
     before = baseline(runner, task, wt, suite, runs=settings.base_runs) if alive else SuiteRun({}, "", 0.0)
-    before.seconds += seconds
-    return suite, before
+    return suite, before, seconds
 
 
 def _failure_context(run: SuiteRun, failing: list[str]) -> str:
