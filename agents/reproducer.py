@@ -53,8 +53,8 @@ def check_draft(draft: ReproTestDraft, ctx: TaskContext) -> str:
         ctx.worktree.resolve(draft.path)
     except PatchError as exc:
         return str(exc)
-    if not selection.is_test_file(draft.path) and not selection.collected_by_pytest(
-            draft.path, selection.pytest_file_patterns(ctx.worktree)):
+    if not selection.is_test_file(draft.path) and not selection.matches_patterns(
+            draft.path, selection.python_files_patterns(ctx.worktree)):
         return (f"{draft.path!r} is not a test file name the test command collects "
                 "(name it test_<something>.py where the repository keeps its tests)")
     try:

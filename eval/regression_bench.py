@@ -2,7 +2,7 @@
 
     python -m eval.regression_bench --predictions FILE --dataset ../shared/data/swebench_lite.jsonl \\
         --repos DIR [--only pallets/flask,psf/requests] [--stride K] [--shard I/N] [--limit N] \\
-        [-o ROWS.jsonl] [--resume] [--config NAME]
+        [--base-runs N] [-o ROWS.jsonl] [--resume] [--config NAME]
 
 For each prediction whose repository has a mirror under DIR, on the evaluation side the instance's
 hidden tests run at the base and with the patch (the configured backend, venv by default, with
@@ -61,6 +61,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--shard", default="", metavar="I/N", help="judge only shard I of N (0-based) of the rows")
     p.add_argument("--limit", type=int, default=0, help="judge only the first N rows (after --stride)")
     p.add_argument("--config", default="redo", help="config for the test backend and the regression selection")
+    p.add_argument("--base-runs", type=int, default=0, choices=(0, 1, 2, 3),
+                   help="runs of the selected tests at the base (flaky ones left out); 0: the config's")
     p.add_argument("-o", "--output", type=Path, default=Path("runs/regression_bench.jsonl"))
     p.add_argument("--resume", action="store_true", help="count the rows already in --output instead of rerunning them")
     return p
@@ -102,6 +104,8 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         t1 = time.monotonic()
         own = own_outcome(runner, inst.task(), wt, patch, [], cfg.regression)  # the loop's check
         rec["own_seconds"] = round(time.monotonic() - t1, 1)
+        rec["own_base_seconds"] = round(own.base_seconds, 1)
+        rec["own_run_seconds"] = round(own.seconds, 1)  # the test processes alone: no wait for a shared env
         rec["own_ran"] = own.regression_ran
         rec["own_reason"] = own.reason[:300]
         rec["selected"] = own.selection.get("files", [])
@@ -137,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
     if args.stride < 1:
         raise InputError("--stride must be at least 1")
     cfg = load_config(args.config)
+    if args.base_runs:
+        cfg = cfg.model_copy(update={"regression": cfg.regression.model_copy(update={"base_runs": args.base_runs})})
     dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
     if not args.repos.is_dir():
         raise InputError(f"--repos: not a directory: {args.repos}")
@@ -211,6 +217,14 @@ def report(recs: list[dict[str, Any]], args: argparse.Namespace) -> str:
         lines.append(f"tests run per patch: median {statistics.median(r['tests_run'] for r in judged):.0f}; "
                      f"seconds per patch (loop's check): median {tally.median_s:.1f}, p95 {tally.p95_s:.1f}; "
                      f"hidden run: median {statistics.median(r['hidden_seconds'] for r in judged):.1f}")
+        runs = [r["own_run_seconds"] for r in judged if "own_run_seconds" in r]
+        if runs:
+            lines.append(f"seconds per patch in the test processes alone (no queueing for an env another job "
+                         f"holds): median {statistics.median(runs):.1f} ({len(runs)} patches)")
+        later = [r["own_seconds"] - r["own_base_seconds"] for r in judged if "own_base_seconds" in r]
+        if later:  # a later attempt of the same task finds the base run cached
+            lines.append(f"seconds per later attempt (base run cached): median {statistics.median(later):.1f}, "
+                         f"max {max(later):.1f} ({len(later)} patches)")
     lines += fidelity(recs)
     lines.append(f"regression_recall={tally.recall:.3f} regression_precision={tally.precision:.3f} "
                  f"median_s={tally.median_s:.1f}")

@@ -151,6 +151,9 @@ class RegressionSettings(_Strict):
     max_files: int = Field(default=6, ge=1)
     # Test files bigger than this are left out (a 10k-line test module is a slow, broad net).
     max_file_bytes: int = Field(default=400_000, ge=1000)
+    # Seconds one run of the selection is expected to take, by the files' measured (else
+    # estimated) cost (scoring.selection.CostBook); files that do not fit are left out.
+    max_expected_s: float = Field(default=40.0, gt=0)
     # Wall-clock cap for one run of the selection; tests it did not reach are left out.
     timeout_s: float = Field(default=300.0, gt=0)
     # Runs of the selection at the base commit; a test whose outcome differs between them is

@@ -43,6 +43,13 @@ ERA_CONSTRAINTS: dict[str, list[str]] = {
     "sphinx-doc/sphinx": ["docutils<0.22", "Pygments<2.19"],
 }
 
+# Where the harness whose verdicts we compare with ran another Python than swebench's specs name
+# today. sympy 1.0: the AutoCodeRover eval logs (the 2024 harness, lite_predictions/*) print
+# ``executable: /opt/pyenv/versions/3.7.17/bin/python`` for every sympy 1.0 instance; the specs say
+# 3.9, where ``parse_expr(..., evaluate=False)`` fails (ast changed in 3.8) and tests the harness
+# ran green fail here. Every other (repo, version) in those logs ran the specs' Python.
+HARNESS_PYTHON: dict[tuple[str, str], str] = {("sympy/sympy", "1.0"): "3.7"}
+
 # Git submodules are not in a ``git archive`` checkout; where PyPI has the same code, install it.
 SUBMODULE_PACKAGES: dict[str, str] = {"astropy_helpers": "astropy-helpers<3.2"}
 
@@ -109,12 +116,16 @@ class VenvEnvs:
         self.specs = specs or (lambda repo, version: repo_specs(self.cache_dir, repo, version))
 
     def env_path(self, task: Task) -> Path:
-        return self.root / f"{task.repo_slug}__{task.version}"
+        # A pinned Python gets its own folder: the env built from the specs may be in use.
+        pinned = HARNESS_PYTHON.get((task.repo, task.version))
+        return self.root / (f"{task.repo_slug}__{task.version}" + (f"-py{pinned}" if pinned else ""))
 
     def get(self, task: Task, wt: Worktree) -> TestEnv:
         spec = self.specs(task.repo, task.version) if task.version else None
         if spec is None:
             raise EnvError(f"swebench has no install specs for {task.repo} version {task.version!r}")
+        if (task.repo, task.version) in HARNESS_PYTHON:
+            spec = {**spec, "python": HARNESS_PYTHON[(task.repo, task.version)]}
         path = self.env_path(task)
         with file_lock(path.parent / f"{path.name}.lock"):
             meta_path = path / "env.json"

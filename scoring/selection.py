@@ -5,31 +5,57 @@ way a maintainer would pick them:
 
 1. **convention**: the test module of each touched module by the usual layouts
    (``pkg/mod.py`` -> ``pkg/tests/test_mod.py``, ``tests/.../test_mod.py``, ``testing/test_mod.py``,
-   ``mod_test.py``);
-2. **imports**: test files that import a touched module;
-3. **names**: test files that name a function or class the patch changes or defines.
+   ``mod_test.py``, the flattened ``tests/test_sub_mod.py``);
+2. **mirror**: the test files of the touched module's subpackage in a mirrored test tree
+   (``src/pkg/_sub/mod.py`` -> ``testing/sub/test_*.py``, ``tests/sub/...``), when that folder is
+   small enough to say something;
+3. **imports**: test files that import a touched module, or, for a small package, the package
+   itself (``import requests`` in a root ``test_requests.py``);
+4. **names**: test files that name a function or class the patch changes or defines.
 
-Each file gets a score (convention 4, import 2, one per changed name it mentions, at most 3);
-the best ``max_files`` are run, the rest are recorded as left out, and so are files over
-``max_file_bytes``. Ties break on the path, so a selection is deterministic.
+Test files are the usual names plus the repository's own ``python_files`` patterns (pytest's
+``testing/python/*.py``). Each file gets a score (convention 4, mirror 3, import 2, package
+import 1, one per changed name it mentions, at most 3); the best are run within three bounds:
+``max_files``, ``max_file_bytes`` and ``max_expected_s``, the seconds a run of the selection is
+expected to take (the best file runs whatever it costs, up to ``timeout_s``; the budget decides
+which others join it). A file's expected seconds are measured: each base run of a selection is
+attributed to its files by the tests each reported, and kept per (repo, version, file)
+(:class:`CostBook`, in the cache) so a later task skips a file known to be slow; a file never
+measured is estimated from its number of test functions at the repository's measured rate. What is
+left out is recorded with the reason. Ties break on the expected seconds (the cheaper first), then
+the path, so a selection is deterministic.
 """
 
 from __future__ import annotations
 
 import ast
+import configparser
 import contextlib
 import fnmatch
+import json
 import re
 import subprocess
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from fixgraph.config import RegressionSettings
+from fixgraph.records import atomic_write, file_lock
 from fixgraph.workspace import Worktree
 from scoring.patchinfo import PatchParseError, SymbolMap, parse_patch
 
-W_CONVENTION, W_IMPORT, W_NAME, MAX_NAME_HITS = 4, 2, 1, 3
+W_CONVENTION, W_MIRROR, W_IMPORT, W_PACKAGE, W_NAME, MAX_NAME_HITS = 4, 3, 2, 1, 1, 3
+# A mirrored test folder (or flattened prefix) with more test files than this names a whole
+# subsystem (sympy/core/tests): the other signals have to pick among them.
+MAX_MIRROR_FILES = 8
+# A package with at most this many modules is small enough that importing it exercises them all.
+SMALL_PACKAGE_MODULES = 40
+# Before any file of a repository has been measured: seconds per test function, and per process.
+DEFAULT_S_PER_TEST, S_PER_RUN = 0.1, 3.0
+# Third-party code a package carries (requests.packages.urllib3): not the package's own modules.
+_VENDORED = {"packages", "vendor", "_vendor", "extern", "externals", "thirdparty"}
+_TEST_DEF = re.compile(r"^\s*(?:async\s+)?def\s+(test\w*)", re.M)
 _TEST_DIRS = {"tests", "test", "testing"}
 # Names too common to say anything about which test exercises them.
 _COMMON = {"__init__", "__call__", "__repr__", "__str__", "__eq__", "__hash__", "main", "run", "get", "set",
@@ -101,7 +127,9 @@ def changed_names(wt: Worktree, patch: str) -> list[str]:
 
 
 def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
-                 exclude: set[str] | None = None) -> Selection:
+                 exclude: set[str] | None = None, costs: CostBook | None = None) -> Selection:
+    """The existing tests to run for ``patch``; ``costs`` (measured seconds per file) bounds the
+    selection by ``settings.max_expected_s`` too."""
     exclude = exclude or set()
     sel = Selection()
     try:
@@ -114,7 +142,8 @@ def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
     if not modules:
         return sel
     tracked = _base_files(wt)
-    tests = [f for f in tracked if is_test_file(f) and f not in exclude]
+    patterns = python_files_patterns(wt)
+    tests = [f for f in tracked if (is_test_file(f) or matches_patterns(f, patterns)) and f not in exclude]
     if not tests:
         return sel
     scores: dict[str, int] = {}
@@ -124,23 +153,39 @@ def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
         scores[path] = scores.get(path, 0) + points
         why.setdefault(path, []).append(reason)
 
+    def has(path: str, kind: str) -> bool:
+        return any(r.startswith(kind) for r in why.get(path, []))
+
     by_name: dict[str, list[str]] = {}
     for t in tests:
         by_name.setdefault(PurePosixPath(t).name, []).append(t)
     for mod in modules:
         p = PurePosixPath(mod)
         stem = p.parent.name if p.stem == "__init__" else p.stem
-        for candidate in (f"test_{stem}.py", f"{stem}_test.py", f"test_{stem.lstrip('_')}.py"):
+        flat = "_".join([*_subpackage(mod), stem.lstrip("_")])
+        for candidate in (f"test_{stem}.py", f"{stem}_test.py", f"test_{stem.lstrip('_')}.py", f"test_{flat}.py"):
             for t in by_name.get(candidate, []):
-                if "convention" not in " ".join(why.get(t, [])):
+                if not has(t, "convention"):
                     add(t, W_CONVENTION + _closeness(mod, t), f"convention: tests {mod}")
+    for mod in modules:
+        for t in _mirrored(mod, tests):
+            if not has(t, "convention") and not has(t, "mirror"):
+                add(t, W_MIRROR, f"mirror: test folder of {'/'.join(_subpackage(mod))}")
+    packages: set[str] = set()
     for mod in modules:
         dotted = module_name(mod)
         if not dotted:
             continue
         for t in _grep(wt, _import_pattern(dotted), tests, regex=True):
-            if not any(r.startswith("imports") for r in why.get(t, [])):
+            if not has(t, "imports"):
                 add(t, W_IMPORT, f"imports {dotted}")
+        top = dotted.split(".", 1)[0]
+        if top != dotted and _is_small_package(tracked, mod, top):
+            packages.add(top)
+    for top in sorted(packages):
+        for t in _grep(wt, rf"^\s*(import\s+{re.escape(top)}\b|from\s+{re.escape(top)}(\.\S+)?\s+import)", tests, regex=True):
+            if not has(t, "imports"):
+                add(t, W_PACKAGE, f"imports the package {top} (small)")
     names = changed_names(wt, patch)
     sel.changed_names = names
     hits: dict[str, int] = {}
@@ -149,18 +194,182 @@ def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
             if hits.get(t, 0) < MAX_NAME_HITS:
                 hits[t] = hits.get(t, 0) + 1
                 add(t, W_NAME, f"names {name}")
-    ranked = sorted(scores, key=lambda t: (-scores[t], t))
+    # Among files with the same evidence the cheaper runs first: a slow one must not take the budget.
+    cost = {t: costs.expected(t, _count_tests(wt, t)) for t in scores} if costs is not None else {}
+    ranked = sorted(scores, key=lambda t: (-scores[t], cost[t][0] if cost else 0.0, t))
     sizes = _sizes(wt, ranked)
+    budget = settings.max_expected_s - (S_PER_RUN if costs is not None else 0.0)
     for t in ranked:
         if sizes.get(t, 0) > settings.max_file_bytes:
             sel.left_out.append(f"{t}: {sizes[t]} bytes, over regression.max_file_bytes")
-        elif len(sel.files) < settings.max_files:
-            sel.files.append(t)
-        else:
+            continue
+        if len(sel.files) >= settings.max_files:
             sel.left_out.append(f"{t}: over regression.max_files ({settings.max_files})")
+            continue
+        if cost:
+            expected, how = cost[t]
+            # The best file runs whatever it costs (up to the run's timeout): the module's own test
+            # file is the strongest evidence there is, and a small unrelated one is no substitute.
+            if sel.files and expected > budget:
+                sel.left_out.append(f"{t}: {how} {expected:.0f}s, over regression.max_expected_s "
+                                    f"({max(budget, 0):.0f}s left of {settings.max_expected_s:g}s)")
+                continue
+            if not sel.files and expected > settings.timeout_s:
+                sel.left_out.append(f"{t}: {how} {expected:.0f}s, over regression.timeout_s")
+                continue
+            budget -= expected
+        sel.files.append(t)
     sel.scores = {t: scores[t] for t in ranked}
     sel.why = {t: why[t] for t in ranked}
     return sel
+
+
+class CostBook:
+    """Seconds each test file takes at the base, measured, per (repository, version).
+
+    Kept in ``<cache>/test-costs/<owner>+<name>__<version>.json`` and shared by every task of that
+    version (and, for the rate per test, of the repository), so the cost of a file is paid once
+    before a selection can leave it out. A file's seconds are the base run's, shared among its
+    files by the number of tests each reported (the process start-up included)."""
+
+    def __init__(self, cache_dir: Path, repo: str, version: str):
+        self.folder = cache_dir / "test-costs"
+        self.slug = repo.replace("/", "+")
+        self.path = self.folder / f"{self.slug}__{re.sub(r'[^A-Za-z0-9_.-]', '_', version or 'any')}.json"
+        self._book: dict[str, dict[str, float]] | None = None
+        self._rate: float | None = None
+
+    def _load(self, path: Path) -> dict[str, dict[str, float]]:
+        with contextlib.suppress(OSError, json.JSONDecodeError):
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(data, dict):
+                return {k: v for k, v in data.items() if isinstance(v, dict) and "s" in v}
+        return {}
+
+    @property
+    def book(self) -> dict[str, dict[str, float]]:
+        if self._book is None:
+            self._book = self._load(self.path)
+        return self._book
+
+    def rate(self) -> float:
+        """Measured seconds per test in this repository (this version, else any), else the default:
+        all seconds over all tests, so the start-up a small file's share carries does not make
+        every test look slow."""
+        if self._rate is None:
+            measured = [v for v in self.book.values() if v.get("n")]
+            if not measured:
+                for other in sorted(self.folder.glob(f"{self.slug}__*.json")):
+                    measured += [v for v in self._load(other).values() if v.get("n")]
+            tests = sum(v["n"] for v in measured)
+            self._rate = sum(v["s"] for v in measured) / tests if tests else DEFAULT_S_PER_TEST
+        return self._rate
+
+    def expected(self, path: str, n_tests: int) -> tuple[float, str]:
+        """(seconds, "measured" | "estimated") for one run of ``path``."""
+        known = self.book.get(path)
+        if known is not None:
+            return float(known["s"]), "measured"
+        return max(n_tests, 1) * self.rate(), "estimated"
+
+    def record(self, wt: Worktree, files: Iterable[str], statuses: dict[str, str], seconds: float) -> None:
+        """Share ``seconds`` (one base run of ``files``) among the files by the tests each reported."""
+        files = list(files)
+        counts = dict.fromkeys(files, 0)
+        names: dict[str, str] = {}
+        for f in files:
+            for name in _TEST_DEF.findall(wt.read(f) or ""):
+                names.setdefault(name, f)
+        for test_id in statuses:
+            if "::" in test_id:
+                f = test_id.split("::", 1)[0]
+            else:  # a bare name (sympy's runner): the file that defines it
+                f = names.get(test_id.split(" ", 1)[0].split("[", 1)[0], "")
+            if f in counts:
+                counts[f] += 1
+        total = sum(counts.values())
+        if not total or seconds <= 0:
+            return
+        with file_lock(self.path.with_suffix(".lock")):
+            book = self._load(self.path)
+            for f, n in counts.items():
+                if n:
+                    book[f] = {"s": round(seconds * n / total, 2), "n": n}
+            atomic_write(self.path, json.dumps(book, indent=0, sort_keys=True))
+            self._book, self._rate = book, None
+
+
+def python_files_patterns(wt: Worktree) -> list[str]:
+    """The repository's own pytest ``python_files`` patterns beyond the usual names (pytest's
+    ``testing/*/*.py``), read from its configuration at the base commit."""
+    import tomllib
+
+    found: list[str] = []
+    for name, section in (("pytest.ini", "pytest"), ("tox.ini", "pytest"), ("setup.cfg", "tool:pytest")):
+        text = _base_text(wt, name)
+        if not text:
+            continue
+        cfg = configparser.ConfigParser(interpolation=None, strict=False)
+        with contextlib.suppress(configparser.Error):
+            cfg.read_string(text)
+            found += cfg.get(section, "python_files", fallback="").split()
+    with contextlib.suppress(tomllib.TOMLDecodeError, AttributeError):
+        value = tomllib.loads(_base_text(wt, "pyproject.toml") or "").get("tool", {}).get("pytest", {}).get(
+            "ini_options", {}).get("python_files") or []
+        found += value.split() if isinstance(value, str) else [str(v) for v in value]
+    usual = {"test_*.py", "*_test.py", "tests.py", "test*.py"}
+    return [p for p in dict.fromkeys(found) if p not in usual][:10]
+
+
+def matches_patterns(path: str, patterns: list[str]) -> bool:
+    name = PurePosixPath(path).name
+    if name in ("__init__.py", "conftest.py") or not name.endswith(".py"):
+        return False
+    return any(fnmatch.fnmatchcase(path if "/" in pat else name, pat) for pat in patterns)
+
+
+def _subpackage(module: str) -> list[str]:
+    """``src/_pytest/_code/code.py`` -> ``["code"]``: the folders between the top package and the
+    module, leading underscores off (a private package's tests drop them)."""
+    parts = [p for p in PurePosixPath(module).parent.parts if p not in ("src", "lib")]
+    return [p.lstrip("_") for p in parts[1:] if p.lstrip("_")]
+
+
+def _mirrored(module: str, tests: list[str]) -> list[str]:
+    """Test files in the mirror of the module's subpackage: ``testing/code/test_*.py`` and
+    ``tests/code/...`` for ``src/_pytest/_code/code.py``, or the flattened ``tests/test_code_*.py``;
+    nothing when that mirror holds more than ``MAX_MIRROR_FILES`` files."""
+    sub = _subpackage(module)
+    if not sub:
+        return []
+    nested = [t for t in tests if _test_dir_parts(t) == sub]
+    prefix = "test_" + "_".join(sub) + "_"
+    flat = [t for t in tests if PurePosixPath(t).name.startswith(prefix)
+            and len(PurePosixPath(t).parts) == 2 and PurePosixPath(t).parts[0] in _TEST_DIRS]
+    return [t for group in (nested, flat) if len(group) <= MAX_MIRROR_FILES for t in group]
+
+
+def _test_dir_parts(test: str) -> list[str]:
+    """The folders of a test file below a top-level test root: ``testing/code/test_x.py`` ->
+    ``["code"]``; empty for a file under the package (``pkg/sub/tests/``), which is the
+    convention's and closeness's business."""
+    parts = list(PurePosixPath(test).parent.parts)
+    for i, part in enumerate(parts):
+        if part in _TEST_DIRS:
+            return [p.lstrip("_") for p in parts[i + 1:]] if i == 0 else []
+    return []
+
+
+def _is_small_package(tracked: list[str], module: str, top: str) -> bool:
+    root = "/".join(PurePosixPath(module).parts[:PurePosixPath(module).parts.index(top) + 1]) \
+        if top in PurePosixPath(module).parts else top
+    count = sum(1 for f in tracked if f.startswith(root + "/") and f.endswith(".py") and not is_test_file(f)
+                and not _VENDORED & set(PurePosixPath(f[len(root) + 1:]).parts[:-1]))
+    return 0 < count <= SMALL_PACKAGE_MODULES
+
+
+def _count_tests(wt: Worktree, path: str) -> int:
+    return len(_TEST_DEF.findall(wt.read(path) or ""))
 
 
 def _closeness(module: str, test: str) -> int:
@@ -220,36 +429,3 @@ def _sizes(wt: Worktree, paths: list[str]) -> dict[str, int]:
             out[path] = int(parts[3])
     return out
 
-
-def pytest_file_patterns(wt: Worktree) -> tuple[str, ...]:
-    """The ``python_files`` patterns of the repository's own pytest configuration at the base (in
-    pytest.ini, tox.ini, setup.cfg or pyproject.toml; () when it sets none). pytest's own repository
-    collects ``testing/*/*.py``, so ``testing/python/fixtures.py`` is one of its test files."""
-    import configparser
-    import tomllib
-
-    for name, section in (("pytest.ini", "pytest"), ("pyproject.toml", ""), ("tox.ini", "pytest"),
-                          ("setup.cfg", "tool:pytest")):
-        text = wt.read(name)
-        if not text:
-            continue
-        value: Any = None
-        if name == "pyproject.toml":
-            with contextlib.suppress(tomllib.TOMLDecodeError):
-                value = tomllib.loads(text).get("tool", {}).get("pytest", {}).get("ini_options", {}).get("python_files")
-        else:
-            parser = configparser.ConfigParser(interpolation=None, strict=False)
-            with contextlib.suppress(configparser.Error):
-                parser.read_string(text)
-                value = parser.get(section, "python_files", fallback=None)
-        if value:
-            return tuple(value.split() if isinstance(value, str) else (str(v) for v in value))
-    return ()
-
-
-def collected_by_pytest(path: str, patterns: tuple[str, ...]) -> bool:
-    """Whether pytest collects ``path`` under ``patterns`` when it walks the tree (pytest's own
-    rule: a pattern with a ``/`` matches the path, one without matches the file name)."""
-    name = PurePosixPath(path).name
-    return path.endswith(".py") and any(
-        fnmatch.fnmatch(path if "/" in p else name, p) for p in patterns)

@@ -35,7 +35,7 @@ import sys
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fixgraph.config import RegressionSettings, TestSettings
 from fixgraph.dataset import EvaluationData, Task
@@ -67,6 +67,9 @@ from scoring.testenv import (
     owned_by,
     run_root,
 )
+
+if TYPE_CHECKING:
+    from scoring.selection import Selection
 
 __all__ = ["PASSING", "LOG_TAIL_CHARS", "Suite", "SuiteRun", "SuiteRunner", "TestEnv", "EnvError",
            "TestOutcome", "ReproTest", "make_runner", "baseline", "own_outcome", "hidden_outcome"]
@@ -151,6 +154,7 @@ class TestOutcome:
     source: str = "own"  # own | oracle
     crash: str = ""  # crash context and failing output for the Coder
     seconds: float = 0.0
+    base_seconds: float = 0.0  # of ``seconds``, the base runs of the selected tests (0 when cached)
     log_tail: str = ""
     timed_out: bool = False
     network_isolated: bool = False
@@ -385,7 +389,8 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
     out.regression_ran = False
     # A reproduction test that rewrites an existing test file does not hide that file's base
     # version from the selection: the two run separately.
-    chosen = selection.select_tests(wt, patch, settings) if settings.enabled else None
+    costs = selection.CostBook(runner.cache_dir, task.repo, task.version)
+    chosen = selection.select_tests(wt, patch, settings, costs=costs) if settings.enabled else None
     if chosen is not None:
         out.selection = chosen.to_dict()
     if chosen is None or not chosen.files:
@@ -396,6 +401,17 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
                       label="regression")
         before = baseline(runner, task, wt, suite, runs=settings.base_runs)
         out.seconds += before.seconds
+        out.base_seconds += before.seconds
+        if (not before.error and not before.timed_out and len(chosen.files) > 1
+                and not any(st in PASSING for st in before.statuses.values())):
+            suite, before, alone_s = _runnable_files(runner, task, wt, chosen, settings)
+            out.seconds += before.seconds + alone_s
+            out.base_seconds += before.seconds + alone_s
+            out.selection = chosen.to_dict()
+        # A fresh, complete run: what each file costs, for later selections. A run cut by its timeout
+        # says nothing of the files it did not finish (300 s shared by the 8 tests it reached).
+        if before.seconds and not before.error and not before.timed_out:
+            costs.record(wt, chosen.files, before.statuses, before.seconds / settings.base_runs)
         out.notes += before.notes
         if before.error or not before.statuses:
             why.append("existing tests could not run at the base: "
@@ -429,6 +445,27 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
     out.crash = "\n\n".join(c for c in (_failure_context(run, ids) for run, ids in failing_runs) if c)
     out.notes = list(dict.fromkeys(out.notes))
     return out
+
+
+def _runnable_files(runner: SuiteRunner, task: Task, wt: Worktree, chosen: Selection,
+                    settings: RegressionSettings) -> tuple[Suite, SuiteRun, float]:
+    """The selection without the files where nothing passes at the base, run alone: one test module
+    that cannot be imported stops the whole run (pytest's collection error; sympy's ``bin/test``,
+    whose reporter crashes) before the others run. ``chosen`` records what was left out. Returns
+    the suite of the others, its base run, and the seconds the runs alone took."""
+    alive, seconds = [], 0.0
+    for f in chosen.files:
+        one = baseline(runner, task, wt, Suite(targets=(f,), protected=(f,), timeout_s=settings.timeout_s,
+                                               label="regression"))
+        seconds += one.seconds
+        if any(st in PASSING for st in one.statuses.values()):
+            alive.append(f)
+        else:
+            chosen.left_out.append(f"{f}: nothing passes at the base, run alone ({_nothing_collected(one)[:120]})")
+    chosen.files = alive
+    suite = Suite(targets=tuple(alive), protected=tuple(alive), timeout_s=settings.timeout_s, label="regression")
+    before = baseline(runner, task, wt, suite, runs=settings.base_runs) if alive else SuiteRun({}, "", 0.0)
+    return suite, before, seconds
 
 
 def _failure_context(run: SuiteRun, failing: list[str]) -> str:

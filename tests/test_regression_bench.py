@@ -47,6 +47,9 @@ def test_bench_finds_the_visible_regression_and_records_what_it_cannot_judge(
     recs = {r["instance_id"]: r for r in map(json.loads, out_rows.read_text().splitlines())}
     assert recs["fixture__calc-2"]["visible"] == [f"tests/test_calc.py::test_mul_{i}" for i in range(10)]
     assert recs["fixture__calc-1"]["resolved_here"] is True and recs["fixture__calc-1"]["flagged"] == []
+    # Each patch here is its task's first: it pays the base run, which a later attempt finds cached.
+    assert 0 < recs["fixture__calc-2"]["own_base_seconds"] < recs["fixture__calc-2"]["own_seconds"]
+    assert "seconds per later attempt (base run cached): median" in text
 
     # --resume counts what is recorded; nothing runs again.
     assert main([*args, "--resume"]) == 0

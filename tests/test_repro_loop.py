@@ -180,7 +180,7 @@ def test_evaluation_data_never_reaches_the_pipeline(tmp_path, bot):
 def _strip_seconds(text: str) -> str:
     import re
 
-    text = re.sub(r'"(seconds|s)": [0-9.]+', '"seconds": 0', text)
+    text = re.sub(r'"(\w*seconds|s)": [0-9.]+', '"seconds": 0', text)
     return re.sub(r" in [0-9.]+s ", " in 0s ", text)  # pytest's own timing line
 
 
@@ -305,29 +305,32 @@ def test_a_test_that_wants_the_network_is_refused_also_when_its_base_run_is_cach
         assert "needs the network" in model.prompts_for("ReproTestDraft")[1]
 
 
-class _Tree:
-    def __init__(self, files: dict[str, str]) -> None:
-        self.files = files
-
-    def read(self, rel: str) -> str | None:
-        return self.files.get(rel)
-
-
 @pytest.mark.parametrize("files,expected", [
     ({"tox.ini": "[tox]\nenvlist = py37\n\n[pytest]\npython_files = test_*.py *_test.py testing/*/*.py\n"},
-     ("test_*.py", "*_test.py", "testing/*/*.py")),
-    ({"setup.cfg": "[tool:pytest]\npython_files =\n    check_*.py\n"}, ("check_*.py",)),
-    ({"pyproject.toml": '[tool.pytest.ini_options]\npython_files = ["spec_*.py"]\n'}, ("spec_*.py",)),
-    ({"tox.ini": "[pytest\nbroken"}, ()),
-    ({}, ()),
+     ["testing/*/*.py"]),
+    ({"setup.cfg": "[tool:pytest]\npython_files =\n    check_*.py\n"}, ["check_*.py"]),
+    ({"pyproject.toml": '[tool.pytest.ini_options]\npython_files = ["spec_*.py"]\n'}, ["spec_*.py"]),
+    ({"pyproject.toml": "[tool.pytest.ini_options\nbroken", "tox.ini": "[pytest\nbroken"}, []),
+    ({}, []),
 ])
-def test_the_repositorys_own_pytest_patterns_name_its_test_files(files, expected):
+def test_the_repositorys_own_pytest_patterns_name_its_test_files(tmp_path, files, expected):
     """pytest's repository collects ``testing/*/*.py`` (pytest-5221's tests live in
-    ``testing/python/fixtures.py``): a reproduction test there is a test file."""
-    from scoring.selection import collected_by_pytest, pytest_file_patterns
+    ``testing/python/fixtures.py``): a reproduction test there is a test file. The patterns are
+    read from the base commit."""
+    from eval.fixtures import git_commit_all
+    from fixgraph.workspace import RepoCache
+    from scoring.selection import matches_patterns, python_files_patterns
 
-    patterns = pytest_file_patterns(_Tree(files))  # type: ignore[arg-type]
+    repo = tmp_path / "mirrors" / "fixture+patterns"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "pkg" / "__init__.py").write_text("")
+    for name, text in files.items():
+        (repo / name).write_text(text)
+    base = git_commit_all(repo, "base")
+    cache = RepoCache(tmp_path / "cache", tmp_path / "mirrors")
+    wt = cache.worktree("fixture/patterns", base, "patterns")
+    patterns = python_files_patterns(wt)
     assert patterns == expected
-    if "testing/*/*.py" in patterns:
-        assert collected_by_pytest("testing/python/fixtures.py", patterns)
-        assert not collected_by_pytest("src/_pytest/fixtures.py", patterns)
+    if expected == ["testing/*/*.py"]:
+        assert matches_patterns("testing/python/fixtures.py", patterns)
+        assert not matches_patterns("src/_pytest/fixtures.py", patterns)

@@ -187,3 +187,16 @@ def test_the_critic_rejects_a_patch_whose_existing_test_crashes_and_the_coder_ge
     retry = model.prompts_for("CodeChange")[1]
     assert f"calc/ops.py:{finding['line']} in add" in retry and "at: return a + str(b)" in retry
     assert second["verdict"] == "Safe" and not [f for f in second["findings"] if f["source"] == "runtime"]
+
+
+def test_a_selected_file_that_cannot_run_at_the_base_does_not_silence_the_others(tmp_path: Path) -> None:
+    """A selected test module that does not import at the base stops the whole run (pytest's
+    collection error; sympy's bin/test crashes): each file then runs alone at the base, the dead one
+    is left out with the reason, and the others still judge the patch."""
+    dead = "import calc\nimport no_such_module\n\n\ndef test_dead():\n    assert calc.add(1, 1) == 2\n"
+    broken = CALC.replace("    return a + b\n", "    return a - b\n")
+    outcome, _ = _judge(tmp_path, broken, {"tests/test_dead.py": dead})
+    assert outcome.regression_ran and outcome.selection["files"] == ["tests/test_calc.py"]
+    assert any(x.startswith("tests/test_dead.py: nothing passes at the base, run alone")
+               for x in outcome.selection["left_out"])
+    assert outcome.pass_to_pass_after["tests/test_calc.py::test_add"] == "FAILED"

@@ -103,3 +103,87 @@ def test_only_the_files_own_tests_count() -> None:
     assert "does not reproduce" in judge_run(only_inner, "testing/test_issue.py", content)[0]
     cut = SuiteRun({"testing/test_issue.py::test_issue": "PASSED"}, "log", 180.0, timed_out=True)
     assert "did not finish" in judge_run(cut, "testing/test_issue.py", content)[0]
+
+
+def test_a_mirrored_test_tree_is_the_module_s_test_folder(tmp_path: Path) -> None:
+    """src/_pkg/_code/code.py is tested in testing/code/ (pytest's layout), without a file named
+    after it; the mirror is a signal of its own, weaker than the exact test module."""
+    files = {"src/_pkg/__init__.py": "", "src/_pkg/_code/__init__.py": "", "src/_pkg/_code/code.py": UTIL,
+             "testing/code/test_excinfo.py": "def test_e():\n    assert 1\n",
+             "testing/code/test_source.py": "def test_s():\n    assert 1\n",
+             "testing/test_recwarn.py": "def test_r():\n    assert 1\n",
+             "tox.ini": "[pytest]\npython_files = test_*.py *_test.py testing/*/*.py\n",
+             "testing/python/raises.py": "from _pkg._code.code import shout\n\ndef test_raises():\n    assert shout\n"}
+    wt = _repo(tmp_path, files)
+    patch = apply_to(wt, diff_for(tmp_path, "src/_pkg/_code/code.py", UTIL, UTIL.replace("upper", "title")))
+    sel = select_tests(wt, patch, RegressionSettings())
+    assert set(sel.files) == {"testing/code/test_excinfo.py", "testing/code/test_source.py", "testing/python/raises.py"}
+    assert sel.why["testing/code/test_excinfo.py"] == ["mirror: test folder of code"]
+    # raises.py is a test file only by the repository's python_files pattern; it imports the module.
+    assert sel.why["testing/python/raises.py"][0] == "imports _pkg._code.code"
+    assert "testing/test_recwarn.py" not in sel.scores
+
+
+def test_a_root_test_file_importing_a_small_package_tests_its_modules(tmp_path: Path) -> None:
+    """requests' test_requests.py sits at the root and says ``import requests``: for a small package
+    that exercises every module; vendored code does not make the package big."""
+    files = {"pkg/__init__.py": "from pkg.util import shout\n", "pkg/util.py": UTIL,
+             "test_pkg.py": "import pkg\n\ndef test_p():\n    assert pkg.__name__ == 'pkg'\n"}
+    files |= {f"pkg/packages/vendored/m{i}.py": "x = 1\n" for i in range(60)}
+    wt = _repo(tmp_path, files)
+    patch = apply_to(wt, diff_for(tmp_path, "pkg/util.py", UTIL, UTIL.replace("upper", "title")))
+    sel = select_tests(wt, patch, RegressionSettings())
+    assert sel.files == ["test_pkg.py"] and sel.why["test_pkg.py"] == ["imports the package pkg (small)"]
+    big = {"pkg/__init__.py": "", "pkg/util.py": UTIL, "test_pkg.py": "import pkg\n\ndef test_p():\n    assert pkg\n"}
+    big |= {f"pkg/sub{i}.py": "x = 1\n" for i in range(60)}
+    wt2 = _repo(tmp_path / "big", big)
+    patch2 = apply_to(wt2, diff_for(tmp_path / "big", "pkg/util.py", UTIL, UTIL.replace("upper", "title")))
+    assert select_tests(wt2, patch2, RegressionSettings()).files == []
+
+
+def test_the_selection_is_bounded_by_expected_seconds_measured_per_file(tmp_path: Path) -> None:
+    """A file measured slow at an earlier base run is left out (with the reason) and the budget
+    goes to the next; a file never measured is estimated from its test functions."""
+    from scoring.selection import CostBook
+
+    many = "import pkg.util\n\n" + "".join(f"def test_{i}():\n    assert 1\n" for i in range(50))
+    files = {"pkg/util.py": UTIL, "tests/test_util.py": "import pkg.util\n\ndef test_a():\n    assert 1\n",
+             "tests/test_slow.py": "from pkg.util import slugify\n\ndef test_b():\n    assert slugify\n",
+             "tests/test_many.py": many}
+    wt = _repo(tmp_path, files)
+    patch = apply_to(wt, diff_for(tmp_path, "pkg/util.py", UTIL, UTIL.replace("upper", "title")))
+    book = CostBook(tmp_path / "costs", "acme/pkg", "1.0")
+    # One base run of the two files took 300 s; test_slow reported 2 of its 3 tests' results.
+    book.record(wt, ["tests/test_slow.py", "tests/test_util.py"],
+                {"tests/test_slow.py::test_b": "PASSED", "tests/test_slow.py::test_b2": "PASSED",
+                 "tests/test_util.py::test_a": "PASSED"}, 300.0)
+    assert CostBook(tmp_path / "costs", "acme/pkg", "1.0").book["tests/test_slow.py"] == {"s": 200.0, "n": 2}
+    sel = select_tests(wt, patch, RegressionSettings(max_expected_s=150), costs=CostBook(tmp_path / "costs", "acme/pkg", "1.0"))
+    assert sel.files == ["tests/test_util.py"]
+    assert "tests/test_slow.py: measured 200s, over regression.max_expected_s (47s left of 150s)" in sel.left_out
+    # test_many was never measured: 50 tests at the repository's measured rate (200 s / 2 tests).
+    assert any(x.startswith("tests/test_many.py: estimated 5000s") for x in sel.left_out)
+    roomy = select_tests(wt, patch, RegressionSettings(max_expected_s=1000), costs=CostBook(tmp_path / "costs", "acme/pkg", "1.0"))
+    assert roomy.files == ["tests/test_util.py", "tests/test_slow.py"]
+    # The best file runs whatever it costs (up to the run's timeout): a small budget only keeps others out.
+    tight = select_tests(wt, patch, RegressionSettings(max_expected_s=10), costs=CostBook(tmp_path / "costs", "acme/pkg", "1.0"))
+    assert tight.files == ["tests/test_util.py"]
+    short = select_tests(wt, patch, RegressionSettings(max_expected_s=10, timeout_s=60),
+                         costs=CostBook(tmp_path / "costs", "acme/pkg", "1.0"))
+    assert "tests/test_util.py: measured 100s, over regression.timeout_s" in short.left_out
+    # Without a cost book only the count and size bounds apply.
+    assert len(select_tests(wt, patch, RegressionSettings()).files) == 3
+
+
+def test_among_files_with_the_same_evidence_the_cheaper_runs_first(tmp_path: Path) -> None:
+    from scoring.selection import CostBook
+
+    files = {"pkg/util.py": UTIL, "tests/test_a_slow.py": "import pkg.util\n\ndef test_a():\n    assert 1\n",
+             "tests/test_b_fast.py": "import pkg.util\n\ndef test_b():\n    assert 1\n"}
+    wt = _repo(tmp_path, files)
+    patch = apply_to(wt, diff_for(tmp_path, "pkg/util.py", UTIL, UTIL.replace("upper", "title")))
+    book = CostBook(tmp_path / "costs", "acme/pkg", "1.0")
+    book.record(wt, ["tests/test_a_slow.py"], {"tests/test_a_slow.py::test_a": "PASSED"}, 30.0)
+    book.record(wt, ["tests/test_b_fast.py"], {"tests/test_b_fast.py::test_b": "PASSED"}, 5.0)
+    sel = select_tests(wt, patch, RegressionSettings(max_expected_s=20), costs=book)
+    assert sel.files == ["tests/test_b_fast.py"] and list(sel.scores) == ["tests/test_b_fast.py", "tests/test_a_slow.py"]

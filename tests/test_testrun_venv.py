@@ -121,3 +121,20 @@ def test_requirements_are_flattened_as_swebench_does(tmp_path: Path) -> None:
     assert text is not None
     assert text.split() == ["astroid==2.12", "pytest>=7", "types-setuptools"]
     assert requirements_text(tmp_path, "x/y", ["nope.txt"]) is None
+
+
+def test_the_harness_s_python_overrides_the_specs_in_an_env_of_its_own(tmp_path: Path, monkeypatch) -> None:
+    """Where the harness whose verdicts we compare with ran another Python (sympy 1.0: 3.7 in the
+    AutoCodeRover logs, 3.9 in today's specs), that one is built, beside the specs' env."""
+    from scoring import envs as envs_mod
+
+    inst, wt, _ = calc_instance(tmp_path)
+    inst = inst.model_copy(update={"version": "0.1"})
+    monkeypatch.setitem(envs_mod.HARNESS_PYTHON, (inst.repo, "0.1"), "1.0")  # no such interpreter: no build
+    spec = {"python": "3.11", "test_cmd": "pytest -rA"}
+    settings = config.TestSettings(backend="venv")
+    envs = VenvEnvs(tmp_path / "envs", tmp_path / "cache", settings, specs=lambda repo, version: spec)
+    out = run_hidden(SubprocessRunner(settings, tmp_path / "cache", envs, "venv"), inst, wt, "")
+    assert out.reason == "env could not be built: no Python 1.0 (or a close version) on this machine"
+    assert envs.env_path(inst.task()).name == "fixture+calc__0.1-py1.0" and spec["python"] == "3.11"
+    assert envs_mod.HARNESS_PYTHON[("sympy/sympy", "1.0")] == "3.7"
