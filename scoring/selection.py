@@ -52,6 +52,7 @@ MAX_MIRROR_FILES = 8
 # A package with at most this many modules is small enough that importing it exercises them all.
 SMALL_PACKAGE_MODULES = 40
 # Before any file of a repository has been measured: seconds per test function, and per process.
+MIN_TESTS_FOR_RATE = 20
 DEFAULT_S_PER_TEST, S_PER_RUN = 0.1, 3.0
 # Third-party code a package carries (requests.packages.urllib3): not the package's own modules.
 _VENDORED = {"packages", "vendor", "_vendor", "extern", "externals", "thirdparty"}
@@ -262,7 +263,8 @@ class CostBook:
                 for other in sorted(self.folder.glob(f"{self.slug}__*.json")):
                     measured += [v for v in self._load(other).values() if v.get("n")]
             tests = sum(v["n"] for v in measured)
-            self._rate = sum(v["s"] for v in measured) / tests if tests else DEFAULT_S_PER_TEST
+            # A few tests say little: one slow file would otherwise price every other one out.
+            self._rate = sum(v["s"] for v in measured) / tests if tests >= MIN_TESTS_FOR_RATE else DEFAULT_S_PER_TEST
         return self._rate
 
     def expected(self, path: str, n_tests: int) -> tuple[float, str]:

@@ -102,11 +102,35 @@ def log_parser(repo: str) -> Parser:
     return table.get(repo, lp.parse_log_pytest)
 
 
+_PATH_NAME = re.compile(r"^[^\s:]+\.py:(\w+)$")
+_SYMPY_LAST = re.compile(r"^(test_\w+) (ok|F|E)\s+\[(?:OK|FAIL)\]$")
+
+
 def parse_log(repo: str, log: str) -> dict[str, str]:
+    """Test id -> status, as swebench's parser reads ``log``, with sympy's last test of a file.
+
+    sympy's runner ends the line of a file's last test with the file's verdict (``test_x ok
+    [OK]``), which swebench's parser does not read: a failing last test is found only under its
+    failure header, as ``path.py:test_x``, and a passing one not at all. Both are read here under
+    the bare name the test has everywhere else (and in FAIL_TO_PASS), so a reproduction test of
+    one function has the same id before and after a fix. The harness never lists such a test, so
+    the hidden tests' verdicts do not change."""
     try:
-        return dict(log_parser(repo)(log, None))
+        statuses = dict(log_parser(repo)(log, None))
     except Exception:  # a parser crash on odd output means nothing parsed, not a runner crash
         return {}
+    if repo != "sympy/sympy":
+        return statuses
+    for line in log.splitlines():
+        match = _SYMPY_LAST.match(line.strip())
+        if match and match.group(1) not in statuses:
+            statuses[match.group(1)] = {"ok": "PASSED", "F": "FAILED", "E": "ERROR"}[match.group(2)]
+    for test_id in [t for t in statuses if _PATH_NAME.match(t)]:
+        status = statuses.pop(test_id)
+        name = test_id.rsplit(":", 1)[1]
+        if statuses.get(name) in (None, "PASSED"):
+            statuses[name] = status
+    return statuses
 
 
 def patch_files(patch: str) -> list[str]:

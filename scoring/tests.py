@@ -310,7 +310,7 @@ def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: 
     env_key = runner.env_key(task, wt)
     # "unrooted": test ids no longer hold the run's path (base runs cached before hold it).
     key = content_key(task.base_commit, *suite.key_parts(), env_key, runner.backend, str(runs), "unrooted",
-                      "crash-records")
+                      "crash-records", "sympy-last-test")  # a new tag whenever what is parsed changes
     path = runner.cache_dir / "test-baselines" / f"{_safe(task.instance_id)}-{key}.json"
     if env_key and path.is_file():
         try:

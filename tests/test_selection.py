@@ -159,10 +159,15 @@ def test_the_selection_is_bounded_by_expected_seconds_measured_per_file(tmp_path
                  "tests/test_util.py::test_a": "PASSED"}, 300.0)
     assert CostBook(tmp_path / "costs", "acme/pkg", "1.0").book["tests/test_slow.py"] == {"s": 200.0, "n": 2}
     sel = select_tests(wt, patch, RegressionSettings(max_expected_s=150), costs=CostBook(tmp_path / "costs", "acme/pkg", "1.0"))
-    assert sel.files == ["tests/test_util.py"]
-    assert "tests/test_slow.py: measured 200s, over regression.max_expected_s (47s left of 150s)" in sel.left_out
-    # test_many was never measured: 50 tests at the repository's measured rate (200 s / 2 tests).
-    assert any(x.startswith("tests/test_many.py: estimated 5000s") for x in sel.left_out)
+    assert "tests/test_slow.py: measured 200s, over regression.max_expected_s (42s left of 150s)" in sel.left_out
+    # test_many was never measured, and 3 measured tests are too few for a rate (one slow file would
+    # price every other file out): 50 tests at the default rate fit.
+    assert sel.files == ["tests/test_util.py", "tests/test_many.py"]
+    # With 20 tests measured, the repository's rate (here 1300 s over 23 tests) prices it.
+    book.record(wt, ["tests/test_extra.py"], {f"tests/test_extra.py::test_{i}": "PASSED" for i in range(20)}, 1000.0)
+    priced = select_tests(wt, patch, RegressionSettings(max_expected_s=150), costs=CostBook(tmp_path / "costs", "acme/pkg", "1.0"))
+    assert priced.files == ["tests/test_util.py"]
+    assert any(x.startswith("tests/test_many.py: estimated 2826s") for x in priced.left_out), priced.left_out
     roomy = select_tests(wt, patch, RegressionSettings(max_expected_s=1000), costs=CostBook(tmp_path / "costs", "acme/pkg", "1.0"))
     assert roomy.files == ["tests/test_util.py", "tests/test_slow.py"]
     # The best file runs whatever it costs (up to the run's timeout): a small budget only keeps others out.

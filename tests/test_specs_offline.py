@@ -59,3 +59,36 @@ def test_specs_load_with_the_network_cut() -> None:
                          cwd=Path(specs.__file__).parent.parent)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "pytest -rA"
+
+
+SYMPY_LOG = """sympy/core/tests/test_numbers.py[3]
+test_one ok
+test_two F
+test_mod F                                                                [FAIL]
+
+________________________________________________________________________________
+__________________ sympy/core/tests/test_numbers.py:test_two ___________________
+AssertionError
+________________________________________________________________________________
+__________________ sympy/core/tests/test_numbers.py:test_mod ___________________
+AssertionError
+
+============= tests finished: 1 passed, 2 failed, in 0.02 seconds ==============
+"""
+
+
+def test_a_sympy_failure_has_the_id_its_pass_will_have():
+    """The last test of a sympy file that fails is found only under its failure header
+    (``path:test_mod``); it passes as ``test_mod``. One id for both, or the fix reads as MISSING."""
+    from scoring.specs import parse_log
+
+    statuses = parse_log("sympy/sympy", SYMPY_LOG)
+    assert statuses == {"test_one": "PASSED", "test_two": "FAILED", "test_mod": "FAILED"}
+    fixed = """sympy/core/tests/test_numbers.py[3]
+test_one ok
+test_two ok
+test_mod ok                                                                 [OK]
+
+============= tests finished: 3 passed, in 0.02 seconds ==============
+"""
+    assert parse_log("sympy/sympy", fixed) == {"test_one": "PASSED", "test_two": "PASSED", "test_mod": "PASSED"}
