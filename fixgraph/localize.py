@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+import orjson
+
 from fixgraph.records import atomic_write, file_lock
 from fixgraph.terms import _CAMEL, _WORD, STOP, split_identifier, terms_of  # noqa: F401
 from fixgraph.workspace import Worktree, content_key
@@ -35,31 +37,37 @@ if TYPE_CHECKING:
 MAX_FILE_BYTES = 1_000_000
 # The ranking, one formula (README, "Localization"):
 #
-#   score(f) = penalty(f) * (today(f) + max today * (W_HISTORY * H(f) / max H + W_COCHANGE * C(f) / max C))
+#   score(f) = penalty(f) * (today(f) + max today * (W_HISTORY * H(f) / max H
+#                                                    + W_COCHANGE * C(f) / max C + W_LITERAL * L(f) / max L))
 #
-# (each signal normalized to its best file, the history signals scaled to today's best score so
-# that their weights mean the same on every issue)
+# (each added signal normalized to its best file and scaled to today's best score, so that its
+# weight means the same on every issue)
 # today(f): W_LEXICAL x BM25 over file contents (normalized to the best file) + W_DEF per name the
 #   issue uses that f defines + bonuses for dotted names, paths and traceback frames written in the
 #   issue, and for f's own name said in it.
 # H(f): files touched by past commits (ancestors of the base only) whose messages resemble the
 #   issue, each commit weighted by its match, recency and focus (fixgraph/history.py).
 # C(f): co-change with the CO_SEEDS files ``today`` ranks highest, weighted by their score.
+# L(f): the issue quotes f's string literals verbatim (an error message, a warning, an option
+#   name: pieces between placeholders, see ``is_message``); each piece weighs
+#   log(1 + code files / files saying it).
 # penalty(f): 0.2 for tests, 0.4 for docs and non-Python files, else 1.
 # W_LEXICAL, W_DEF, DEF_REPEAT, DEF_SPREAD were picked by a small grid on the Lite instances
-# (before history existed). W_HISTORY and W_COCHANGE are the grid point best on all nine
-# repositories, which is also what leave-one-repository-out cross-validation picks for seven of
-# the nine folds; eval.localization_bench reports the cross-validated recall beside the in-sample
-# one. Co-change gets weight 0: no fold found it worth more (README, "Localization"). A centrality prior (log of how many files import a module) was
-# tried and lost recall at every weight, so it is not used.
+# (before history existed). W_HISTORY, W_COCHANGE and W_LITERAL are the grid point best on all nine
+# repositories; eval.localization_bench reports beside it the recall when each repository is
+# ranked with the point best on the other eight (leave one repository out). Co-change gets weight
+# 0: no fold found it worth more (README, "Localization"). A centrality prior (log of how many
+# files import a module) and a change-frequency prior (recency-weighted count of focused commits
+# touching a file) were tried and gained nothing at any weight (dev runs), so they are not used.
 W_LEXICAL = 16.0  # BM25 over file contents, normalized to the best file's score
 W_DEF = 1.5  # a file defines a name the issue uses
 DEF_REPEAT = 0.3  # how much repeating a name in the issue adds (log-damped)
 DEF_SPREAD = 0.5  # names defined in many files count less: weight / files ** DEF_SPREAD
 W_HISTORY = 0.2
 W_COCHANGE = 0.0
+W_LITERAL = 0.3
 CO_SEEDS = 5
-INDEX_VERSION = 4
+INDEX_VERSION = 5
 PY_SUFFIXES = (".py", ".pyi")
 # Text files worth indexing besides Python: docs, configs, templates a fix may touch.
 TEXT_SUFFIXES = (".py", ".pyi", ".rst", ".txt", ".md", ".cfg", ".toml", ".ini", ".yaml", ".yml",
@@ -110,6 +118,7 @@ class FileInfo:
     symbols: list[Symbol] = field(default_factory=list)
     imports: list[str] = field(default_factory=list)  # dotted module names, absolute
     stmts: list[tuple[int, int, bool]] = field(default_factory=list)  # module-level (start, end, is_doc)
+    messages: list[str] = field(default_factory=list)  # message-like pieces of its string literals
     terms: dict[str, int] = field(default_factory=dict)
     length: int = 0  # number of terms
 
@@ -132,11 +141,11 @@ def _module_of(path: str) -> str:
     return ".".join(parts)
 
 
-def _analyze_python(path: str, text: str) -> tuple[list[Symbol], list[str], list[tuple[int, int, bool]]]:
+def _analyze_python(path: str, text: str) -> tuple[list[Symbol], list[str], list[tuple[int, int, bool]], list[str]]:
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return _regex_symbols(text), _regex_imports(text), []
+        return _regex_symbols(text), _regex_imports(text), [], []
     symbols: list[Symbol] = []
     lines = text.splitlines()
 
@@ -181,7 +190,43 @@ def _analyze_python(path: str, text: str) -> tuple[list[Symbol], list[str], list
                 continue
             imports.append(base)
             imports.extend(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
-    return symbols, list(dict.fromkeys(imports)), stmts
+    return symbols, list(dict.fromkeys(imports)), stmts, _messages(tree)
+
+
+# Pieces of a string literal between its placeholders: what a user sees of an error message or
+# a warning once the values are filled in, and so what an issue quoting that output contains.
+_PLACEHOLDER_RE = re.compile(r"%\(\w+\)[-#0 +]*\d*(?:\.\d+)?[a-zA-Z]|%[-#0 +]*\d*(?:\.\d+)?[a-zA-Z%]"
+                             r"|\{[^{}]*\}|[\r\n\t]")
+# Command-line options and dashed names (``--collect-only``, pylint's ``unused-import``): short,
+# but said verbatim by users.
+_OPTION_RE = re.compile(r"--?[A-Za-z][\w-]+|[a-z]+(?:-[a-z]+)+")
+MAX_MESSAGES = 400  # per file: a table of thousands of strings is data, not messages
+MAX_MESSAGE_CHARS = 200
+
+
+def is_message(piece: str) -> bool:
+    """Worth matching against an issue: a phrase of two words or more, or an option name."""
+    if _OPTION_RE.fullmatch(piece):
+        return True
+    return " " in piece and len(piece) >= 12 and len(re.findall(r"[A-Za-z]{2,}", piece)) >= 2
+
+
+def _messages(tree: ast.AST) -> list[str]:
+    docs: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            docs.add(id(body[0].value))
+    out: dict[str, None] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            for piece in _PLACEHOLDER_RE.split(node.value):
+                piece = piece.strip()[:MAX_MESSAGE_CHARS]
+                if is_message(piece):
+                    out[piece] = None
+                    if len(out) >= MAX_MESSAGES:
+                        return list(out)
+    return list(out)
 
 
 def _header_end(lines: list[str], lineno: int) -> int:
@@ -222,7 +267,7 @@ def analyze(path: str, data: bytes | None, size: int) -> FileInfo:
     info.readable = True
     info.lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
     if path.endswith(PY_SUFFIXES):
-        info.symbols, info.imports, info.stmts = _analyze_python(path, text)
+        info.symbols, info.imports, info.stmts, info.messages = _analyze_python(path, text)
     if path.endswith(TEXT_SUFFIXES) or "." not in PurePosixPath(path).name:
         counts = Counter(terms_of(text))
         info.terms = dict(counts)
@@ -233,14 +278,15 @@ def analyze(path: str, data: bytes | None, size: int) -> FileInfo:
 def _info_to_json(info: FileInfo) -> dict:
     return {"size": info.size, "lines": info.lines, "readable": info.readable,
             "symbols": [[s.name, s.qualname, s.kind, s.start, s.end, s.header_end, s.doc] for s in info.symbols],
-            "imports": info.imports, "stmts": info.stmts, "terms": info.terms, "length": info.length}
+            "imports": info.imports, "stmts": info.stmts, "terms": info.terms, "length": info.length,
+            "messages": info.messages}
 
 
 def _info_from_json(path: str, d: dict) -> FileInfo:
     return FileInfo(path=path, size=d["size"], lines=d["lines"], readable=d["readable"],
                     symbols=[Symbol(*s) for s in d["symbols"]], imports=d["imports"],
                     stmts=[(a, b, bool(c)) for a, b, c in d["stmts"]],
-                    terms=d["terms"], length=d["length"])
+                    terms=d["terms"], length=d["length"], messages=d.get("messages", []))
 
 
 # ---- where file contents come from ------------------------------------------------------
@@ -364,13 +410,13 @@ class _BlobCache:
             chunk = keys[i:i + 500]
             q = f"SELECT key, data FROM blobs WHERE key IN ({','.join('?' * len(chunk))})"
             for key, data in self.db.execute(q, chunk):
-                out[key] = json.loads(zlib.decompress(data))
+                out[key] = orjson.loads(zlib.decompress(data))
         return out
 
     def put_many(self, items: dict[str, dict]) -> None:
         with self.db:
             self.db.executemany("INSERT OR REPLACE INTO blobs VALUES (?, ?)",
-                                [(k, zlib.compress(json.dumps(v).encode(), 1)) for k, v in items.items()])
+                                [(k, zlib.compress(orjson.dumps(v), 1)) for k, v in items.items()])
 
     def close(self) -> None:
         self.db.close()
@@ -474,6 +520,7 @@ class RankParts:
     why: dict[str, list[str]]
     history: dict[str, float]
     cochange: dict[str, float]
+    literal: dict[str, float] = field(default_factory=dict)
 
 
 def penalty(path: str) -> float:
@@ -486,11 +533,11 @@ def penalty(path: str) -> float:
     return 1.0
 
 
-def combine(parts: RankParts, w_history: float, w_cochange: float) -> list[Candidate]:
+def combine(parts: RankParts, w_history: float, w_cochange: float, w_literal: float) -> list[Candidate]:
     """The one ranking formula (module header): every signal weighted, then the penalty."""
     score: dict[str, float] = defaultdict(float, parts.today)
     scale = max(parts.today.values(), default=0.0) or 1.0
-    for signal, weight in ((parts.history, w_history), (parts.cochange, w_cochange)):
+    for signal, weight in ((parts.history, w_history), (parts.cochange, w_cochange), (parts.literal, w_literal)):
         best = max(signal.values(), default=0.0)
         if weight and best > 0:
             for path, s in signal.items():
@@ -513,6 +560,7 @@ class RepoIndex:
         self.history_note = "history: not loaded"
         # The Planner and each Explorer iteration rank the same issue: compute its signals once.
         self._parts_memo: tuple[str, RankParts] | None = None
+        self._messages: tuple[int, dict[str, list[str]]] | None = None  # code files, piece -> files
         self._prepare()
 
     # -- building ----------------------------------------------------------------------------
@@ -693,7 +741,7 @@ class RepoIndex:
 
     def rank(self, problem: str, k: int = 30) -> list[Candidate]:
         """Files most likely to need changing for ``problem``, best first (deterministic)."""
-        return combine(self.rank_parts(problem, cochange=W_COCHANGE > 0), W_HISTORY, W_COCHANGE)[:k]
+        return combine(self.rank_parts(problem, cochange=W_COCHANGE > 0), W_HISTORY, W_COCHANGE, W_LITERAL)[:k]
 
     def rank_parts(self, problem: str, cochange: bool = True) -> RankParts:
         """Each signal of the ranking for ``problem``, before weighting (co-change only if asked:
@@ -757,9 +805,30 @@ class RepoIndex:
                 best = -seeds[0][0] or 1.0
                 cochanged = {p: s for p, s in self.history.co_changed(
                     {p: -neg / best for neg, p in seeds}, self._files).items() if self._rankable(p)}
-        parts = RankParts(today, dict(why), history, cochanged)
+        parts = RankParts(today, dict(why), history, cochanged, self._literal(problem))
         self._parts_memo = (memo_key, parts)
         return parts
+
+    def _literal(self, problem: str) -> dict[str, float]:
+        """Files whose string literals the issue quotes verbatim (an error message, a warning,
+        an option): each piece found weighs its rarity, log(1 + files / files holding it)."""
+        if self._messages is None:
+            owners: dict[str, list[str]] = defaultdict(list)
+            # Tests assert the messages they provoke; the code that says them is the lead.
+            code = [p for p in self.paths if p.endswith(PY_SUFFIXES) and not is_test_path(p)]
+            for path in code:
+                for piece in self.infos[path].messages:
+                    owners[piece].append(path)
+            self._messages = (max(1, len(code)), dict(owners))
+        n, messages = self._messages
+        out: dict[str, float] = defaultdict(float)
+        for piece, paths in messages.items():
+            if piece in problem:
+                idf = math.log(1 + n / len(paths))
+                for path in paths:
+                    if self._rankable(path):
+                        out[path] += idf
+        return dict(out)
 
     def _rankable(self, path: str) -> bool:
         info = self.infos.get(path)
