@@ -12,20 +12,25 @@ know them) but never read; a symlink is never followed, wherever it points.
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
 import functools
+import gc
 import json
 import math
+import os
 import re
 import sqlite3
 import subprocess
+import threading
 import zlib
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+import numpy as np
 import orjson
 
 from fixgraph.records import atomic_write, file_lock
@@ -301,7 +306,7 @@ def _info_from_json(path: str, d: dict) -> FileInfo:
     return FileInfo(path=path, size=d["size"], lines=d["lines"], readable=d["readable"],
                     symbols=[Symbol(*s) for s in d["symbols"]], imports=d["imports"],
                     stmts=[(a, b, bool(c)) for a, b, c in d["stmts"]],
-                    terms=d["terms"], length=d["length"], messages=d.get("messages", []))
+                    terms=d.get("terms", {}), length=d["length"], messages=d.get("messages", []))
 
 
 # ---- where file contents come from ------------------------------------------------------
@@ -564,11 +569,90 @@ def combine(parts: RankParts, w_history: float, w_cochange: float, w_literal: fl
     return ranked
 
 
+@dataclass
+class Postings:
+    """Term -> (file, count) for every file of a commit, as arrays (a compressed sparse row)."""
+
+    vocab: dict[str, int]
+    files: list[str]  # the files with terms; ``file`` below indexes this list
+    ptr: np.ndarray  # term t's rows are ptr[t]:ptr[t + 1]
+    file: np.ndarray
+    count: np.ndarray
+
+    @classmethod
+    def of(cls, infos: dict[str, FileInfo]) -> Postings:
+        files = [p for p in sorted(infos) if infos[p].terms]
+        rows: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for i, path in enumerate(files):
+            for term, n in infos[path].terms.items():
+                rows[term].append((i, n))
+        vocab = sorted(rows)
+        ptr = np.zeros(len(vocab) + 1, dtype=np.int64)
+        ptr[1:] = np.cumsum([len(rows[t]) for t in vocab])
+        flat = [pair for t in vocab for pair in rows[t]]
+        pairs = np.array(flat, dtype=np.int64).reshape(-1, 2)
+        return cls({t: i for i, t in enumerate(vocab)}, files, ptr,
+                   pairs[:, 0].astype(np.int32), np.minimum(pairs[:, 1], 65535).astype(np.uint16))
+
+    def get(self, term: str) -> list[tuple[str, int]]:
+        t = self.vocab.get(term)
+        if t is None:
+            return []
+        lo, hi = int(self.ptr[t]), int(self.ptr[t + 1])
+        files = self.files
+        return [(files[i], n) for i, n in zip(self.file[lo:hi].tolist(), self.count[lo:hi].tolist(), strict=True)]
+
+
+def _write_snapshot(path: Path, infos: dict[str, FileInfo]) -> None:
+    post = Postings.of(infos)
+    meta = {"vocab": sorted(post.vocab, key=post.vocab.__getitem__), "files": post.files,
+            "infos": {p: {k: v for k, v in _info_to_json(info).items() if k != "terms"} for p, info in infos.items()}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Threads of one process may build the same commit: the temporary name is unique per writer.
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp.npz")
+    try:
+        np.savez(tmp, meta=np.frombuffer(zlib.compress(orjson.dumps(meta), 1), dtype=np.uint8),
+                 ptr=post.ptr, rows=post.file, count=post.count)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk costs the speed-up, not the index
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a snapshot's ~10^5 objects are made: none of them is
+    garbage yet, and the collector's passes over them were a third of the load time."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _read_snapshot(path: Path, entries: list[Entry]) -> tuple[dict[str, FileInfo], Postings] | None:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = orjson.loads(zlib.decompress(z["meta"].tobytes()))
+            ptr, file, count = z["ptr"], z["rows"], z["count"]
+    except (OSError, ValueError, KeyError, zlib.error, orjson.JSONDecodeError):
+        return None
+    raw = meta["infos"]
+    if len(raw) != len(entries) or any(e.path not in raw for e in entries):
+        return None
+    infos = {p: _info_from_json(p, d) for p, d in raw.items()}
+    return infos, Postings({t: i for i, t in enumerate(meta["vocab"])}, meta["files"], ptr, file, count)
+
+
 class RepoIndex:
-    def __init__(self, source: _Source, entries: list[Entry], infos: dict[str, FileInfo]):
+    def __init__(self, source: _Source, entries: list[Entry], infos: dict[str, FileInfo],
+                 postings: Postings | None = None):
         self.source = source
         self.entries = {e.path: e for e in entries}
         self.infos = infos
+        # From the snapshot; without one (it could not be written) terms are looked up file by file.
+        self._term_index = postings
         self.paths = sorted(self.entries)
         self._files = {p for p, e in self.entries.items() if e.mode != "120000"}
         # Set by ``attach_history``; without it the ranking is today's signals alone.
@@ -625,6 +709,13 @@ class RepoIndex:
         if entries is None:
             entries = source.entries()
             atomic_write(tree_file, json.dumps([[e.path, e.mode, e.sha, e.size] for e in entries]))
+        # The commit's whole analysis in one file, terms as an inverted index: a warm load reads
+        # it instead of decoding every file's term counts (most of the load time on sympy).
+        snap_file = base / "snapshots" / f"{content_key(str(INDEX_VERSION), 'snapshot', source.key)}.npz"
+        with _gc_paused():
+            loaded = _read_snapshot(snap_file, entries)
+            if loaded is not None:
+                return cls(source, entries, *loaded)
         cache = _BlobCache(base / "blobs.sqlite")
         try:
             def bkey(e: Entry) -> str:
@@ -645,22 +736,23 @@ class RepoIndex:
         finally:
             cache.close()
         infos = {e.path: _info_from_json(e.path, got[bkey(e)]) for e in entries}
-        return cls(source, entries, infos)
+        _write_snapshot(snap_file, infos)
+        loaded = _read_snapshot(snap_file, entries)
+        return cls(source, entries, *loaded) if loaded else cls(source, entries, infos)
 
     def _prepare(self) -> None:
         # Inverted indexes for ranking: terms -> files, symbol names -> defining files,
         # module names -> paths.
-        # Postings are built per query term on demand: a full inverted index costs more to
-        # build on every load than all the lookups one issue needs.
         self._postings: dict[str, list[tuple[str, int]]] = {}
-        self._with_terms = [p for p in self.paths if self.infos[p].terms]
+        with_terms = (set(self._term_index.files) if self._term_index is not None
+                      else {p for p in self.paths if self.infos[p].terms})
         self.defs: dict[str, list[str]] = defaultdict(list)
         self.modules: dict[str, str] = {}
         total = 0
         n = 0
         for path in self.paths:
             info = self.infos[path]
-            if info.terms:
+            if path in with_terms:
                 n += 1
                 total += info.length
             for sym in info.symbols:
@@ -702,8 +794,11 @@ class RepoIndex:
         """(path, count) of every file whose text has ``term``."""
         hit = self._postings.get(term)
         if hit is None:
-            infos = self.infos
-            hit = [(p, infos[p].terms[term]) for p in self._with_terms if term in infos[p].terms]
+            if self._term_index is not None:
+                hit = self._term_index.get(term)
+            else:
+                infos = self.infos
+                hit = [(p, infos[p].terms[term]) for p in self.paths if term in infos[p].terms]
             self._postings[term] = hit
         return hit
 
