@@ -192,10 +192,11 @@ def run(args: argparse.Namespace) -> int:
             built[inst.repo] = (hist.build_seconds, hist.size_bytes / 1e6, len(hist.shas), index.history_note)
         # Timed as the pipeline meets it once the indexes are cached: load, rank, map, views.
         t0 = time.perf_counter()
-        index = RepoIndex.build_from_git(mirrors[inst.repo], inst.base_commit, args.cache_dir)
+        if not args.no_timing:
+            index = RepoIndex.build_from_git(mirrors[inst.repo], inst.base_commit, args.cache_dir)
         ranked = index.rank(inst.problem_statement, k=settings.candidates_shown)
         repo_map = index.repo_map(ranked, max_tokens=settings.map_tokens)
-        tokens = explorer_prompt_tokens(index, inst, ranked, settings)
+        tokens = 0 if args.no_timing else explorer_prompt_tokens(index, inst, ranked, settings)
         warm = time.perf_counter() - t0
         parts = index.rank_parts(inst.problem_statement)
         top = [c.path for c in ranked]
@@ -295,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repo", action="append", help="only this owner/name (repeatable)")
     p.add_argument("--cache-dir", type=Path, default=Path(".cache/fixgraph"))
     p.add_argument("--no-bm25", action="store_true", help="skip the BM25 reference column")
+    p.add_argument("--no-timing", action="store_true",
+                   help="recall only: no warm reload and no Explorer prompt (their columns are then meaningless)")
     p.add_argument("--show-misses", action="store_true", help="list instances with a gold file outside the top 8")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
