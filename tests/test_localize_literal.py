@@ -16,7 +16,7 @@ EXTRA = {
     "pkg/frames.py": (
         '"""Frames: merging frames, aligning frames, frame indexes and frame columns."""\n\n'
         "def merge_frames(left, right):\n"
-        '    """Merge two frames on their indexes; different indexes are aligned first."""\n'
+        '    """Merge two frames on their indexes; unlike indexes are aligned first."""\n'
         "    from pkg.checks import check_indexes\n"
         "    check_indexes(left, right)\n"
         "    return align_frames(left, right)\n\n"
