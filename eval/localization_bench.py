@@ -6,7 +6,7 @@ Runs over every instance whose repository has a mirror in DIR (``DIR/<owner>+<na
 reading blobs straight from the mirror at the base commit (no checkout). For each repository and
 overall it prints recall of the gold files within the top 1/3/5/8 of:
 
-- ``today``: the ranking without history (``W_HISTORY = W_COCHANGE = 0``);
+- ``today``: the ranking without history or quoted literals (``W_HISTORY = W_COCHANGE = W_LITERAL = 0``);
 - ``hist``: the history signal alone (past commits whose messages resemble the issue);
 - ``full``: the full ranking with the weights in ``fixgraph.localize`` (in-sample: they were
   chosen on these instances);
@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import Any
 
 KS = (1, 3, 5, 8)
-# The weight grid searched by cross-validation: (W_HISTORY, W_COCHANGE).
-_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5)
-GRID = [(h, c) for h in _WEIGHTS for c in _WEIGHTS]
+# The weight grid searched by cross-validation: (W_HISTORY, W_COCHANGE, W_LITERAL).
+GRID = [(h, c, lit) for h in (0.0, 0.1, 0.2, 0.3, 0.5, 1.0) for c in (0.0, 0.2, 0.5)
+        for lit in (0.0, 0.1, 0.2, 0.3, 0.5, 0.8, 1.2)]
+Point = tuple[float, float, float]
 
 
 @dataclass
@@ -101,11 +102,11 @@ def history_ranking(parts) -> list[str]:  # noqa: ANN001 - RankParts
     return [p for _, p in sorted((-s * penalty(p), p) for p, s in parts.history.items())]
 
 
-def grid_recalls(rows: list[Row]) -> dict[tuple[float, float], list[tuple[float, float]]]:
+def grid_recalls(rows: list[Row]) -> dict[Point, list[tuple[float, float]]]:
     """(recall@1, recall@8) of every row at every grid point."""
     from fixgraph.localize import combine
 
-    out: dict[tuple[float, float], list[tuple[float, float]]] = {}
+    out: dict[Point, list[tuple[float, float]]] = {}
     for point in GRID:
         vals = []
         for r in rows:
@@ -115,21 +116,21 @@ def grid_recalls(rows: list[Row]) -> dict[tuple[float, float], list[tuple[float,
     return out
 
 
-def best_point(recalls: dict[tuple[float, float], list[tuple[float, float]]], keep: list[int]) -> tuple[float, float]:
+def best_point(recalls: dict[Point, list[tuple[float, float]]], keep: list[int]) -> Point:
     """The grid point with the best recall@8 + recall@1 on rows ``keep``; ties go to smaller weights."""
-    def objective(point: tuple[float, float]) -> tuple[float, float, float]:
+    def objective(point: Point) -> tuple[float, ...]:
         vals = [recalls[point][i] for i in keep]
-        return (round(sum(a + b for a, b in vals), 9), -point[0], -point[1])
+        return (round(sum(a + b for a, b in vals), 9), *(-w for w in point))
     return max(GRID, key=objective)
 
 
-def cross_validate(rows: list[Row]) -> tuple[dict[str, tuple[float, float]], tuple[float, float]]:
+def cross_validate(rows: list[Row]) -> tuple[dict[str, Point], Point]:
     """Leave one repository out: each repository's rows get the weights best on the others'."""
     from fixgraph.localize import combine
 
     recalls = grid_recalls(rows)
     repos = sorted({r.repo for r in rows})
-    chosen: dict[str, tuple[float, float]] = {}
+    chosen: dict[str, Point] = {}
     for repo in repos:
         train = [i for i, r in enumerate(rows) if r.repo != repo]
         if not train:
@@ -144,10 +145,11 @@ def cross_validate(rows: list[Row]) -> tuple[dict[str, tuple[float, float]], tup
 
 
 def run(args: argparse.Namespace) -> int:
+    from fixgraph import localize
     from fixgraph.config import ExplorerSettings
     from fixgraph.dataset import DatasetError, load_jsonl
     from fixgraph.history import HistoryIndex
-    from fixgraph.localize import W_COCHANGE, W_HISTORY, LocalizeError, RepoIndex, combine, count_tokens
+    from fixgraph.localize import LocalizeError, RepoIndex, combine, count_tokens
     from fixgraph.workspace import find_mirror
 
     try:
@@ -190,16 +192,17 @@ def run(args: argparse.Namespace) -> int:
             built[inst.repo] = (hist.build_seconds, hist.size_bytes / 1e6, len(hist.shas), index.history_note)
         # Timed as the pipeline meets it once the indexes are cached: load, rank, map, views.
         t0 = time.perf_counter()
-        index = RepoIndex.build_from_git(mirrors[inst.repo], inst.base_commit, args.cache_dir)
+        if not args.no_timing:
+            index = RepoIndex.build_from_git(mirrors[inst.repo], inst.base_commit, args.cache_dir)
         ranked = index.rank(inst.problem_statement, k=settings.candidates_shown)
         repo_map = index.repo_map(ranked, max_tokens=settings.map_tokens)
-        tokens = explorer_prompt_tokens(index, inst, ranked, settings)
+        tokens = 0 if args.no_timing else explorer_prompt_tokens(index, inst, ranked, settings)
         warm = time.perf_counter() - t0
         parts = index.rank_parts(inst.problem_statement)
         top = [c.path for c in ranked]
         row = Row(inst.repo, gold=gold, parts=parts, prompt_tokens=tokens,
                   map_tokens=count_tokens(repo_map), warm_s=warm, cold_s=cold)
-        today = [c.path for c in combine(parts, 0.0, 0.0)[: max(KS)]]
+        today = [c.path for c in combine(parts, 0.0, 0.0, 0.0)[: max(KS)]]
         hist_top = history_ranking(parts)
         sizes = []
         for k in KS:
@@ -229,9 +232,11 @@ def run(args: argparse.Namespace) -> int:
     for repo, (secs, mb, commits, note) in sorted(built.items()):
         print(f"{repo:<22}{commits:>9}{secs:>9.1f}{mb:>7.1f}  {note}")
     print()
-    print(f"weights (W_HISTORY, W_COCHANGE): shipped {W_HISTORY:g}, {W_COCHANGE:g}; best on all rows "
-          f"{in_sample[0]:g}, {in_sample[1]:g}; chosen without each repository: "
-          + ", ".join(f"{repo.split('/')[1]} {h:g},{c:g}" for repo, (h, c) in sorted(folds.items())))
+    def weights(point: Point) -> str:
+        return ",".join(f"{w:g}" for w in point)
+    print(f"weights (W_HISTORY, W_COCHANGE, W_LITERAL): shipped {weights((localize.W_HISTORY, localize.W_COCHANGE, localize.W_LITERAL))}; "
+          f"best on all rows {weights(in_sample)}; chosen without each repository: "
+          + ", ".join(f"{repo.split('/')[1]} {weights(point)}" for repo, point in sorted(folds.items())))
     if args.show_misses and misses:
         print("\nmissed at 8:")
         for line in misses:
@@ -291,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repo", action="append", help="only this owner/name (repeatable)")
     p.add_argument("--cache-dir", type=Path, default=Path(".cache/fixgraph"))
     p.add_argument("--no-bm25", action="store_true", help="skip the BM25 reference column")
+    p.add_argument("--no-timing", action="store_true",
+                   help="recall only: no warm reload and no Explorer prompt (their columns are then meaningless)")
     p.add_argument("--show-misses", action="store_true", help="list instances with a gold file outside the top 8")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)

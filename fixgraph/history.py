@@ -51,6 +51,7 @@ MAX_COMMIT_FILES = 100
 TOP_COMMITS = 40  # only the best-matching commits vote: the long tail of weak matches is noise
 # Co-change counts only commits this focused: a commit touching 30 files ties 435 pairs together.
 CO_MAX_FILES = 20
+VIEWS_KEPT = 8  # views of recent base commits kept per index (HistoryIndex.at)
 _LOG_FORMAT = "%x00%x01%H%x00%P%x00%at%x00%B%x00"
 _SECONDS_PER_YEAR = 365.25 * 24 * 3600
 # Lines of a message that say who, not what.
@@ -174,6 +175,7 @@ class HistoryIndex:
     def __init__(self, git_dir: Path, db_path: Path):
         self.git_dir = git_dir
         self.db_path = db_path
+        self._views: dict[tuple[str, int], HistoryView | None] = {}
         self._load()
 
     # -- building and loading -----------------------------------------------------------------
@@ -247,10 +249,19 @@ class HistoryIndex:
         if _is_shallow(self.git_dir):
             return None
         sha = _text(_git(self.git_dir, "rev-parse", f"{base}^{{commit}}")).strip()
+        key = (sha, len(self.shas))
+        with _OPEN_LOCK:
+            if key in self._views:
+                return self._views[key]
         mask = self._ancestry(sha)
-        if int(mask.sum()) < MIN_COMMITS:
-            return None
-        return HistoryView(self, mask, int(self.times[self.sha_idx[sha]]))
+        view = None if int(mask.sum()) < MIN_COMMITS else HistoryView(self, mask, int(self.times[self.sha_idx[sha]]))
+        with _OPEN_LOCK:
+            # The Planner, each Explorer step and every task on one commit ask for the same view;
+            # its rename maps cost a good part of a second on sympy. A few commits are kept.
+            if len(self._views) >= VIEWS_KEPT:
+                self._views.pop(next(iter(self._views)))
+            self._views[key] = view
+        return view
 
     def _ancestry(self, sha: str) -> np.ndarray:
         """Which indexed commits are ancestors of ``sha`` (itself included); cached per commit,

@@ -12,18 +12,26 @@ know them) but never read; a symlink is never followed, wherever it points.
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
+import functools
+import gc
 import json
 import math
+import os
 import re
 import sqlite3
 import subprocess
+import threading
 import zlib
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
+
+import numpy as np
+import orjson
 
 from fixgraph.records import atomic_write, file_lock
 from fixgraph.terms import _CAMEL, _WORD, STOP, split_identifier, terms_of  # noqa: F401
@@ -35,31 +43,39 @@ if TYPE_CHECKING:
 MAX_FILE_BYTES = 1_000_000
 # The ranking, one formula (README, "Localization"):
 #
-#   score(f) = penalty(f) * (today(f) + max today * (W_HISTORY * H(f) / max H + W_COCHANGE * C(f) / max C))
+#   score(f) = penalty(f) * (today(f) + max today * (W_HISTORY * H(f) / max H
+#                                                    + W_COCHANGE * C(f) / max C + W_LITERAL * L(f) / max L))
 #
-# (each signal normalized to its best file, the history signals scaled to today's best score so
-# that their weights mean the same on every issue)
+# (each added signal normalized to its best file and scaled to today's best score, so that its
+# weight means the same on every issue)
 # today(f): W_LEXICAL x BM25 over file contents (normalized to the best file) + W_DEF per name the
 #   issue uses that f defines + bonuses for dotted names, paths and traceback frames written in the
 #   issue, and for f's own name said in it.
 # H(f): files touched by past commits (ancestors of the base only) whose messages resemble the
 #   issue, each commit weighted by its match, recency and focus (fixgraph/history.py).
 # C(f): co-change with the CO_SEEDS files ``today`` ranks highest, weighted by their score.
+# L(f): the issue quotes f's string literals verbatim (an error message, a warning, an option
+#   name: pieces between placeholders, see ``is_message``); each piece weighs
+#   log(1 + code files / files saying it).
 # penalty(f): 0.2 for tests, 0.4 for docs and non-Python files, else 1.
 # W_LEXICAL, W_DEF, DEF_REPEAT, DEF_SPREAD were picked by a small grid on the Lite instances
-# (before history existed). W_HISTORY and W_COCHANGE are the grid point best on all nine
-# repositories, which is also what leave-one-repository-out cross-validation picks for seven of
-# the nine folds; eval.localization_bench reports the cross-validated recall beside the in-sample
-# one. Co-change gets weight 0: no fold found it worth more (README, "Localization"). A centrality prior (log of how many files import a module) was
-# tried and lost recall at every weight, so it is not used.
+# (before history existed). W_HISTORY, W_COCHANGE and W_LITERAL are the grid point best on all nine
+# repositories; eval.localization_bench reports beside it the recall when each repository is
+# ranked with the point best on the other eight (leave one repository out). Cross-validated, the
+# literal signal did not help (its in-sample gain at rank 1 sits in a few instances, and the folds
+# disagree on its weight): W_LITERAL = 0 gives back the history-only ranking exactly (README,
+# "Localization"). Co-change gets weight 0 in eight folds of nine. A centrality prior (log of how many
+# files import a module) and a change-frequency prior (recency-weighted count of focused commits
+# touching a file) were tried and gained nothing at any weight (dev runs), so they are not used.
 W_LEXICAL = 16.0  # BM25 over file contents, normalized to the best file's score
 W_DEF = 1.5  # a file defines a name the issue uses
 DEF_REPEAT = 0.3  # how much repeating a name in the issue adds (log-damped)
 DEF_SPREAD = 0.5  # names defined in many files count less: weight / files ** DEF_SPREAD
 W_HISTORY = 0.2
 W_COCHANGE = 0.0
+W_LITERAL = 0.2
 CO_SEEDS = 5
-INDEX_VERSION = 4
+INDEX_VERSION = 5
 PY_SUFFIXES = (".py", ".pyi")
 # Text files worth indexing besides Python: docs, configs, templates a fix may touch.
 TEXT_SUFFIXES = (".py", ".pyi", ".rst", ".txt", ".md", ".cfg", ".toml", ".ini", ".yaml", ".yml",
@@ -110,6 +126,7 @@ class FileInfo:
     symbols: list[Symbol] = field(default_factory=list)
     imports: list[str] = field(default_factory=list)  # dotted module names, absolute
     stmts: list[tuple[int, int, bool]] = field(default_factory=list)  # module-level (start, end, is_doc)
+    messages: list[str] = field(default_factory=list)  # message-like pieces of its string literals
     terms: dict[str, int] = field(default_factory=dict)
     length: int = 0  # number of terms
 
@@ -124,19 +141,33 @@ def _decode(data: bytes) -> str | None:
         return data.decode("utf-8", errors="replace")
 
 
+# Paths here come from git: relative, "/"-separated, normalized. Splitting the string is what
+# PurePosixPath would do, at a fraction of the cost over the thousands of files of every query.
+
+def _parts(path: str) -> list[str]:
+    return [p for p in path.split("/") if p and p != "."]
+
+
+def _stem(name: str) -> str:
+    """``PurePosixPath(name).stem`` for a file name."""
+    dot = name.rfind(".")
+    return name[:dot] if 0 < dot < len(name) - 1 else name
+
+
 def _module_of(path: str) -> str:
-    p = PurePosixPath(path)
-    parts = list(p.with_suffix("").parts)
+    parts = _parts(path)
+    if parts:
+        parts[-1] = _stem(parts[-1])
     if parts and parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
 
 
-def _analyze_python(path: str, text: str) -> tuple[list[Symbol], list[str], list[tuple[int, int, bool]]]:
+def _analyze_python(path: str, text: str) -> tuple[list[Symbol], list[str], list[tuple[int, int, bool]], list[str]]:
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return _regex_symbols(text), _regex_imports(text), []
+        return _regex_symbols(text), _regex_imports(text), [], []
     symbols: list[Symbol] = []
     lines = text.splitlines()
 
@@ -181,7 +212,43 @@ def _analyze_python(path: str, text: str) -> tuple[list[Symbol], list[str], list
                 continue
             imports.append(base)
             imports.extend(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
-    return symbols, list(dict.fromkeys(imports)), stmts
+    return symbols, list(dict.fromkeys(imports)), stmts, _messages(tree)
+
+
+# Pieces of a string literal between its placeholders: what a user sees of an error message or
+# a warning once the values are filled in, and so what an issue quoting that output contains.
+_PLACEHOLDER_RE = re.compile(r"%\(\w+\)[-#0 +]*\d*(?:\.\d+)?[a-zA-Z]|%[-#0 +]*\d*(?:\.\d+)?[a-zA-Z%]"
+                             r"|\{[^{}]*\}|[\r\n\t]")
+# Command-line options and dashed names (``--collect-only``, pylint's ``unused-import``): short,
+# but said verbatim by users.
+_OPTION_RE = re.compile(r"--?[A-Za-z][\w-]+|[a-z]+(?:-[a-z]+)+")
+MAX_MESSAGES = 400  # per file: a table of thousands of strings is data, not messages
+MAX_MESSAGE_CHARS = 200
+
+
+def is_message(piece: str) -> bool:
+    """Worth matching against an issue: a phrase of two words or more, or an option name."""
+    if _OPTION_RE.fullmatch(piece):
+        return True
+    return " " in piece and len(piece) >= 12 and len(re.findall(r"[A-Za-z]{2,}", piece)) >= 2
+
+
+def _messages(tree: ast.AST) -> list[str]:
+    docs: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            docs.add(id(body[0].value))
+    out: dict[str, None] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            for piece in _PLACEHOLDER_RE.split(node.value):
+                piece = piece.strip()[:MAX_MESSAGE_CHARS]
+                if is_message(piece):
+                    out[piece] = None
+                    if len(out) >= MAX_MESSAGES:
+                        return list(out)
+    return list(out)
 
 
 def _header_end(lines: list[str], lineno: int) -> int:
@@ -222,7 +289,7 @@ def analyze(path: str, data: bytes | None, size: int) -> FileInfo:
     info.readable = True
     info.lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
     if path.endswith(PY_SUFFIXES):
-        info.symbols, info.imports, info.stmts = _analyze_python(path, text)
+        info.symbols, info.imports, info.stmts, info.messages = _analyze_python(path, text)
     if path.endswith(TEXT_SUFFIXES) or "." not in PurePosixPath(path).name:
         counts = Counter(terms_of(text))
         info.terms = dict(counts)
@@ -233,14 +300,15 @@ def analyze(path: str, data: bytes | None, size: int) -> FileInfo:
 def _info_to_json(info: FileInfo) -> dict:
     return {"size": info.size, "lines": info.lines, "readable": info.readable,
             "symbols": [[s.name, s.qualname, s.kind, s.start, s.end, s.header_end, s.doc] for s in info.symbols],
-            "imports": info.imports, "stmts": info.stmts, "terms": info.terms, "length": info.length}
+            "imports": info.imports, "stmts": info.stmts, "terms": info.terms, "length": info.length,
+            "messages": info.messages}
 
 
 def _info_from_json(path: str, d: dict) -> FileInfo:
     return FileInfo(path=path, size=d["size"], lines=d["lines"], readable=d["readable"],
                     symbols=[Symbol(*s) for s in d["symbols"]], imports=d["imports"],
                     stmts=[(a, b, bool(c)) for a, b, c in d["stmts"]],
-                    terms=d["terms"], length=d["length"])
+                    terms=d.get("terms", {}), length=d["length"], messages=d.get("messages", []))
 
 
 # ---- where file contents come from ------------------------------------------------------
@@ -364,13 +432,13 @@ class _BlobCache:
             chunk = keys[i:i + 500]
             q = f"SELECT key, data FROM blobs WHERE key IN ({','.join('?' * len(chunk))})"
             for key, data in self.db.execute(q, chunk):
-                out[key] = json.loads(zlib.decompress(data))
+                out[key] = orjson.loads(zlib.decompress(data))
         return out
 
     def put_many(self, items: dict[str, dict]) -> None:
         with self.db:
             self.db.executemany("INSERT OR REPLACE INTO blobs VALUES (?, ?)",
-                                [(k, zlib.compress(json.dumps(v).encode(), 1)) for k, v in items.items()])
+                                [(k, zlib.compress(orjson.dumps(v), 1)) for k, v in items.items()])
 
     def close(self) -> None:
         self.db.close()
@@ -450,15 +518,16 @@ class Option:
     why: str  # "imported by X", "tests of X", "config", "calls Y"
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def is_test_path(path: str) -> bool:
-    parts = PurePosixPath(path).parts
+    parts = _parts(path)
     name = parts[-1] if parts else ""
     return (any(p in ("tests", "test", "testing") for p in parts[:-1]) or name.startswith("test_")
             or name.endswith("_test.py") or name == "conftest.py")
 
 
 def _is_doc_path(path: str) -> bool:
-    parts = PurePosixPath(path).parts
+    parts = _parts(path)
     return bool(parts) and parts[0] in ("doc", "docs", "examples", "example", "benchmarks", "bench")
 
 
@@ -474,6 +543,7 @@ class RankParts:
     why: dict[str, list[str]]
     history: dict[str, float]
     cochange: dict[str, float]
+    literal: dict[str, float] = field(default_factory=dict)
 
 
 def penalty(path: str) -> float:
@@ -486,11 +556,11 @@ def penalty(path: str) -> float:
     return 1.0
 
 
-def combine(parts: RankParts, w_history: float, w_cochange: float) -> list[Candidate]:
+def combine(parts: RankParts, w_history: float, w_cochange: float, w_literal: float) -> list[Candidate]:
     """The one ranking formula (module header): every signal weighted, then the penalty."""
     score: dict[str, float] = defaultdict(float, parts.today)
     scale = max(parts.today.values(), default=0.0) or 1.0
-    for signal, weight in ((parts.history, w_history), (parts.cochange, w_cochange)):
+    for signal, weight in ((parts.history, w_history), (parts.cochange, w_cochange), (parts.literal, w_literal)):
         best = max(signal.values(), default=0.0)
         if weight and best > 0:
             for path, s in signal.items():
@@ -501,11 +571,90 @@ def combine(parts: RankParts, w_history: float, w_cochange: float) -> list[Candi
     return ranked
 
 
+@dataclass
+class Postings:
+    """Term -> (file, count) for every file of a commit, as arrays (a compressed sparse row)."""
+
+    vocab: dict[str, int]
+    files: list[str]  # the files with terms; ``file`` below indexes this list
+    ptr: np.ndarray  # term t's rows are ptr[t]:ptr[t + 1]
+    file: np.ndarray
+    count: np.ndarray
+
+    @classmethod
+    def of(cls, infos: dict[str, FileInfo]) -> Postings:
+        files = [p for p in sorted(infos) if infos[p].terms]
+        rows: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for i, path in enumerate(files):
+            for term, n in infos[path].terms.items():
+                rows[term].append((i, n))
+        vocab = sorted(rows)
+        ptr = np.zeros(len(vocab) + 1, dtype=np.int64)
+        ptr[1:] = np.cumsum([len(rows[t]) for t in vocab])
+        flat = [pair for t in vocab for pair in rows[t]]
+        pairs = np.array(flat, dtype=np.int64).reshape(-1, 2)
+        return cls({t: i for i, t in enumerate(vocab)}, files, ptr,
+                   pairs[:, 0].astype(np.int32), np.minimum(pairs[:, 1], 65535).astype(np.uint16))
+
+    def get(self, term: str) -> list[tuple[str, int]]:
+        t = self.vocab.get(term)
+        if t is None:
+            return []
+        lo, hi = int(self.ptr[t]), int(self.ptr[t + 1])
+        files = self.files
+        return [(files[i], n) for i, n in zip(self.file[lo:hi].tolist(), self.count[lo:hi].tolist(), strict=True)]
+
+
+def _write_snapshot(path: Path, infos: dict[str, FileInfo]) -> None:
+    post = Postings.of(infos)
+    meta = {"vocab": sorted(post.vocab, key=post.vocab.__getitem__), "files": post.files,
+            "infos": {p: {k: v for k, v in _info_to_json(info).items() if k != "terms"} for p, info in infos.items()}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Threads of one process may build the same commit: the temporary name is unique per writer.
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp.npz")
+    try:
+        np.savez(tmp, meta=np.frombuffer(zlib.compress(orjson.dumps(meta), 1), dtype=np.uint8),
+                 ptr=post.ptr, rows=post.file, count=post.count)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk costs the speed-up, not the index
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a snapshot's ~10^5 objects are made: none of them is
+    garbage yet, and the collector's passes over them were a third of the load time."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _read_snapshot(path: Path, entries: list[Entry]) -> tuple[dict[str, FileInfo], Postings] | None:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = orjson.loads(zlib.decompress(z["meta"].tobytes()))
+            ptr, file, count = z["ptr"], z["rows"], z["count"]
+    except (OSError, ValueError, KeyError, zlib.error, orjson.JSONDecodeError):
+        return None
+    raw = meta["infos"]
+    if len(raw) != len(entries) or any(e.path not in raw for e in entries):
+        return None
+    infos = {p: _info_from_json(p, d) for p, d in raw.items()}
+    return infos, Postings({t: i for i, t in enumerate(meta["vocab"])}, meta["files"], ptr, file, count)
+
+
 class RepoIndex:
-    def __init__(self, source: _Source, entries: list[Entry], infos: dict[str, FileInfo]):
+    def __init__(self, source: _Source, entries: list[Entry], infos: dict[str, FileInfo],
+                 postings: Postings | None = None):
         self.source = source
         self.entries = {e.path: e for e in entries}
         self.infos = infos
+        # From the snapshot; without one (it could not be written) terms are looked up file by file.
+        self._term_index = postings
         self.paths = sorted(self.entries)
         self._files = {p for p, e in self.entries.items() if e.mode != "120000"}
         # Set by ``attach_history``; without it the ranking is today's signals alone.
@@ -513,6 +662,7 @@ class RepoIndex:
         self.history_note = "history: not loaded"
         # The Planner and each Explorer iteration rank the same issue: compute its signals once.
         self._parts_memo: tuple[str, RankParts] | None = None
+        self._messages: tuple[int, dict[str, list[str]]] | None = None  # code files, piece -> files
         self._prepare()
 
     # -- building ----------------------------------------------------------------------------
@@ -561,6 +711,13 @@ class RepoIndex:
         if entries is None:
             entries = source.entries()
             atomic_write(tree_file, json.dumps([[e.path, e.mode, e.sha, e.size] for e in entries]))
+        # The commit's whole analysis in one file, terms as an inverted index: a warm load reads
+        # it instead of decoding every file's term counts (most of the load time on sympy).
+        snap_file = base / "snapshots" / f"{content_key(str(INDEX_VERSION), 'snapshot', source.key)}.npz"
+        with _gc_paused():
+            loaded = _read_snapshot(snap_file, entries)
+            if loaded is not None:
+                return cls(source, entries, *loaded)
         cache = _BlobCache(base / "blobs.sqlite")
         try:
             def bkey(e: Entry) -> str:
@@ -581,22 +738,23 @@ class RepoIndex:
         finally:
             cache.close()
         infos = {e.path: _info_from_json(e.path, got[bkey(e)]) for e in entries}
-        return cls(source, entries, infos)
+        _write_snapshot(snap_file, infos)
+        loaded = _read_snapshot(snap_file, entries)
+        return cls(source, entries, *loaded) if loaded else cls(source, entries, infos)
 
     def _prepare(self) -> None:
         # Inverted indexes for ranking: terms -> files, symbol names -> defining files,
         # module names -> paths.
-        # Postings are built per query term on demand: a full inverted index costs more to
-        # build on every load than all the lookups one issue needs.
         self._postings: dict[str, list[tuple[str, int]]] = {}
-        self._with_terms = [p for p in self.paths if self.infos[p].terms]
+        with_terms = (set(self._term_index.files) if self._term_index is not None
+                      else {p for p in self.paths if self.infos[p].terms})
         self.defs: dict[str, list[str]] = defaultdict(list)
         self.modules: dict[str, str] = {}
         total = 0
         n = 0
         for path in self.paths:
             info = self.infos[path]
-            if info.terms:
+            if path in with_terms:
                 n += 1
                 total += info.length
             for sym in info.symbols:
@@ -614,7 +772,7 @@ class RepoIndex:
         self.avg_len = total / self.n_docs if n else 1.0
         self.by_name: dict[str, list[str]] = defaultdict(list)
         for path in self.paths:
-            self.by_name[PurePosixPath(path).name].append(path)
+            self.by_name[path.rpartition("/")[2]].append(path)
 
     # -- small queries -----------------------------------------------------------------------
 
@@ -638,8 +796,11 @@ class RepoIndex:
         """(path, count) of every file whose text has ``term``."""
         hit = self._postings.get(term)
         if hit is None:
-            infos = self.infos
-            hit = [(p, infos[p].terms[term]) for p in self._with_terms if term in infos[p].terms]
+            if self._term_index is not None:
+                hit = self._term_index.get(term)
+            else:
+                infos = self.infos
+                hit = [(p, infos[p].terms[term]) for p in self.paths if term in infos[p].terms]
             self._postings[term] = hit
         return hit
 
@@ -693,7 +854,7 @@ class RepoIndex:
 
     def rank(self, problem: str, k: int = 30) -> list[Candidate]:
         """Files most likely to need changing for ``problem``, best first (deterministic)."""
-        return combine(self.rank_parts(problem, cochange=W_COCHANGE > 0), W_HISTORY, W_COCHANGE)[:k]
+        return combine(self.rank_parts(problem, cochange=W_COCHANGE > 0), W_HISTORY, W_COCHANGE, W_LITERAL)[:k]
 
     def rank_parts(self, problem: str, cochange: bool = True) -> RankParts:
         """Each signal of the ranking for ``problem``, before weighting (co-change only if asked:
@@ -740,9 +901,10 @@ class RepoIndex:
 
         # The file's own name said in the issue (``autodoc``, ``sessions``).
         for path in list(score):
-            stem = PurePosixPath(path).stem
+            parts = _parts(path)
+            stem = _stem(parts[-1]) if parts else ""
             if stem == "__init__":
-                stem = PurePosixPath(path).parent.name
+                stem = parts[-2] if len(parts) > 1 else ""
             if stem.lower() in q.terms and stem.lower() not in STOP and len(stem) > 3:
                 score[path] += 1.0
 
@@ -757,9 +919,30 @@ class RepoIndex:
                 best = -seeds[0][0] or 1.0
                 cochanged = {p: s for p, s in self.history.co_changed(
                     {p: -neg / best for neg, p in seeds}, self._files).items() if self._rankable(p)}
-        parts = RankParts(today, dict(why), history, cochanged)
+        parts = RankParts(today, dict(why), history, cochanged, self._literal(problem))
         self._parts_memo = (memo_key, parts)
         return parts
+
+    def _literal(self, problem: str) -> dict[str, float]:
+        """Files whose string literals the issue quotes verbatim (an error message, a warning,
+        an option): each piece found weighs its rarity, log(1 + files / files holding it)."""
+        if self._messages is None:
+            owners: dict[str, list[str]] = defaultdict(list)
+            # Tests assert the messages they provoke; the code that says them is the lead.
+            code = [p for p in self.paths if p.endswith(PY_SUFFIXES) and not is_test_path(p)]
+            for path in code:
+                for piece in self.infos[path].messages:
+                    owners[piece].append(path)
+            self._messages = (max(1, len(code)), dict(owners))
+        n, messages = self._messages
+        out: dict[str, float] = defaultdict(float)
+        for piece, paths in messages.items():
+            if piece in problem:
+                idf = math.log(1 + n / len(paths))
+                for path in paths:
+                    if self._rankable(path):
+                        out[path] += idf
+        return dict(out)
 
     def _rankable(self, path: str) -> bool:
         info = self.infos.get(path)

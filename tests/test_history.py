@@ -166,6 +166,18 @@ def test_the_history_index_is_built_once_and_cached(hist_repo: HistoryRepo, tmp_
     assert second.shas == first.shas and second.size_bytes > 0
 
 
+def test_the_view_of_a_base_is_kept_and_never_lent_to_another_base(hist_repo: HistoryRepo,
+                                                                      tmp_path: Path) -> None:
+    index = HistoryIndex.open(git_dir(hist_repo), tmp_path / "c")
+    view = index.at(hist_repo.base)
+    # The Planner and each Explorer step ask again: the same view, its rename maps built once.
+    assert view is not None and index.at(hist_repo.base) is view
+    later = index.at(hist_repo.later)
+    assert later is not None and later is not view
+    assert later.mask[index.sha_idx[hist_repo.later]] and not view.mask[index.sha_idx[hist_repo.later]]
+    assert index.at(hist_repo.base) is view
+
+
 def test_a_base_beyond_the_indexed_tips_is_added(tmp_path: Path) -> None:
     wt = make_repo(tmp_path, awkward=False)
     repo = wt.path

@@ -200,6 +200,11 @@ def test_localization_bench_on_a_fixture_mirror(wt, tmp_path: Path, capsys: pyte
     assert out[-1] == ("overall recall@8: 1.000 (1 instances, one repository: not cross-validated); "
                        "recall@1 1.000; today 1.000/1.000; bm25 1.000/1.000")
     assert any(line.startswith("acme/pkg") for line in out)
+    # Recall only: the same recall figures, without the reference and the timed columns.
+    assert main(["--dataset", str(dataset), "--repos", str(mirrors), "--cache-dir", str(tmp_path / "c"),
+                 "--no-bm25", "--no-timing"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        "overall recall@8: 1.000 (1 instances, one repository: not cross-validated); recall@1 1.000; today 1.000/1.000")
 
 
 @pytest.mark.parametrize("args, message", [

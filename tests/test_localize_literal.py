@@ -1,0 +1,92 @@
+"""The quoted-literal signal of localization: an issue that pastes a program's output points at the
+file whose string literals say it, on a real fixture repository."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fixgraph.localize import RepoIndex, analyze, combine, is_message
+from tests.localize_repo import make_repo
+
+# The words of the issue are all over frames.py (it is the module about frames and merging);
+# only checks.py says the message the user pasted.
+EXTRA = {
+    "pkg/frames.py": (
+        '"""Frames: merging frames, aligning frames, frame indexes and frame columns."""\n\n'
+        "def merge_frames(left, right):\n"
+        '    """Merge two frames on their indexes; unlike indexes are aligned first."""\n'
+        "    from pkg.checks import check_indexes\n"
+        "    check_indexes(left, right)\n"
+        "    return align_frames(left, right)\n\n"
+        "def align_frames(left, right):\n"
+        '    """Align the indexes of two frames before a merge of frames."""\n'
+        "    return left, right\n"
+    ),
+    "pkg/checks.py": (
+        '"""Validation helpers."""\n\n'
+        "def check_indexes(left, right):\n"
+        "    if left.kind != right.kind:\n"
+        '        raise ValueError("cannot combine %s with a different kind of %s" % (left.kind, right.kind))\n'
+        "    return True\n"
+    ),
+    # A test asserting the same message: tests repeat messages, the code says them.
+    "tests/test_checks.py": (
+        "import pytest\n\n"
+        "def test_kinds():\n"
+        '    with pytest.raises(ValueError, match="cannot combine"):\n'
+        '        raise ValueError("cannot combine %s with a different kind of %s")\n'
+    ),
+}
+
+ISSUE = """Merging frames with different indexes fails
+
+When I merge two tables whose indexes differ, the merge raises:
+
+```
+ValueError: cannot combine RangeIndex with a different kind of DatetimeIndex
+```
+
+I expected them to be aligned.
+"""
+
+
+@pytest.fixture()
+def index(tmp_path: Path) -> RepoIndex:
+    wt = make_repo(tmp_path, EXTRA, awkward=False)
+    return RepoIndex.build_from_git(wt.path / ".git", wt.base, tmp_path / "cache", history=False)
+
+
+def test_an_issue_quoting_an_error_message_ranks_the_file_that_says_it_first(index: RepoIndex) -> None:
+    parts = index.rank_parts(ISSUE)
+    # Without the signal the issue's words point at frames.py...
+    assert combine(parts, 0.0, 0.0, 0.0)[0].path == "pkg/frames.py"
+    # ...the message it quotes is said in checks.py only (its test is not code that says it).
+    assert set(parts.literal) == {"pkg/checks.py"}
+    assert index.rank(ISSUE)[0].path == "pkg/checks.py"
+
+
+def test_an_issue_quoting_nothing_the_code_says_has_no_literal_signal(index: RepoIndex) -> None:
+    issue = "Merging frames is slow when the frames have many columns."
+    assert index.rank_parts(issue).literal == {}
+    assert index.rank(issue)[0].path == "pkg/frames.py"
+
+
+def test_messages_are_literal_pieces_between_placeholders_not_docstrings() -> None:
+    src = (
+        '"""Module docstring that is long enough to look like a message."""\n'
+        "def f(x):\n"
+        '    """A docstring of a function, also long enough."""\n'
+        '    warn(f"value {x} is out of range for this option")\n'
+        '    log("%(name)s: no such file or directory, giving up" % {"name": x})\n'
+        '    parser.add_argument("--collect-only")\n'
+        '    return "ok", "unused-import", "short"\n'
+    )
+    info = analyze("pkg/m.py", src.encode(), len(src))
+    # Order is ast.walk's; what matters is which pieces are kept.
+    assert sorted(info.messages) == ["--collect-only", ": no such file or directory, giving up",
+                                     "is out of range for this option", "unused-import"]
+    assert not any("docstring" in m for m in info.messages)
+    assert is_message("--collect-only") and is_message("unused-import")
+    assert not is_message("short") and not is_message("ok") and not is_message("two words")

@@ -1,0 +1,52 @@
+"""The per-commit snapshot of the localization index: a warm load reads one file, ranks exactly as
+the per-blob cache does, and a damaged snapshot costs only the speed-up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fixgraph import localize
+from fixgraph.localize import RepoIndex
+from tests.localize_repo import make_repo
+
+ISSUES = ["Calling `merge_settings` with a None request setting crashes.",
+          "Ledger.compute_total does not skip None entries",
+          "sessions and ledgers: nothing in particular"]
+
+
+def ranking(index: RepoIndex) -> list[list[tuple[str, float, list[str]]]]:
+    return [[(c.path, c.score, c.symbols) for c in index.rank(issue, k=30)] for issue in ISSUES]
+
+
+def test_a_warm_load_reads_the_snapshot_and_ranks_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wt = make_repo(tmp_path)
+    cache = tmp_path / "cache"
+    first = RepoIndex.build_from_git(wt.path / ".git", wt.base, cache, history=False)
+    snaps = list((cache / "localize" / "snapshots").glob("*.npz"))
+    assert len(snaps) == 1
+
+    def no_blob_cache(*args, **kwargs):  # noqa: ANN002, ANN003
+        raise AssertionError("the per-blob cache was read although the snapshot exists")
+
+    with monkeypatch.context() as m:
+        m.setattr(localize, "_BlobCache", no_blob_cache)
+        warm = RepoIndex.build_from_git(wt.path / ".git", wt.base, cache, history=False)
+    assert ranking(warm) == ranking(first)
+    # Where no snapshot can be written (a full disk), terms are looked up file by file: same ranking.
+    monkeypatch.setattr(localize, "_write_snapshot", lambda path, infos: None)
+    plain = RepoIndex.build_from_git(wt.path / ".git", wt.base, tmp_path / "other", history=False)
+    assert plain._term_index is None and ranking(plain) == ranking(first)
+    assert warm.posting("merge") == plain.posting("merge") and warm.posting("merge")
+
+
+def test_a_damaged_snapshot_falls_back_on_the_blob_cache(tmp_path: Path) -> None:
+    wt = make_repo(tmp_path)
+    cache = tmp_path / "cache"
+    first = RepoIndex.build_from_git(wt.path / ".git", wt.base, cache, history=False)
+    (snap,) = (cache / "localize" / "snapshots").glob("*.npz")
+    snap.write_bytes(b"not a zip file at all")
+    again = RepoIndex.build_from_git(wt.path / ".git", wt.base, cache, history=False)
+    assert ranking(again) == ranking(first)
+    assert snap.read_bytes()[:2] == b"PK"  # rewritten whole
