@@ -64,7 +64,8 @@ def test_an_issue_quoting_an_error_message_ranks_the_file_that_says_it_first(ind
     assert combine(parts, 0.0, 0.0, 0.0)[0].path == "pkg/frames.py"
     # ...the message it quotes is said in checks.py only (its test is not code that says it).
     assert set(parts.literal) == {"pkg/checks.py"}
-    assert index.rank(ISSUE)[0].path == "pkg/checks.py"
+    # With the weight the in-sample grid chose (shipped off: cross-validation did not confirm it).
+    assert combine(parts, 0.0, 0.0, 0.2)[0].path == "pkg/checks.py"
 
 
 def test_an_issue_quoting_nothing_the_code_says_has_no_literal_signal(index: RepoIndex) -> None:
