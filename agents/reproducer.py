@@ -185,10 +185,10 @@ def reproducer(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any
         tries.append({"path": draft.path, "content": draft.content[:6000], "verdict": problem or "accepted",
                       "output": output})
         if not problem and run is not None:
+            # ReproTest.from_dict reads it back for the Critic.
+            accepted = ReproTest(draft.path, draft.content, tuple(failing), support).to_dict()
             return {"usage": usage, "repro": {
-                "status": "accepted", "path": draft.path, "content": draft.content, "failing": failing,
-                "files": [{"path": p, "content": c} for p, c in support],
-                "base_statuses": run.statuses, "base_output": output, "explanation": draft.explanation,
+                "status": "accepted", **accepted, "base_statuses": run.statuses, "base_output": output, "explanation": draft.explanation,
                 "tries": number, "seconds": round(run.seconds, 1), "history": _history(tries)}}
         if run is not None and run.error.startswith("env could not be built"):
             break  # no later try can run either
