@@ -7,6 +7,7 @@ changed.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 from dataclasses import dataclass, field
 
@@ -33,6 +34,24 @@ class FileChange:
     @property
     def is_python(self) -> bool:
         return self.path.endswith((".py", ".pyi"))
+
+    @property
+    def is_scaffold(self) -> bool:
+        """Not part of the fix itself: see :func:`is_scaffold`."""
+        return is_scaffold(self.path, self.is_new)
+
+
+def is_test_path(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    # Not "testing/" anywhere: sympy keeps library code in sympy/testing/; pytest's tests are at the top.
+    return bool(re.search(r"(^|/)tests?/|^testing/", path)) or name.startswith("test_") \
+        or name.endswith("_test.py") or name == "conftest.py"
+
+
+def is_scaffold(path: str, is_new: bool) -> bool:
+    """A test file, or a new file outside any package (a scratch script such as reproduce.py):
+    what a patch may carry beside the change to the code, which is what gets judged and compared."""
+    return is_test_path(path) or (is_new and "/" not in path)
 
 
 def _strip(name: str) -> str:

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, astuple, dataclass, field
 
 from fixgraph.state import AttemptRecord
+from scoring.patchinfo import is_scaffold
 from scoring.specs import patch_files
 
 NEUTRAL = 0.5
@@ -113,24 +114,14 @@ def _sections(patch: str) -> list[str]:
     return [s for s in re.split(r"(?=^diff --git )", patch, flags=re.M) if s.strip()]
 
 
-def _is_test_path(path: str) -> bool:
-    name = path.rsplit("/", 1)[-1]
-    # Not "testing/" anywhere: sympy keeps library code in sympy/testing/; pytest's tests are at the top.
-    return bool(re.search(r"(^|/)tests?/|^testing/", path)) or name.startswith("test_") \
-        or name.endswith("_test.py") or name == "conftest.py"
-
-
 def source_part(patch: str) -> str:
     """The patch without test files and without new files outside any package (scratch scripts such
     as reproduce.py): the change to the code itself ("" when there is none)."""
     keep = []
     for sec in _sections(patch):
         files = patch_files(sec)
-        path = files[0] if files else ""
-        new = "new file mode" in sec.split("@@", 1)[0]
-        if _is_test_path(path) or (new and "/" not in path):
-            continue
-        keep.append(sec)
+        if not is_scaffold(files[0] if files else "", "new file mode" in sec.split("@@", 1)[0]):
+            keep.append(sec)
     return "".join(keep)
 
 

@@ -10,7 +10,7 @@ import pytest
 from fixgraph.config import CriticSettings
 from fixgraph.workspace import Worktree
 from scoring.static import StaticAnalysisUnavailable, StaticResult, analyze_patch, normalize
-from tests.critic_repo import edit, make_repo, snapshot
+from tests.critic_repo import edit, git, make_repo, snapshot
 
 SETTINGS = CriticSettings()
 
@@ -318,3 +318,59 @@ def test_static_off_in_config_runs_nothing(wt: Worktree, cache: Path) -> None:
 def test_normalize_drops_what_moves() -> None:
     assert normalize('"x" is declared on line 12\n  more detail') == '"x" is declared on line N'
     assert normalize('Import "_fixgraph_before_shapes" at 0x7f00ab') == 'Import "shapes" at 0xADDR'
+
+
+FEED = '''\
+def pieces(text):
+    if text:
+        return ("a", "b")
+    return (b"a", b"b")
+
+
+def content(text):
+    return b"".join(pieces(text))
+
+
+def other(text):
+    return len(pieces(text))
+'''
+
+
+@pytest.fixture(scope="module")
+def feed(tmp_path_factory: pytest.TempPathFactory) -> Worktree:
+    # pyright already complains at the base that content() may join str: its inference of pieces()
+    # (the code runs; requests' Response.content joining iter_content's chunks is the real case).
+    root = tmp_path_factory.mktemp("feed")
+    (root / "pkg").mkdir()
+    (root / "pkg/__init__.py").write_text("")
+    (root / "pkg/feed.py").write_text(FEED)
+    for args in (("init", "-q", "-b", "main"), ("config", "user.email", "t@example.com"), ("config", "user.name", "t"),
+                 ("add", "-A"), ("commit", "-q", "-m", "base")):
+        git(root, *args)
+    return Worktree(root, git(root, "rev-parse", "HEAD").strip())
+
+
+def test_an_old_complaint_whose_quoted_types_changed_is_not_new(feed: Worktree, cache: Path) -> None:
+    patch = edit(feed, "pkg/feed.py", 'return ("a", "b")', 'return ("a", "b", "c")')
+    result = analyze(feed, patch, cache)
+    assert result.status == "ok" and result.new == [] and result.all_new == []
+
+
+@pytest.mark.parametrize("old,new,symbol", [
+    # The same complaint in a function that had none is new...
+    ("    return len(pieces(text))", '    return b"-".join(pieces(text))', "other"),
+    # ...and so is a second one where the base had one.
+    ('    return b"".join(pieces(text))', '    return b"".join(pieces(text)) + b"".join(pieces(text))', "content"),
+])
+def test_the_same_complaint_elsewhere_or_once_more_is_new(feed: Worktree, cache: Path, old: str, new: str,
+                                                         symbol: str) -> None:
+    result = analyze(feed, edit(feed, "pkg/feed.py", old, new), cache)
+    assert [(f["rule"], f["symbol"]) for f in result.new] == [("reportArgumentType", symbol)]
+
+
+@pytest.mark.parametrize("path", ["reproduce.py", "tests/test_more.py", "pkg/tests/test_more.py"])
+def test_what_a_scratch_script_or_test_file_would_raise_is_not_evidence(wt: Worktree, cache: Path, path: str) -> None:
+    patch = edit(wt, path, "", "from pkg.shapes import Circle\n\n\ndef check():\n    return Circle(1, 2)\n")
+    result = analyze(wt, patch, cache)
+    assert [(f["file"], f["rule"]) for f in result.all_new] == [(path, "reportCallIssue")]
+    assert result.new == []
