@@ -325,7 +325,9 @@ def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: 
     first = runner.run_suite(task, wt, None, suite)
     seconds = first.seconds
     for _ in range(runs - 1):
-        if first.error or not first.statuses:
+        if first.error or not first.statuses or first.timed_out:
+            if first.timed_out:  # a second run would be cut too: the time goes to other tests
+                first.notes.append("the base run was cut by its timeout: run once, not checked for flaky tests")
             break
         again = runner.run_suite(task, wt, None, suite)
         seconds += again.seconds
@@ -409,9 +411,12 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
             out.base_seconds += before.seconds + alone_s
             out.selection = chosen.to_dict()
         # A fresh, complete run: what each file costs, for later selections. A run cut by its timeout
-        # says nothing of the files it did not finish (300 s shared by the 8 tests it reached).
+        # says only that the files it did not finish are slow (not 300 s shared by the 8 tests it
+        # reached): at least the timeout is theirs, or the next task selects them again.
         if before.seconds and not before.error and not before.timed_out:
             costs.record(wt, chosen.files, before.statuses, before.seconds / settings.base_runs)
+        elif before.timed_out:
+            costs.record_timeout(wt, suite.targets, before.statuses, suite.timeout_s or settings.timeout_s)
         out.notes += before.notes
         if before.error or not before.statuses:
             why.append("existing tests could not run at the base: "
