@@ -276,7 +276,27 @@ class CostBook:
 
     def record(self, wt: Worktree, files: Iterable[str], statuses: dict[str, str], seconds: float) -> None:
         """Share ``seconds`` (one base run of ``files``) among the files by the tests each reported."""
-        files = list(files)
+        counts = self._counts(wt, list(files), statuses)
+        total = sum(counts.values())
+        if not total or seconds <= 0:
+            return
+        self._write({f: {"s": round(seconds * n / total, 2), "n": n} for f, n in counts.items() if n})
+
+    def record_timeout(self, wt: Worktree, files: Iterable[str], statuses: dict[str, str],
+                       timeout_s: float) -> None:
+        """A base run of ``files`` killed at ``timeout_s``: the files it did not finish (fewer tests
+        reported than they define) share at least those seconds, so the next selection does not pick
+        the same too-slow files again. A lower bound (``n`` 0): it never sets the rate per test, and
+        a complete run later replaces it."""
+        counts = self._counts(wt, files := list(files), statuses)
+        unfinished = [f for f in files if not counts[f] or counts[f] < _count_tests(wt, f)]
+        if not unfinished or timeout_s <= 0:
+            return
+        share = round(timeout_s / len(unfinished), 2)
+        self._write({f: {"s": share, "n": 0} for f in unfinished
+                     if self.book.get(f, {}).get("s", 0.0) < share})
+
+    def _counts(self, wt: Worktree, files: list[str], statuses: dict[str, str]) -> dict[str, int]:
         counts = dict.fromkeys(files, 0)
         names: dict[str, str] = {}
         for f in files:
@@ -289,14 +309,14 @@ class CostBook:
                 f = names.get(test_id.split(" ", 1)[0].split("[", 1)[0], "")
             if f in counts:
                 counts[f] += 1
-        total = sum(counts.values())
-        if not total or seconds <= 0:
+        return counts
+
+    def _write(self, entries: dict[str, dict[str, float]]) -> None:
+        if not entries:
             return
         with file_lock(self.path.with_suffix(".lock")):
             book = self._load(self.path)
-            for f, n in counts.items():
-                if n:
-                    book[f] = {"s": round(seconds * n / total, 2), "n": n}
+            book.update(entries)
             atomic_write(self.path, json.dumps(book, indent=0, sort_keys=True))
             self._book, self._rate = book, None
 

@@ -42,7 +42,7 @@ from fixgraph.dataset import EvaluationData, Task
 from fixgraph.records import atomic_write
 from fixgraph.workspace import Worktree, content_key
 from scoring import crash
-from scoring.sandbox import Limits, prepare_workdir, run_isolated, scrubbed_env
+from scoring.sandbox import Limits, can_bind, prepare_workdir, run_isolated, scrubbed_env
 from scoring.specs import (
     NON_TEST_EXTS,
     SpecsError,
@@ -270,8 +270,8 @@ class SubprocessRunner:
                        FIXGRAPH_LOCALS_CHARS=str(self.settings.locals_repr_chars))
         directives = test_directives(task.repo, list(suite.targets))
         limits = self._limits(suite)
-        with env.activate(work) if env.activate else contextlib.nullcontext():
-            done = run_isolated([*argv, *directives], work, run_env, limits)
+        with env.activate(work, can_bind(limits)) if env.activate else contextlib.nullcontext([]) as binds:
+            done = run_isolated([*argv, *directives], work, run_env, limits, binds=binds)
         # A test parametrized with a path under the run's copy (tmp dirs, fixtures) would get a
         # new id every run, and never match its base run: ids name the copy as ".".
         statuses = {_unroot(t, work): s for t, s in parse_log(task.repo, done.output).items()}
@@ -325,7 +325,9 @@ def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: 
     first = runner.run_suite(task, wt, None, suite)
     seconds = first.seconds
     for _ in range(runs - 1):
-        if first.error or not first.statuses:
+        if first.error or not first.statuses or first.timed_out:
+            if first.timed_out:  # a second run would be cut too: the time goes to other tests
+                first.notes.append("the base run was cut by its timeout: run once, not checked for flaky tests")
             break
         again = runner.run_suite(task, wt, None, suite)
         seconds += again.seconds
@@ -409,9 +411,12 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
             out.base_seconds += before.seconds + alone_s
             out.selection = chosen.to_dict()
         # A fresh, complete run: what each file costs, for later selections. A run cut by its timeout
-        # says nothing of the files it did not finish (300 s shared by the 8 tests it reached).
+        # says only that the files it did not finish are slow (not 300 s shared by the 8 tests it
+        # reached): at least the timeout is theirs, or the next task selects them again.
         if before.seconds and not before.error and not before.timed_out:
             costs.record(wt, chosen.files, before.statuses, before.seconds / settings.base_runs)
+        elif before.timed_out:
+            costs.record_timeout(wt, suite.targets, before.statuses, suite.timeout_s or settings.timeout_s)
         out.notes += before.notes
         if before.error or not before.statuses:
             why.append("existing tests could not run at the base: "

@@ -17,7 +17,7 @@ from scoring.crash import failures_of
 from scoring.runtime import crashed_tests, runtime_findings
 from scoring.tests import make_runner, own_outcome
 from tests.conftest import read_record
-from tests.testrun_helpers import REPO, apply_to, diff_for, local_settings, make_repo
+from tests.testrun_helpers import REPO, apply_to, diff_for, git, local_settings, make_repo
 
 CALC = '''\
 def add(a, b):
@@ -57,13 +57,14 @@ def test_label():
 '''
 
 
-def _judge(tmp_path: Path, new_calc: str, files: dict[str, str] | None = None, base_runs: int = 1):
+def _judge(tmp_path: Path, new_calc: str, files: dict[str, str] | None = None, base_runs: int = 1,
+           **settings: Any):
     mirrors, commit = make_repo(tmp_path, {"calc.py": CALC, "tests/test_calc.py": TESTS, **(files or {})})
     wt = RepoCache(tmp_path / "cache", mirrors).worktree(REPO, commit, "rt")
     task = Task(instance_id="fixture__calc-rt", repo=REPO, base_commit=commit, problem_statement="")
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, new_calc))
     runner = make_runner(local_settings(), tmp_path / "cache")
-    outcome = own_outcome(runner, task, wt, patch, [], RegressionSettings(base_runs=base_runs))
+    outcome = own_outcome(runner, task, wt, patch, [], RegressionSettings(base_runs=base_runs, **settings))
     return outcome, patch
 
 
@@ -146,6 +147,26 @@ def test_a_test_that_flips_between_base_runs_is_left_out_and_recorded(tmp_path: 
     assert "tests/test_flaky.py::test_flips" not in twice.pass_to_pass_before
     assert any("flaky at the base, left out: tests/test_flaky.py::test_flips" in n for n in twice.notes)
     assert twice.pass_to_pass_before and all(s == "PASSED" for s in twice.pass_to_pass_after.values())
+
+
+def test_a_base_run_cut_by_its_timeout_runs_once_and_prices_its_files_for_the_next_task(tmp_path: Path) -> None:
+    """sympy's rubi tests took the 300 s timeout twice per task, and again on every task: nothing
+    was learnt from a cut run. Now it is not repeated, and the files it did not finish carry the
+    timeout in the cost book, so the next selection leaves them out."""
+    from scoring.selection import CostBook, select_tests
+
+    slow = "import time\nimport calc\n\n\ndef test_slow_scale():\n    time.sleep(60)\n    assert calc.scale\n"
+    change = CALC.replace('return "n=%d" % x', 'return "n=%d!" % x')
+    outcome, patch = _judge(tmp_path, change, files={"tests/test_slow.py": slow}, base_runs=2, timeout_s=4)
+    assert not outcome.regression_ran or outcome.timed_out
+    assert any("cut by its timeout: run once" in n for n in outcome.notes), outcome.notes
+    book = CostBook(tmp_path / "cache", REPO, "").book
+    assert book["tests/test_slow.py"] == {"s": 2.0, "n": 0} and book["tests/test_calc.py"] == {"s": 2.0, "n": 0}
+    commit = git(tmp_path / "mirrors" / REPO.replace("/", "+"), "rev-parse", "HEAD")
+    wt = RepoCache(tmp_path / "cache", tmp_path / "mirrors").worktree(REPO, commit, "again")
+    again = select_tests(wt, patch, RegressionSettings(max_expected_s=1.0), costs=CostBook(tmp_path / "cache", REPO, ""))
+    assert len(again.files) == 1  # the best-ranked file still runs; the other is priced out
+    assert any("measured 2s, over regression.max_expected_s" in why for why in again.left_out), again.left_out
 
 
 def test_failures_read_from_a_non_pytest_log_name_the_test() -> None:
