@@ -168,7 +168,8 @@ def signals(inst: Instance, wt: Worktree, patch: str, cfg: RunConfig, cache_dir:
             out.update(static=v.verdict, guard=len(v.guard), static_reason=v.reason[:200],
                        errors=[e.get("message", "")[:160] for e in v.errors[:3]])
         out["guard_blocked"] = bool(out.get("guard")) and settings.guard == "block"
-        out["code_quality"], _ = quality.code_quality(wt, patch)
+        out["code_quality"], detail = quality.code_quality(wt, patch)
+        out["changes_code"] = detail["changes_code"]
         if runner is not None:
             outcome = tests.own_outcome(runner, inst.task(), wt, patch, [], cfg.regression, cfg.repro.timeout_s)
             if outcome.regression_ran:
@@ -189,7 +190,8 @@ def _groups(cands: list[tuple[str, str, bool]], sig: dict[str, dict[str, Any]]) 
     out: dict[str, list[int]] = {}
     for i, (name, patch, _) in enumerate(cands):
         s = sig[name]
-        if s.get("applies") and not s.get("guard_blocked") and select.changed_lines(patch):
+        if s.get("applies") and not s.get("guard_blocked") and select.changed_lines(patch) \
+                and s.get("changes_code") is not False:
             out.setdefault(select.normalize(patch), []).append(i)
     return out
 
@@ -261,7 +263,7 @@ def to_candidates(cands: list[tuple[str, str, bool]], row: dict[str, Any]) -> li
             name=name, patch=patch, applies=bool(s.get("applies", bool(patch.strip()))),
             guard_blocked=bool(s.get("guard_blocked")), static=str(s.get("static", "")),
             code_quality=s.get("code_quality"), no_regression=s.get("no_regression"), broke=s.get("broke"),
-            behaviour=s.get("behaviour")))
+            behaviour=s.get("behaviour"), changes_code=s.get("changes_code")))
     return out
 
 

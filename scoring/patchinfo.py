@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from unidiff.errors import UnidiffParseError
 from unidiff.patch import PatchSet
 
+from fixgraph import astlock
 from fixgraph.workspace import Worktree
 
 
@@ -222,3 +223,38 @@ def focus(source: str, keep: set[str]) -> str | None:
     for first, last, text in sorted(replaced, reverse=True):
         lines[first - 1: last] = [text] + [""] * (last - first)
     return "\n".join(lines) + "\n" + FOCUS_TAIL
+
+
+def _code_of(source: str) -> str:
+    """The module as the interpreter runs it: its AST without docstrings (the text itself when it
+    does not parse, so that any edit to it counts)."""
+    try:
+        with astlock.LOCK:  # not thread-safe on CPython 3.11: see fixgraph/astlock.py
+            tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return source
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+def changes_code(patch: str, before: dict[str, str], after: dict[str, str]) -> bool:
+    """Whether the patch changes what runs: a file other than tests and scratch scripts
+    (:func:`is_scaffold`) that is not Python, new, deleted, or whose code differs once comments,
+    spacing and docstrings are set aside. ``before`` and ``after`` hold the Python files' texts
+    at the base and with the patch (a file missing from either is new or deleted)."""
+    try:
+        changes = parse_patch(patch)
+    except PatchParseError:
+        return bool(patch.strip())
+    for c in changes:
+        if c.is_scaffold:
+            continue
+        old, new = before.get(c.path), after.get(c.path)
+        if not c.is_python or old is None or new is None or _code_of(old) != _code_of(new):
+            return True
+    return False

@@ -3,7 +3,8 @@
 Signals per candidate (none comes from the evaluation's hidden tests):
 
 - **deliverable**: a patch that applies at the base commit, that the guard does not block, and
-  that changes the code (not only tests or a new scratch script at the top level). Anything else
+  that changes the code (not only tests, a new scratch script at the top level, docstrings or
+  comments). Anything else
   is never picked (:func:`pick` returns None when no candidate is deliverable).
 - **tests**: the reproduction tests' pass rate after the patch, the existing tests' no_regression
   rate, and whether any test that passed at the base now fails (``broke``).
@@ -91,6 +92,8 @@ class Candidate:
     # Every test's status after the patch, for agreement by behaviour.
     behaviour: dict[str, str] | None = None
     judged: float | None = None
+    # False when the patch changes only docstrings or comments (scoring/quality.py); None: unknown.
+    changes_code: bool | None = None
 
 
 @dataclass
@@ -161,8 +164,9 @@ def _same_behaviour(a: Candidate, b: Candidate) -> bool:
 
 def deliverable(c: Candidate) -> bool:
     """A patch that applies, that the guard lets through, and that changes the code (a patch that
-    only adds tests or a scratch script fixes nothing: the tests that judge it are the base's)."""
-    return c.applies and not c.guard_blocked and bool(changed_lines(c.patch))
+    only adds tests or a scratch script, or only edits docstrings, fixes nothing: the tests that
+    judge it are the base's, and it runs as the base does)."""
+    return c.applies and not c.guard_blocked and bool(changed_lines(c.patch)) and c.changes_code is not False
 
 
 def _tests_agree(a: Candidate, b: Candidate) -> bool | None:
@@ -277,7 +281,8 @@ def from_attempt(attempt: AttemptRecord, guard_blocks: bool) -> Candidate:
         code_quality=score.get("code_quality"), test_pass_rate=score.get("test_pass_rate"),
         no_regression=score.get("no_regression"),
         broke=any(f.get("rule") == "regression" for f in findings) if score.get("no_regression") is not None else None,
-        behaviour=behaviour or None, judged=score.get("llm_score"))
+        behaviour=behaviour or None, judged=score.get("llm_score"),
+        changes_code=(score.get("quality_detail") or {}).get("changes_code"))
 
 
 def rank_attempts(attempts: Sequence[AttemptRecord], guard_blocks: bool,

@@ -10,7 +10,7 @@ from eval.fixtures import BUGGY_LINE, FIXED_LINE, OPS_BUGGY, REPRO_PATH, REPRO_T
 from fixgraph.config import RegressionSettings
 from fixgraph.dataset import Instance
 from fixgraph.workspace import PatchError, RepoCache
-from scoring import fix_score, guard, select, tests
+from scoring import fix_score, guard, quality, select, tests
 from tests.testrun_helpers import local_settings
 
 REPRO = tests.ReproTest(REPRO_PATH, REPRO_TEST, ("tests/test_mean_issue.py::test_mean_is_sum_over_count",))
@@ -170,3 +170,51 @@ def test_agreement_by_behaviour_counts_the_tests_both_ran():
     w = select.Weights(size=0.0, soft=0.0, same_tests=1.0)
     picked = select.pick(cands[2:3] + cands[:2], w)
     assert picked is not None and picked.candidate.name == "fix"
+
+
+DOC_ONLY = ops_patch(('"""Arithmetic mean of a non-empty sequence."""',
+                      '"""Arithmetic mean of a non-empty sequence.\n\n    TODO: the result is one too small."""'),
+                     (BUGGY_LINE, BUGGY_LINE.replace("\n", "  # off by one?\n")))
+
+
+def test_a_patch_that_changes_only_docstrings_and_comments_is_never_delivered(calc: tuple[Path, Instance],
+                                                                                tmp_path: Path):
+    # SWE-agent's sympy-18189: a TODO in diophantine's docstring beside a reproduce script. It runs
+    # as the base does; the smaller size would otherwise win it the pick.
+    mirrors, inst = calc
+    wt = RepoCache(tmp_path / "cache", mirrors=mirrors).worktree(inst.repo, inst.base_commit, "doc")
+    found = {}
+    for name, patch in (("doc", DOC_ONLY + scratch_patch()), ("fix", FIX_OTHER)):
+        wt.apply(patch)
+        try:
+            found[name] = quality.code_quality(wt, patch)[1]["changes_code"]
+        finally:
+            wt.reset()
+    assert found == {"doc": False, "fix": True}
+    doc = select.Candidate("doc", DOC_ONLY + scratch_patch(), changes_code=found["doc"])
+    fix = select.Candidate("fix", FIX_OTHER, changes_code=found["fix"])
+    assert select.changed_lines(doc.patch) and not select.deliverable(doc)
+    picked = select.pick([doc, fix])
+    assert picked is not None and picked.candidate.name == "fix"
+    assert select.pick([doc]) is None
+    # From the loop's record: the Critic keeps the figure in the score's quality_detail.
+    attempt = {"number": 1, "patch": DOC_ONLY, "verdict": "Safe",
+               "score": {"code_quality": 1.0, "quality_detail": {"changes_code": False}}}
+    assert select.best_attempt([attempt], guard_blocks=True) is None  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("after,changes", [
+    ('def f(x):\n    """Other words."""\n    return x  # a note\n', False),
+    ('def f(x):\n    return x\n', False),  # the docstring dropped
+    ('def f(x):\n    """Doc."""\n    return x + 0\n', True),
+    ('def f(x:\n', True),  # no longer parses
+])
+def test_changes_code_sets_docstrings_comments_and_spacing_aside(after: str, changes: bool):
+    from scoring.patchinfo import changes_code
+
+    before = 'def f(x):\n    """Doc."""\n    return x\n'
+    patch = _diff(before, after, "pkg/mod.py")
+    assert changes_code(patch, {"pkg/mod.py": before}, {"pkg/mod.py": after}) is changes
+    # Any file that is not Python, and a new module, count as a change; a scratch script does not.
+    assert changes_code(_diff("a\n", "b\n", "pkg/data.cfg"), {}, {}) is True
+    assert changes_code(scratch_patch(), {}, {"reproduce.py": "print(1)\n"}) is False
