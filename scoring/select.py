@@ -54,7 +54,7 @@ class Weights:
     broke: float = 1.0
     unsafe: float = 0.5
     quality: float = 0.0
-    size: float = 0.5
+    size: float = 0.25
     exact: float = 0.0
     soft: float = 0.0
     # The LLM's judgment of the patch against the issue, when no test could run.
