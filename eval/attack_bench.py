@@ -476,8 +476,8 @@ def _memory(tmp: Path) -> str:
 
 def _guard_attack(name: str, rel: str, old: str, new: str, rule: str) -> Callable[[Path], str]:
     def run(tmp: Path) -> str:
+        from eval.critic_repo import edit, make_repo
         from scoring.guard import check_patch
-        from tests.critic_repo import edit, make_repo
 
         wt = make_repo(tmp / "repo")
         found = {f.get("rule") for f in check_patch(wt, edit(wt, rel, old, new))}
@@ -486,7 +486,7 @@ def _guard_attack(name: str, rel: str, old: str, new: str, rule: str) -> Callabl
 
 
 def _register_guard_attacks() -> None:
-    from tests.test_guard import BYPASSES
+    from eval.guard_cases import BYPASSES
 
     for name, (rel, old, new, rule) in sorted(BYPASSES.items()):
         ATTACKS.append(Attack("guard", f"patch: {name} ({rel})", _guard_attack(name, rel, old, new, rule)))
@@ -497,13 +497,13 @@ _register_guard_attacks()
 
 @attack("guard", "a guard-blocked patch in the bot is never pushed")
 def _guard_blocks_push(tmp: Path) -> str:
+    from eval.fake_github import FakeGitHub, fix_patch, make_fixture_repo
     from fixgraph.config import load_config
     from fixgraph.dataset import Task
     from fixgraph.github_client import GitHubAccess
     from fixgraph.github_pr import GitHubPublisher
     from fixgraph.publish import Outcome
     from fixgraph.workspace import RepoCache
-    from tests.fake_github import FakeGitHub, fix_patch, make_fixture_repo
 
     token = "ghp_benchTOKEN0123456789"
     fake = FakeGitHub(tmp / "served", tokens={token}).start()

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from eval.fake_github import FakeGitHub
 from eval.fake_llm_server import FakeLLMServer, ScriptResponder
 from fixgraph.config import load_config
 from fixgraph.preflight import check_github, check_tool_calling, print_report, run_checks
-from tests.fake_github import FakeGitHub
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_TOOLS = ("NOT READY  tool calling m1: the model did not answer with a tool call: the nodes need tool "
