@@ -684,6 +684,7 @@ class RepoIndex:
         self._parts_memo: tuple[str, RankParts] | None = None
         self._messages: tuple[int, dict[str, list[str]]] | None = None  # code files, piece -> files
         self._lengths: np.ndarray | None = None  # terms per file, in the snapshot's file order
+        self._read_ahead: dict[str, bytes] = {}  # see ``read_ahead``
         self._prepare()
 
     # -- building ----------------------------------------------------------------------------
@@ -1151,8 +1152,18 @@ class RepoIndex:
         info = self.infos.get(path)
         if info is None or not info.readable or path not in self._files:
             return None
-        data = self.source.read_many([self.entries[path]]).get(path)
+        data = self._read_ahead.pop(path, None)
+        if data is None:
+            data = self.source.read_many([self.entries[path]]).get(path)
         return None if data is None else _decode(data)
+
+    def read_ahead(self, paths: Iterable[str]) -> None:
+        """Read these files in one go (one ``git cat-file`` for a mirror, not one per file); each
+        is kept until its next ``read_text``."""
+        wanted = [self.entries[p] for p in dict.fromkeys(clean_path(p) for p in paths)
+                  if p in self._files and p not in self._read_ahead and self.infos[p].readable]
+        if wanted:
+            self._read_ahead.update(self.source.read_many(wanted))
 
     def view(self, path: str, focus: list[str], max_tokens: int, full_under_lines: int = 400) -> str:
         """The file as the Explorer sees it, within ``max_tokens``.
@@ -1364,6 +1375,7 @@ def views_within(index: RepoIndex, paths: list[str], focus: list[str], token_bud
     views: dict[str, str] = {}
     left = token_budget
     pending = list(paths)
+    index.read_ahead(pending)
     # Cheapest first: full small files settle, then the rest share what remains.
     sized = sorted(pending, key=lambda p: (index.infos[clean_path(p)].size if clean_path(p) in index.infos else 0, p))
     for i, path in enumerate(sized):
