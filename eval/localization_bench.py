@@ -361,7 +361,7 @@ def print_table(rows: list[Row], no_bm25: bool) -> None:
     groups_sorted = sorted(groups.items()) + [("OVERALL", rows)]
     head = (f"{'repo':<20}{'n':>4} | {'today@1':>7}{'@8':>5} | {'hist@1':>6}{'@8':>5} | "
             f"{'full@1':>6}{'@3':>5}{'@5':>5}{'@8':>5} | {'cv@1':>5}{'@8':>5} | {'bm25@1':>6}{'@8':>5} | "
-            f"{'+imp@8':>6}{'size':>5} | {'tok med':>7}{'p95':>6}{'map':>5} | {'warm s':>6}{'p95':>5}{'cold':>5}")
+            f"{'+imp@8':>6}{'size':>5} | {'tok med':>7}{'p95':>6}{'map':>5} | {'warm s':>6}{'p95':>6}{'cold':>5}")
     print(head)
     print("-" * len(head))
     for name, rs in groups_sorted:
@@ -375,7 +375,7 @@ def print_table(rows: list[Row], no_bm25: bool) -> None:
               f"{m('ours', 1):>6}{m('ours', 3):>5}{m('ours', 5):>5}{m('ours', 8):>5} | {m('cv', 1):>5}{m('cv', 8):>5} | "
               f"{m('bm25', 1):>6}{m('bm25', 8):>5} | {m('imports', 8):>6}{statistics.mean(r.import_set for r in rs):>5.0f} | "
               f"{statistics.median(toks):>7.0f}{_pct(toks, 0.95):>6.0f}{_pct([float(r.map_tokens) for r in rs], 0.95):>5.0f} | "
-              f"{statistics.median(warm):>6.2f}{_pct(warm, 0.95):>5.2f}{statistics.median(r.cold_s for r in rs):>5.1f}")
+              f"{statistics.median(warm):>6.2f}{_pct(warm, 0.95):>6.2f}{statistics.median(r.cold_s for r in rs):>5.1f}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -281,3 +281,27 @@ def test_big_class_in_focus_is_outlined_not_dumped(tmp_path: Path) -> None:
     assert '    4|     __slots__ = ("name",)' in view  # the class's own statements
     assert "def method_7(self):" in view and "x = 7" not in view  # other methods: signatures only
     assert "self.items.append(item)  # the bug" in view  # the focused method in full
+
+
+def test_localize_warm_bench_splits_the_time_and_compares_with_a_revision(wt, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from eval.localize_warm_bench import main
+
+    mirrors = tmp_path / "mirrors"
+    subprocess.run(["git", "clone", "-q", "--bare", str(wt.path), str(mirrors / "acme+pkg" / "repo")], check=True)
+    patch = "diff --git a/pkg/sessions.py b/pkg/sessions.py\n"
+    dataset = tmp_path / "lite.jsonl"
+    dataset.write_text(json.dumps({"instance_id": "acme__pkg-1", "repo": "acme/pkg", "base_commit": wt.base,
+                                   "patch": patch, "problem_statement": "merge_settings drops headers"}) + "\n")
+    common = ["--dataset", str(dataset), "--repos", str(mirrors), "--repo", "acme/pkg", "--stride", "1",
+              "--rounds", "1", "--cache-dir", str(tmp_path / "c")]
+    assert main([*common, "--reference", "HEAD"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].startswith("warm median on acme/pkg: this code ") and "; HEAD " in out[-1]
+    assert any(line.startswith("this code   load ") for line in out)
+    assert any(line.startswith("HEAD        total ") for line in out)
+    assert main([*common[:4], "--repo", "other/x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no instance of other/x" in err[0]
