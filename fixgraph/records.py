@@ -97,11 +97,12 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 @contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock shared by threads and processes."""
+def file_lock(path: Path, shared: bool = False) -> Iterator[None]:
+    """An advisory lock shared by threads and processes: exclusive, or ``shared`` with other
+    shared holders (readers) while it excludes an exclusive one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        fcntl.flock(fh, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         try:
             yield
         finally:

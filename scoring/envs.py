@@ -155,7 +155,7 @@ class VenvEnvs:
                        key=(f"venv-{task.repo_slug}-{task.version}-py{meta.get('python_version')}"
                             f"-{meta.get('build_id', '0')}-{meta.get('installed_commit', '')[:12]}"),
                        extra_env={"VIRTUAL_ENV": str(venv)},
-                       activate=lambda work: _pointed_at(path, work))
+                       activate=lambda work, can_bind: _pointed_at(path, work, can_bind))
 
     def _steps(self, path: Path, task: Task, meta: dict[str, Any]) -> _Steps:
         env = _build_env(path / "home", path / "venv")
@@ -301,12 +301,20 @@ def _repoint(link: Path, target: Path) -> None:
 
 
 @contextmanager
-def _pointed_at(path: Path, work: Path) -> Iterator[None]:
-    """For one run, the installed package's source path leads to ``work``; runs on one env queue."""
-    with file_lock(path.parent / f"{path.name}.run.lock"):
+def _pointed_at(path: Path, work: Path, can_bind: bool) -> Iterator[list[tuple[Path, Path]]]:
+    """For one run, the installed package's source path leads to ``work``; yields the mounts the
+    run needs for it. In a sandbox, the run's own mount namespace binds ``work`` over the installed
+    checkout: runs on one env proceed side by side (a shared lock keeps a reinstall out). Without
+    one, the ``src`` link itself is repointed, and runs on the env queue."""
+    lock = path.parent / f"{path.name}.run.lock"
+    if can_bind:
+        with file_lock(lock, shared=True):
+            yield [(work, path / "base")]
+        return
+    with file_lock(lock):
         _repoint(path / "src", work)
         try:
-            yield
+            yield []
         finally:
             _repoint(path / "src", path / "base")
 

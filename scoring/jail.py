@@ -3,6 +3,8 @@
 ``unshare`` has already given it new mount, PID (it is PID 1) and usually network namespaces, as
 real root or as root of a new user namespace. Before the test command runs it:
 
+- binds the run's working copy over the shared environment's installed source (``binds``), so
+  the package the environment imports is the run's, for this run only;
 - hides what tests must not read (the repository cache, ``.env`` files) under empty mounts, makes
   every mount read-only except the run's own writable folders, and gives ``/dev/shm`` a private
   tmpfs, so a test can write only to its copy and its temp folder;
@@ -63,6 +65,10 @@ def _set_read_only(path: str, read_only: bool, recursive: bool) -> bool:
 
 def prepare_mounts(spec: dict) -> list[str]:
     notes = []
+    for source, target in spec.get("binds", []):
+        # This run's view only: a shared environment's installed source shows the run's own copy.
+        if os.path.isdir(source) and os.path.isdir(target):
+            _mount(source, target, None, MS_BIND | MS_REC)
     for path in spec["hide_files"]:
         if os.path.isfile(path):
             _mount("/dev/null", path, None, MS_BIND)

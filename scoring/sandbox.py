@@ -255,11 +255,18 @@ def _writable(cwd: Path, env: Mapping[str, str], extra: Sequence[Path]) -> list[
     return out
 
 
+def can_bind(limits: Limits) -> bool:
+    """Whether a run with ``limits`` gets a mount namespace of its own, where ``binds`` apply."""
+    return _probe(limits.network_isolation) is not None
+
+
 def run_isolated(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], limits: Limits,
-                 writable: Sequence[Path] = ()) -> Completed:
+                 writable: Sequence[Path] = (), binds: Sequence[tuple[Path, Path]] = ()) -> Completed:
     """Run ``cmd``; never raises for the command's own failures, timeouts or bad output.
 
-    The command may write to ``cwd``, ``$HOME``, ``$TMPDIR`` and ``writable``; nothing else."""
+    The command may write to ``cwd``, ``$HOME``, ``$TMPDIR`` and ``writable``; nothing else. Each
+    ``(source, target)`` of ``binds`` shows ``source`` at ``target`` to this command alone (read
+    only); a caller asks ``can_bind`` first, since without a sandbox nothing is bound."""
     prefix = _probe(limits.network_isolation)
     if prefix is None:
         return _run(list(cmd), cwd, env, limits, isolated=False)
@@ -271,7 +278,7 @@ def run_isolated(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], limits: 
         "writable": [str(p) for p in dirs] + [str(p) for p in outputs],
         "hide_dirs": sorted(str(p) for p in _protected), "hide_files": hidden_files(),
         "nproc": limits.max_procs if root else _user_processes() + limits.max_procs,
-        "cwd": str(cwd),
+        "cwd": str(cwd), "binds": [[str(a.resolve()), str(b.resolve())] for a, b in binds],
     }
     try:
         if root:

@@ -120,10 +120,10 @@ class TestEnv:
     artifacts: list[str] = field(default_factory=list)
     key: str = "local"
     extra_env: dict[str, str] = field(default_factory=dict)
-    # Points the environment's installed package at a run's working copy for the run's duration
-    # (venv: the editable install's source path is a symlink), so tools that drop PYTHONPATH
-    # (tox) still import the patched code.
-    activate: Callable[[Path], AbstractContextManager[None]] | None = None
+    # Points the environment's installed package at a run's working copy for the run's duration,
+    # so tools that drop PYTHONPATH (tox) still import the patched code. Given the run's copy and
+    # whether the run's sandbox can bind mounts; yields the (source, target) binds the run needs.
+    activate: Callable[[Path, bool], AbstractContextManager[list[tuple[Path, Path]]]] | None = None
 
     __test__ = False  # pytest: not a test class, whatever its name
 

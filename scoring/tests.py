@@ -42,7 +42,7 @@ from fixgraph.dataset import EvaluationData, Task
 from fixgraph.records import atomic_write
 from fixgraph.workspace import Worktree, content_key
 from scoring import crash
-from scoring.sandbox import Limits, prepare_workdir, run_isolated, scrubbed_env
+from scoring.sandbox import Limits, can_bind, prepare_workdir, run_isolated, scrubbed_env
 from scoring.specs import (
     NON_TEST_EXTS,
     SpecsError,
@@ -270,8 +270,8 @@ class SubprocessRunner:
                        FIXGRAPH_LOCALS_CHARS=str(self.settings.locals_repr_chars))
         directives = test_directives(task.repo, list(suite.targets))
         limits = self._limits(suite)
-        with env.activate(work) if env.activate else contextlib.nullcontext():
-            done = run_isolated([*argv, *directives], work, run_env, limits)
+        with env.activate(work, can_bind(limits)) if env.activate else contextlib.nullcontext([]) as binds:
+            done = run_isolated([*argv, *directives], work, run_env, limits, binds=binds)
         # A test parametrized with a path under the run's copy (tmp dirs, fixtures) would get a
         # new id every run, and never match its base run: ids name the copy as ".".
         statuses = {_unroot(t, work): s for t, s in parse_log(task.repo, done.output).items()}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import sys
 from pathlib import Path
@@ -11,7 +12,8 @@ import pytest
 
 from eval.hidden import run_hidden
 from fixgraph import config
-from scoring.envs import VenvEnvs
+from scoring.envs import VenvEnvs, _pointed_at
+from scoring.sandbox import Limits, can_bind
 from scoring.tests import SubprocessRunner
 from tests.testrun_helpers import CALC, apply_to, calc_instance, diff_for
 
@@ -23,9 +25,10 @@ SUBPROCESS_TEST = '''
 
 def test_installed_package_is_the_working_copy():
     import os, subprocess, sys
-    out = subprocess.run([sys.executable, "-c", "import calc; print(calc.__file__)"],
+    # from "/", with no PYTHONPATH: only the env's install can lead to calc
+    out = subprocess.run([sys.executable, "-c", "import calc; print(calc.__file__)"], cwd="/",
                          env={"PATH": os.environ["PATH"]}, capture_output=True, text=True, check=True)
-    assert os.path.realpath(out.stdout.strip()).startswith(os.environ["FIXGRAPH_REPO_ROOT"])
+    assert os.path.samefile(out.stdout.strip(), os.path.join(os.environ["FIXGRAPH_REPO_ROOT"], "calc.py"))
 
 
 def test_generated_module():
@@ -47,7 +50,11 @@ py-modules = ["calc"]
 
 
 @pytest.mark.slow
-def test_venv_backend_builds_once_and_runs_the_patched_code(tmp_path: Path) -> None:
+@pytest.mark.parametrize("bind", [True, False], ids=["bind-mount", "repointed-link"])
+def test_venv_backend_builds_once_and_runs_the_patched_code(tmp_path: Path, monkeypatch, bind: bool) -> None:
+    if bind and not can_bind(Limits(60, 60, 512, network_isolation=True)):
+        pytest.skip("no mount namespace here: runs use the repointed link")  # .ci/run fails on a skip
+    monkeypatch.setattr("scoring.tests.can_bind", lambda limits: bind)
     spec: dict[str, Any] = {
         "python": "{}.{}".format(*sys.version_info[:2]),
         "pip_packages": ["pytest"],
@@ -83,6 +90,24 @@ def test_venv_backend_builds_once_and_runs_the_patched_code(tmp_path: Path) -> N
     empty = run_hidden(runner, inst, wt, "")
     assert empty.fail_to_pass == {"tests/test_calc.py::test_add": "FAILED"}
     assert json.loads((env_dir / "env.json").read_text())["seconds"] == meta["seconds"]  # not rebuilt
+
+
+def test_runs_in_a_sandbox_share_an_env_and_a_reinstall_waits_for_them(tmp_path: Path) -> None:
+    env = tmp_path / "env"
+    (env / "base").mkdir(parents=True)
+    (env / "src").symlink_to(env / "base")
+    lock = tmp_path / "env.run.lock"
+    with _pointed_at(env, tmp_path / "a", can_bind=True) as first:
+        # a second run enters at once: no queue behind the first
+        with _pointed_at(env, tmp_path / "b", can_bind=True) as second:
+            assert first == [(tmp_path / "a", env / "base")] and second == [(tmp_path / "b", env / "base")]
+            assert (env / "src").resolve() == (env / "base").resolve()  # nothing shared was moved
+        with open(lock, "a+") as fh:  # what a reinstall takes: refused while a run holds the env
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with _pointed_at(env, tmp_path / "c", can_bind=False) as binds:
+        assert binds == [] and (env / "src").resolve() == (tmp_path / "c").resolve()
+    assert (env / "src").resolve() == (env / "base").resolve()
 
 
 def test_a_version_without_specs_is_not_built(tmp_path: Path) -> None:
