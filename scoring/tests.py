@@ -49,6 +49,7 @@ from scoring.specs import (
     parse_log,
     patch_files,
     repo_specs,
+    takes_node_ids,
     test_command,
     test_directives,
     uses_pytest,
@@ -390,15 +391,20 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
     # A reproduction test that rewrites an existing test file does not hide that file's base
     # version from the selection: the two run separately.
     costs = selection.CostBook(runner.cache_dir, task.repo, task.version)
-    chosen = selection.select_tests(wt, patch, settings, costs=costs) if settings.enabled else None
+    try:
+        node_ids = takes_node_ids(repo_specs(runner.cache_dir, task.repo, task.version))
+    except SpecsError:
+        node_ids = False
+    chosen = selection.select_tests(wt, patch, settings, costs=costs, node_ids=node_ids) if settings.enabled else None
     if chosen is not None:
         out.selection = chosen.to_dict()
     if chosen is None or not chosen.files:
         why.append("no existing test exercises the changed code" if chosen is not None
                    else "regression tests are off")
     else:
-        suite = Suite(targets=tuple(chosen.files), protected=tuple(chosen.files), timeout_s=settings.timeout_s,
-                      label="regression")
+        narrowed = tuple(dict.fromkeys(t.split("::", 1)[0] for t in chosen.tests))
+        suite = Suite(targets=(*chosen.files, *chosen.tests), protected=(*chosen.files, *narrowed),
+                      timeout_s=settings.timeout_s, label="regression")
         before = baseline(runner, task, wt, suite, runs=settings.base_runs)
         out.seconds += before.seconds
         out.base_seconds += before.seconds
@@ -417,7 +423,7 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
             why.append("existing tests could not run at the base: "
                        + (before.error or _nothing_collected(before)))
         else:
-            owned = {t: s for t, s in before.statuses.items() if owned_by(t, chosen.files)}
+            owned = {t: s for t, s in before.statuses.items() if owned_by(t, (*chosen.files, *narrowed))}
             after = runner.run_suite(task, wt, patch, suite) if owned else None
             if after is None:
                 why.append("no selected existing test reported a result at the base")
@@ -463,6 +469,9 @@ def _runnable_files(runner: SuiteRunner, task: Task, wt: Worktree, chosen: Selec
         else:
             chosen.left_out.append(f"{f}: nothing passes at the base, run alone ({_nothing_collected(one)[:120]})")
     chosen.files = alive
+    if chosen.tests:  # single tests come back with the next selection; this one has files to sort out
+        chosen.left_out.append(f"{len(chosen.tests)} single tests: the files run alone instead")
+        chosen.tests = []
     suite = Suite(targets=tuple(alive), protected=tuple(alive), timeout_s=settings.timeout_s, label="regression")
     before = baseline(runner, task, wt, suite, runs=settings.base_runs) if alive else SuiteRun({}, "", 0.0)
     return suite, before, seconds

@@ -200,3 +200,25 @@ def test_a_selected_file_that_cannot_run_at_the_base_does_not_silence_the_others
     assert any(x.startswith("tests/test_dead.py: nothing passes at the base, run alone")
                for x in outcome.selection["left_out"])
     assert outcome.pass_to_pass_after["tests/test_calc.py::test_add"] == "FAILED"
+
+
+def test_a_slow_file_still_gives_the_tests_that_name_the_changed_code(tmp_path: Path) -> None:
+    """A file measured too slow to run whole is left out, but its tests that name the changed
+    function run alone (by node id) and catch the regression; its other tests do not run."""
+    from scoring.selection import CostBook
+
+    others = "".join(f"def test_other_{i}():\n    assert calc.add({i}, 0) == {i}\n\n\n" for i in range(30))
+    slow = "import calc\n\n\n" + others + "class TestFormats:\n    def test_label(self):\n        assert calc.label(3) == 'n=3'\n"
+    mirrors, commit = make_repo(tmp_path, {"calc.py": CALC, "tests/test_calc.py": TESTS, "tests/test_slow.py": slow})
+    wt = RepoCache(tmp_path / "cache", mirrors).worktree(REPO, commit, "rt")
+    book = CostBook(tmp_path / "cache", REPO, "")
+    book.record(wt, ["tests/test_slow.py"], {f"tests/test_slow.py::test_other_{i}": "PASSED" for i in range(31)}, 60.0)
+    task = Task(instance_id="fixture__calc-rt", repo=REPO, base_commit=commit, problem_statement="")
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, CALC.replace('"n=%d" % x', '"n = %d" % x')))
+    runner = make_runner(local_settings(), tmp_path / "cache")
+    outcome = own_outcome(runner, task, wt, patch, [], RegressionSettings())
+    assert outcome.selection["files"] == ["tests/test_calc.py"]
+    assert outcome.selection["tests"] == ["tests/test_slow.py::TestFormats::test_label"]
+    assert outcome.pass_to_pass_after["tests/test_slow.py::TestFormats::test_label"] == "FAILED"
+    assert not any(t.startswith("tests/test_slow.py::test_other") for t in outcome.pass_to_pass_before)
+    assert any("1 of its 1 tests that name changed code run alone" in x for x in outcome.selection["left_out"])
