@@ -7,6 +7,7 @@ does (its own tests are ``scoring.tests.own_outcome``).
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -129,11 +130,12 @@ def _file_diff(patch: str, path: str) -> str:
 
 
 def tests_the_test_patch_edits(inst: Instance, wt: Worktree, tests: list[str]) -> list[str]:
-    """Of ``tests`` (ids of the repository's existing tests), those the instance's ``test_patch``
-    rewrites or removes: a change to a line of the test's function at the base (decorators
-    included), or to its file when the patch deletes it. A fix that changes behaviour on purpose
-    makes such a test fail, and the harness runs the rewritten test instead (a FAIL_TO_PASS one,
-    or none), so a regression found there is not one the harness can see."""
+    """Of ``tests``, those the instance's ``test_patch`` adds, rewrites or removes: a test its
+    files do not define at the base, a change to a line of the test's function at the base
+    (decorators included), or its file deleted. A fix that changes behaviour on purpose makes a
+    rewritten test fail, and the harness runs the rewritten one instead, so a regression the loop
+    finds there is not one the harness can see; a regression only in an added test is not one any
+    existing test can show."""
     changed: dict[str, set[int]] = {}  # base-side line numbers each test file's hunks change
     deleted: set[str] = set()
     for pf in PatchSet(inst.test_patch):
@@ -175,6 +177,10 @@ def tests_the_test_patch_edits(inst: Instance, wt: Worktree, tests: list[str]) -
         else:  # sympy's bare names: any file of the test patch that defines it
             path, name, files = "", test, list(changed)
         name = name.split("[", 1)[0].split(" ", 1)[0]
-        if path in deleted or any(not changed[f].isdisjoint(r) for f in files for r in spans_of(f).get(name, [])):
+        # Not at the base, and the test patch defines it (a bare name may be another file's test).
+        added = (bool(files) and not any(name in spans_of(f) for f in files)
+                 and re.search(rf"^\+\s*(?:async\s+)?def {re.escape(name)}\b", inst.test_patch, re.M) is not None)
+        if path in deleted or added or any(not changed[f].isdisjoint(r) for f in files
+                                           for r in spans_of(f).get(name, [])):
             out.append(test)
     return out

@@ -115,6 +115,7 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         rec["own_ran"] = own.regression_ran
         rec["own_reason"] = own.reason[:300]
         rec["selected"] = own.selection.get("files", [])
+        rec["selected_tests"] = own.selection.get("tests", [])
         rec["tests_run"] = len(own.pass_to_pass_before)
         rec["flagged"] = broken(own)
         rec["extra"] = [t for t in rec["flagged"] if t not in set(p2p)]
@@ -122,6 +123,7 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         kinds = {str(c.get("test")): str(c.get("type", "")) for c in own.regression_crashes}
         rec["flag_kinds"] = {t: kinds.get(t, "") for t in rec["flagged"]}
         rec["edited"] = tests_the_test_patch_edits(inst, wt, rec["flagged"])
+        rec["visible_new"] = tests_the_test_patch_edits(inst, wt, rec["visible"])
         rec["runtime"] = [{k: f.get(k) for k in ("rule", "file", "line", "symbol", "message")}
                           for f in runtime_findings(own, patch)]
         rec["notes"] = own.notes[:5]
@@ -190,12 +192,13 @@ def run(args: argparse.Namespace) -> int:
         print("interrupted: the figures below cover the rows judged so far (rerun with --resume to continue)",
               file=sys.stderr)
     recs = [done[r["instance_id"]] for r in rows if r["instance_id"] in done]
-    for rec in recs:  # rows judged before the field existed
-        if rec.get("status") == "judged" and rec.get("flagged") and "edited" not in rec:
+    for rec in recs:  # rows judged before the fields existed
+        if rec.get("status") == "judged" and ("edited" not in rec or "visible_new" not in rec):
             inst = dataset[rec["instance_id"]]
             with contextlib.suppress(WorkspaceError, git.GitCommandError):
                 wt = repos.worktree(inst.repo, inst.base_commit, f"{key}-{inst.repo_slug}")
                 rec["edited"] = tests_the_test_patch_edits(inst, wt, rec["flagged"])
+                rec["visible_new"] = tests_the_test_patch_edits(inst, wt, rec["visible"])
     print(report(recs, args))
     return 0
 
@@ -217,10 +220,19 @@ def report(recs: list[dict[str, Any]], args: argparse.Namespace) -> str:
                  f"{sum(bool(r['flagged']) for r in judged)}")
     lines.append(f"TP {tally.tp} FP {tally.fp} FN {tally.fn} TN {tally.tn}; "
                  f"loop's check could not run on {sum(not r['own_ran'] for r in judged)} (counted as not flagged)")
+    unseen = 0
     for r in judged:
         if r["visible"] and not r["flagged"]:
-            lines.append(f"  missed {r['instance_id']}: {', '.join(r['visible'][:3])}; selected "
-                         f"{r['selected'][:3]} ({r['own_reason'][:100] or 'ran'})")
+            # Every broken test is one the test patch adds or rewrites: no existing test has it.
+            new_only = "visible_new" in r and set(r["visible"]) <= set(r["visible_new"])
+            unseen += new_only
+            lines.append(f"  missed {r['instance_id']}: {', '.join(r['visible'][:3])}; "
+                         + ("only in tests the instance's test patch adds or rewrites" if new_only else
+                            f"selected {r['selected'][:3]}{' + ' + str(len(r.get('selected_tests', []))) + ' single tests' if r.get('selected_tests') else ''}"
+                            f" ({r['own_reason'][:100] or 'ran'})"))
+    if unseen and tally.tp + tally.fn - unseen:
+        lines.append(f"recall over the visible regressions an existing test can show ({unseen} misses are only in "
+                     f"tests the test patch adds or rewrites): {tally.tp / (tally.tp + tally.fn - unseen):.3f}")
     extra = [r for r in judged if r["extra"]]
     lines.append(f"regressions outside PASS_TO_PASS found by the loop: {len(extra)} patches, "
                  f"{sum(len(r['extra']) for r in extra)} tests"

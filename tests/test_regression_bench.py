@@ -100,6 +100,9 @@ def test_the_tests_a_fix_s_own_test_patch_rewrites_are_named(tmp_path: Path) -> 
     from tests.testrun_helpers import TEST_FILE
 
     inst, wt, _ = calc_instance(tmp_path)
+    # The fixture's test patch adds test_add: no existing test has it.
+    added = ["tests/test_calc.py::test_add", "test_add", "tests/test_calc.py::test_mul_1"]
+    assert tests_the_test_patch_edits(inst, wt, added) == added[:2]
     # The fix changes what mul(3, 2) returns on purpose: its test patch rewrites test_mul_3.
     rewritten = TEST_FILE.replace("assert calc.mul(3, 2) == 6", "assert calc.mul(3, 2) == 7")
     inst = inst.model_copy(update={"test_patch": diff_for(tmp_path, "tests/test_calc.py", TEST_FILE, rewritten)})
