@@ -222,3 +222,59 @@ def test_a_slow_file_still_gives_the_tests_that_name_the_changed_code(tmp_path: 
     assert outcome.pass_to_pass_after["tests/test_slow.py::TestFormats::test_label"] == "FAILED"
     assert not any(t.startswith("tests/test_slow.py::test_other") for t in outcome.pass_to_pass_before)
     assert any("1 of its 1 tests that name changed code run alone" in x for x in outcome.selection["left_out"])
+
+
+PYTEST_LONG_REPORT = """\
+=================================== FAILURES ===================================
+_________________________________ test_classes _________________________________
+
+app = <SphinxTestApp buildername='html'>
+
+    @pytest.mark.sphinx('html', testroot='ext-autodoc')
+    def test_classes(app):
+>       actual = do_autodoc(app, 'function', 'target.classes.Foo')
+
+tests/test_ext_autodoc_autoclass.py:51:
+_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _
+tests/test_ext_autodoc.py:39: in do_autodoc
+    documenter.generate()
+sphinx/ext/autodoc/__init__.py:900: in generate
+    self.document_members(all_members)
+_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _
+
+self = <sphinx.ext.autodoc.ClassDocumenter object at 0x7f>
+
+    def add_content(self, more_content, no_docstring=False):
+        if True:
+>                   for i, line in enumerate(self.process_doc(docstrings)):
+E                   UnboundLocalError: local variable 'docstrings' referenced before assignment
+
+sphinx/ext/autodoc/__init__.py:616: UnboundLocalError
+_____________________________ TestX.test_y[a.b] ______________________________
+
+    def test_y():
+>       assert 1 == 2
+E       assert 1 == 2
+
+tests/test_x.py:3: AssertionError
+=============================== warnings summary ===============================
+"""
+
+
+def test_without_the_plugin_pytest_s_long_report_gives_the_frames(tmp_path: Path) -> None:
+    """tox passes the test process neither PYTHONPATH nor the plugin's variables (sphinx): the
+    runtime finding comes from pytest's own report, with the place that raised."""
+    from scoring.tests import TestOutcome
+
+    ids = ["tests/test_ext_autodoc_autoclass.py::test_classes", "tests/test_x.py::TestX::test_y[a.b]"]
+    crashes = failures_of([], PYTEST_LONG_REPORT, str(tmp_path), ids)
+    assert [(c["test"], c["type"]) for c in crashes] == [(ids[0], "UnboundLocalError"), (ids[1], "AssertionError")]
+    assert [f["function"] for f in crashes[0]["frames"]] == ["test_classes", "do_autodoc", "generate", "add_content"]
+    patch = ("diff --git a/sphinx/ext/autodoc/__init__.py b/sphinx/ext/autodoc/__init__.py\n"
+             "--- a/sphinx/ext/autodoc/__init__.py\n+++ b/sphinx/ext/autodoc/__init__.py\n@@ -1 +1 @@\n-a\n+b\n")
+    outcome = TestOutcome(runnable=True, reason="", regression_crashes=crashes)
+    [found] = runtime_findings(outcome, patch)
+    finding: dict[str, Any] = dict(found)
+    assert (finding["rule"], finding["file"], finding["line"], finding["symbol"]) == (
+        "UnboundLocalError", "sphinx/ext/autodoc/__init__.py", 616, "add_content")
+    assert finding["code"] == "for i, line in enumerate(self.process_doc(docstrings)):"
