@@ -5,10 +5,11 @@ way a maintainer would pick them:
 
 1. **convention**: the test module of each touched module by the usual layouts
    (``pkg/mod.py`` -> ``pkg/tests/test_mod.py``, ``tests/.../test_mod.py``, ``testing/test_mod.py``,
-   ``mod_test.py``, the flattened ``tests/test_sub_mod.py``);
+   ``mod_test.py``, the flattened ``tests/test_sub_mod.py``), but not a namesake in another
+   package's test folder (``sympy/core/tests/test_numbers.py`` for ``sympy/functions/.../numbers.py``);
 2. **mirror**: the test files of the touched module's subpackage in a mirrored test tree
-   (``src/pkg/_sub/mod.py`` -> ``testing/sub/test_*.py``, ``tests/sub/...``), when that folder is
-   small enough to say something;
+   (``src/pkg/_sub/mod.py`` -> ``testing/sub/test_*.py``, ``tests/sub/...``) or in its own
+   package's test folder (``pkg/sub/tests/``), when that folder is small enough to say something;
 3. **imports**: test files that import a touched module, or, for a small package, the package
    itself (``import requests`` in a root ``test_requests.py``);
 4. **names**: test files that name a function or class the patch changes or defines.
@@ -180,7 +181,7 @@ def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
         flat = "_".join([*_subpackage(mod), stem.lstrip("_")])
         for candidate in (f"test_{stem}.py", f"{stem}_test.py", f"test_{stem.lstrip('_')}.py", f"test_{flat}.py"):
             for t in by_name.get(candidate, []):
-                if not has(t, "convention"):
+                if not has(t, "convention") and not _foreign(mod, t):
                     add(t, W_CONVENTION + _closeness(mod, t), f"convention: tests {mod}")
     for mod in modules:
         for t in _mirrored(mod, tests):
@@ -409,15 +410,19 @@ def _subpackage(module: str) -> list[str]:
 def _mirrored(module: str, tests: list[str]) -> list[str]:
     """Test files in the mirror of the module's subpackage: ``testing/code/test_*.py`` and
     ``tests/code/...`` for ``src/_pytest/_code/code.py``, or the flattened ``tests/test_code_*.py``;
-    nothing when that mirror holds more than ``MAX_MIRROR_FILES`` files."""
+    and the module's own package's test folder (``sympy/functions/combinatorial/tests/`` for
+    ``.../combinatorial/numbers.py``, whose tests are ``test_comb_numbers.py``); nothing from a
+    folder holding more than ``MAX_MIRROR_FILES`` files."""
+    own_dirs = {PurePosixPath(module).parent / d for d in _TEST_DIRS}
+    own = [t for t in tests if PurePosixPath(t).parent in own_dirs]
     sub = _subpackage(module)
     if not sub:
-        return []
+        return own if len(own) <= MAX_MIRROR_FILES else []
     nested = [t for t in tests if _test_dir_parts(t) == sub]
     prefix = "test_" + "_".join(sub) + "_"
     flat = [t for t in tests if PurePosixPath(t).name.startswith(prefix)
             and len(PurePosixPath(t).parts) == 2 and PurePosixPath(t).parts[0] in _TEST_DIRS]
-    return [t for group in (nested, flat) if len(group) <= MAX_MIRROR_FILES for t in group]
+    return list(dict.fromkeys(t for group in (own, nested, flat) if len(group) <= MAX_MIRROR_FILES for t in group))
 
 
 def _test_dir_parts(test: str) -> list[str]:
@@ -441,6 +446,18 @@ def _is_small_package(tracked: list[str], module: str, top: str) -> bool:
 
 def _count_tests(wt: Worktree, path: str) -> int:
     return len(_TEST_DEF.findall(wt.read(path) or ""))
+
+
+def _foreign(module: str, test: str) -> bool:
+    """A test file in another package's own test folder: ``sympy/core/tests/test_numbers.py``
+    tests ``sympy/core/numbers.py``, not ``sympy/functions/combinatorial/numbers.py``. A
+    top-level test folder (``tests/``, ``testing/``) or a package folder above the module's is
+    not foreign."""
+    parts = PurePosixPath(test).parent.parts
+    at = next((i for i, part in enumerate(parts) if part in _TEST_DIRS), 0)
+    owner = [p for p in parts[:at] if p not in ("src", "lib")]
+    package = [p for p in PurePosixPath(module).parent.parts if p not in ("src", "lib")]
+    return bool(owner) and package[:len(owner)] != owner
 
 
 def _closeness(module: str, test: str) -> int:

@@ -219,3 +219,22 @@ def test_a_file_over_budget_gives_its_tests_that_name_a_specific_changed_name(tm
     assert sel.tests == ["tests/test_slow.py::TestShout::test_shout"]
     # A runner that takes only files (sympy's bin/test) gets none.
     assert select_tests(wt, patch, settings, costs=book).tests == []
+
+
+def test_a_namesake_in_another_package_is_not_the_module_s_test_file(tmp_path: Path) -> None:
+    """sympy/functions/combinatorial/numbers.py is tested by its package's tests/test_comb_numbers.py,
+    not by sympy/core/tests/test_numbers.py, which tests sympy/core/numbers.py."""
+    files = {"pkg/__init__.py": "", "pkg/core/numbers.py": UTIL, "pkg/core/tests/test_numbers.py": "def test_n():\n    assert 1\n",
+             "pkg/comb/numbers.py": UTIL,
+             "pkg/comb/tests/test_cnumbers.py": "def test_c():\n    assert 1\n",
+             "pkg/tests/test_numbers_all.py": "def test_a():\n    assert 1\n"}
+    wt = _repo(tmp_path, files)
+    patch = apply_to(wt, diff_for(tmp_path, "pkg/comb/numbers.py", UTIL, UTIL.replace("upper", "title")))
+    sel = select_tests(wt, patch, RegressionSettings())
+    assert "pkg/core/tests/test_numbers.py" not in sel.scores
+    assert sel.files[0] == "pkg/comb/tests/test_cnumbers.py"
+    assert sel.why["pkg/comb/tests/test_cnumbers.py"][0].startswith("mirror")
+    # The package's own namesake still counts, as does a package-level test folder above it.
+    own = apply_to(wt, diff_for(tmp_path, "pkg/core/numbers.py", UTIL, UTIL.replace("upper", "title")))
+    wt.reset()
+    assert select_tests(wt, own, RegressionSettings()).why["pkg/core/tests/test_numbers.py"][0].startswith("convention")
