@@ -298,12 +298,18 @@ def fidelity(recs: list[dict[str, Any]]) -> list[str]:
             by_repo[r["repo"]].append(r)
     if not by_repo:
         return []
-    lines = ["fidelity (resolved here vs the harness's resolved):"]
+    lines = ["fidelity (resolved here vs the harness's resolved; then counting only the tests that pass at the "
+             "base here, where the rows record them):"]
     off = []
     for repo in sorted(by_repo):
         group = by_repo[repo]
         agree = sum(r["resolved_here"] == r["resolved"] for r in group)
-        lines.append(f"  {repo:24s} {agree}/{len(group)} agree")
+        known = [r for r in group if "hidden_failing" in r]
+        # A PASS_TO_PASS test that fails at the base here as well is this machine's (no network):
+        # leave it out, and see whether the verdicts then agree.
+        runnable = sum((r["resolved_here"] or set(r["hidden_failing"]) <= set(r["hidden_failing_at_base"]))
+                       == r["resolved"] for r in known)
+        lines.append(f"  {repo:24s} {agree}/{len(group)} agree" + (f"; {runnable}/{len(known)}" if known else ""))
         off += [r for r in group if r["resolved_here"] != r["resolved"]]
     for r in off:
         failing = list(r.get("hidden_failing") or {})

@@ -25,9 +25,10 @@ exception each raised and the frames under it:
 A test of another file can still reveal a patch's crash (the selection runs files the harness
 did not), so the figure is a ceiling for the harness's files, not for every test of the
 repository; ``unknown`` rows are counted as revealable to keep it an upper bound. With
-``--critic-rows`` (critic_bench ``-o`` rows), rows the static phase already flags are counted as
-caught. Last line: ``ceiling_tp=<n> ceiling_F1=<f> needed_tp=<n> positives=<n>``: the most true
-positives the runtime column could reach (static TP plus every revealable positive it misses),
+``--critic-rows`` (critic_bench ``-o`` rows), only the rows they judged count, and those the static
+phase already flags are counted as caught. Last line: ``ceiling_tp=<n> ceiling_F1=<f> needed_tp=<n> positives=<n>``: the most true
+positives the runtime column could reach (static TP, every revealable positive it misses, and
+the positives the runtime column caught through tests outside the harness's files),
 the F1 that gives with the static phase's false positives and no new ones, and the true
 positives an F1 of 0.60 needs at those false positives.
 """
@@ -181,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
                 continue
     counts: Counter[str] = Counter()
     caught_static: Counter[str] = Counter()
-    negatives = static_fp = runtime_tp = runtime_fp = 0
+    negatives = static_fp = runtime_tp = runtime_fp = beyond = 0
     lines: list[str] = []
     for path in args.predictions:
         for row in load_predictions(path):
@@ -192,6 +193,8 @@ def run(args: argparse.Namespace) -> int:
             if args.repos is not None and find_mirror(args.repos, inst.repo) is None:
                 continue
             rec = critic.get((row.get("system", ""), inst.instance_id))
+            if critic and rec is None:  # with critic rows: the rows they judged, and only those
+                continue
             static = bool(rec and (rec.get("ours") or {}).get("unsafe"))
             runtime = bool(rec and (rec.get("runtime") or {}).get("unsafe"))
             if not truth:
@@ -203,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
             counts[kind] += 1
             caught_static[kind] += static
             runtime_tp += runtime and not static
+            # Caught by a test outside the harness's files: beyond the classes' reach, counted as seen.
+            beyond += runtime and not static and kind not in REVEALABLE
             if args.verbose:
                 lines.append(f"  {row.get('system', '')[-4:]} {inst.instance_id:32s} {kind:22s} "
                              f"{'static ' if static else ''}{'runtime ' if runtime else ''}{test[:70]}")
@@ -224,13 +229,14 @@ def run(args: argparse.Namespace) -> int:
     missed = revealable - (sum(caught_static[k] for k in REVEALABLE) if critic else 0)
     # Without per-row static verdicts assume none of the revealable rows is a static TP: the most
     # the runtime column could add.
-    ceiling_tp = min(positives, static_tp + missed)
+    ceiling_tp = min(positives, static_tp + missed + beyond)
     ceiling_f1 = 2 * ceiling_tp / (ceiling_tp + fp + positives) if positives else 0.0
     needed = TARGET_F1 * (fp + positives) / (2 - TARGET_F1)
     out.append(f"static phase: TP {static_tp} FP {fp}; revealable in the harness's files: {revealable} "
                f"(p2p_runtime_touched + unknown_touched), of which the static phase misses {missed}")
     if critic:
-        out.append(f"runtime column, where it ran: {runtime_tp} TP and {runtime_fp} FP beyond the static phase")
+        out.append(f"runtime column, where it ran: {runtime_tp} TP and {runtime_fp} FP beyond the static phase; "
+                   f"{beyond} of those TPs from a test outside the harness's files (added to the ceiling)")
     out.append(f"F1 {TARGET_F1:.2f} at {fp} false positives needs {needed:.1f} true positives of {positives}")
     out.append(f"ceiling_tp={ceiling_tp} ceiling_F1={ceiling_f1:.3f} needed_tp={int(-(-needed // 1))} "
                f"positives={positives}")

@@ -90,6 +90,15 @@ def test_the_command_prints_the_ceiling(tmp_path: Path, capsys: pytest.CaptureFi
     last = capsys.readouterr().out.strip().splitlines()[-1]
     # One positive, revealable: a perfect runtime column would catch it with no false positive.
     assert last == "ceiling_tp=1 ceiling_F1=1.000 needed_tp=1 positives=1"
+    # With critic_bench's rows, only the rows they judged count, with the static phase's verdicts.
+    critic = tmp_path / "critic.jsonl"
+    critic.write_text(json.dumps({"system": "s", "instance_id": "o__r-1", "label": True, "ours": {"unsafe": False},
+                                  "runtime": {"unsafe": True}}) + "\n")
+    assert runtime_ceiling.main(["--predictions", str(preds), "--dataset", str(dataset),
+                                 "--critic-rows", str(critic)]) == 0
+    out = capsys.readouterr().out
+    assert "runtime column, where it ran: 1 TP and 0 FP beyond the static phase" in out
+    assert out.strip().splitlines()[-1] == "ceiling_tp=1 ceiling_F1=1.000 needed_tp=1 positives=1"
 
 
 def test_no_positives_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
