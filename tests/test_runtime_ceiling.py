@@ -83,7 +83,7 @@ def test_the_command_prints_the_ceiling(tmp_path: Path, capsys: pytest.CaptureFi
         "instance_id": "o__r-1", "repo": "o/r", "base_commit": "0" * 40, "problem_statement": "x",
         "version": "1.0", "FAIL_TO_PASS": json.dumps(["test_new"]), "PASS_TO_PASS": json.dumps(["test_old"])}) + "\n")
     preds = tmp_path / "preds.jsonl"
-    rows = [_row(SYMPY_P2P_CRASH), {**_row(""), "failure_kind": "resolved"}]
+    rows = [_row(SYMPY_P2P_CRASH), {**_row(""), "failure_kind": "resolved", "system": "s2"}]
     preds.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert runtime_ceiling.main(["--predictions", str(preds), "--dataset", str(dataset),
                                  "--static-tp", "0", "--static-fp", "0"]) == 0
