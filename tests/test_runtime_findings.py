@@ -209,16 +209,22 @@ def test_a_slow_file_still_gives_the_tests_that_name_the_changed_code(tmp_path: 
 
     others = "".join(f"def test_other_{i}():\n    assert calc.add({i}, 0) == {i}\n\n\n" for i in range(30))
     slow = "import calc\n\n\n" + others + "class TestFormats:\n    def test_label(self):\n        assert calc.label(3) == 'n=3'\n"
-    mirrors, commit = make_repo(tmp_path, {"calc.py": CALC, "tests/test_calc.py": TESTS, "tests/test_slow.py": slow})
+    # A module skipped at import: pytest would find none of its tests, and run nothing at all.
+    skipped = "import pytest\n\npytest.importorskip('no_such_module')\n\n\ndef test_label_too():\n    assert calc.label(1)\n"
+    mirrors, commit = make_repo(tmp_path, {"calc.py": CALC, "tests/test_calc.py": TESTS, "tests/test_slow.py": slow,
+                                           "tests/test_skipped.py": skipped})
     wt = RepoCache(tmp_path / "cache", mirrors).worktree(REPO, commit, "rt")
     book = CostBook(tmp_path / "cache", REPO, "")
     book.record(wt, ["tests/test_slow.py"], {f"tests/test_slow.py::test_other_{i}": "PASSED" for i in range(31)}, 60.0)
+    book.record(wt, ["tests/test_skipped.py"], {"tests/test_skipped.py::test_label_too": "PASSED"}, 5.0)
     task = Task(instance_id="fixture__calc-rt", repo=REPO, base_commit=commit, problem_statement="")
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, CALC.replace('"n=%d" % x', '"n = %d" % x')))
     runner = make_runner(local_settings(), tmp_path / "cache")
-    outcome = own_outcome(runner, task, wt, patch, [], RegressionSettings())
+    outcome = own_outcome(runner, task, wt, patch, [], RegressionSettings(max_files=1))
     assert outcome.selection["files"] == ["tests/test_calc.py"]
     assert outcome.selection["tests"] == ["tests/test_slow.py::TestFormats::test_label"]
+    assert "tests/test_skipped.py::test_label_too: pytest does not find it at the base (its module is skipped?)" \
+        in outcome.selection["left_out"]
     assert outcome.pass_to_pass_after["tests/test_slow.py::TestFormats::test_label"] == "FAILED"
     assert not any(t.startswith("tests/test_slow.py::test_other") for t in outcome.pass_to_pass_before)
     assert any("1 of its 1 tests that name changed code run alone" in x for x in outcome.selection["left_out"])
