@@ -338,8 +338,9 @@ def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: 
             first.statuses = {t: s for t, s in first.statuses.items() if t not in flaky}
         first.timed_out = first.timed_out or again.timed_out
     first.seconds = seconds
-    if env_key and not first.timed_out and not first.error.startswith("env could not"):
-        # A timeout may be load on the machine, and an env failure may be mended: do not pin them.
+    if env_key and not first.timed_out and not first.error.startswith("env could not") and first.statuses:
+        # A timeout may be load on the machine, and an env failure may be mended: do not pin them;
+        # nor a run that reported no test at all (an environment caught mid-reinstall), cheap to redo.
         atomic_write(path, json.dumps({"statuses": first.statuses, "log": first.log_tail(),
                                        "timed_out": first.timed_out, "error": first.error,
                                        "network_isolated": first.network_isolated, "notes": first.notes,

@@ -284,3 +284,21 @@ def test_without_the_plugin_pytest_s_long_report_gives_the_frames(tmp_path: Path
     assert (finding["rule"], finding["file"], finding["line"], finding["symbol"]) == (
         "UnboundLocalError", "sphinx/ext/autodoc/__init__.py", 616, "add_content")
     assert finding["code"] == "for i, line in enumerate(self.process_doc(docstrings)):"
+
+
+def test_a_base_run_that_reports_no_test_is_not_cached(tmp_path: Path) -> None:
+    """Nothing reported at all may be the environment's passing trouble (caught mid-reinstall):
+    it is run again next time rather than pinned."""
+    from scoring.testenv import Suite
+    from scoring.tests import baseline
+
+    mirrors, commit = make_repo(tmp_path, {"calc.py": CALC, "tests/test_calc.py": TESTS,
+                                           "tests/test_empty.py": "import calc\n"})
+    wt = RepoCache(tmp_path / "cache", mirrors).worktree(REPO, commit, "rt")
+    task = Task(instance_id="fixture__calc-rt", repo=REPO, base_commit=commit, problem_statement="")
+    runner = make_runner(local_settings(), tmp_path / "cache")
+    cached = tmp_path / "cache" / "test-baselines"
+    assert not baseline(runner, task, wt, Suite(targets=("tests/test_empty.py",), label="x")).statuses
+    assert not list(cached.glob("*.json"))
+    assert baseline(runner, task, wt, Suite(targets=("tests/test_calc.py",), label="x")).statuses
+    assert len(list(cached.glob("*.json"))) == 1
