@@ -316,6 +316,8 @@ def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: 
     if env_key and path.is_file():
         try:
             data = json.loads(path.read_text())
+            if not data["statuses"]:  # pinned before such runs were left uncached
+                raise KeyError("statuses")
             return SuiteRun(statuses=data["statuses"], log=data["log"], seconds=0.0,
                             timed_out=data.get("timed_out", False), error=data.get("error", ""),
                             network_isolated=data.get("network_isolated", False),
