@@ -97,7 +97,10 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         if not truth.runnable:
             return rec | {"status": "not_runnable", "reason": truth.reason[:300]}
         p2p = inst.PASS_TO_PASS
-        rec["visible"] = broken(truth, p2p)
+        rec["hidden_timed_out"] = truth.timed_out
+        # A run cut by its timeout did not reach the tests it does not report: unknown, not broken.
+        rec["visible"] = [t for t in broken(truth, p2p)
+                          if not truth.timed_out or truth.pass_to_pass_after.get(t, "MISSING") != "MISSING"]
         rec["p2p_passing_at_base"] = sum(truth.pass_to_pass_before.get(t) in PASSING for t in p2p)
         rec["resolved_here"] = (all(s in PASSING for s in truth.fail_to_pass.values())
                                 and all(s in PASSING for s in truth.pass_to_pass_after.values()))
