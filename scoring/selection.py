@@ -413,8 +413,8 @@ def _mirrored(module: str, tests: list[str]) -> list[str]:
     and the module's own package's test folder (``sympy/functions/combinatorial/tests/`` for
     ``.../combinatorial/numbers.py``, whose tests are ``test_comb_numbers.py``); nothing from a
     folder holding more than ``MAX_MIRROR_FILES`` files."""
-    own_dirs = {PurePosixPath(module).parent / d for d in _TEST_DIRS}
-    own = [t for t in tests if PurePosixPath(t).parent in own_dirs]
+    package = PurePosixPath(module).parent  # a top-level module has none: tests/ is everyone's
+    own = [t for t in tests if package.parts and PurePosixPath(t).parent in {package / d for d in _TEST_DIRS}]
     sub = _subpackage(module)
     if not sub:
         return own if len(own) <= MAX_MIRROR_FILES else []
