@@ -21,6 +21,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -286,6 +287,41 @@ def _read_cache(tmp: Path) -> str:
     return f"the test saw the cache: {out.strip()[:200]}" if "SAW []" not in out else ""
 
 
+@attack("secrets", "test reads a world-readable file in a folder closed to others (root's home)", sandbox=True)
+def _closed_folder(tmp: Path) -> str:
+    """The interpreter often lives in ``/root/.pyenv``: the sandbox user must reach it, and nothing
+    else of ``/root`` (a ``.gitconfig``, ``.config/gh/hosts.yml``), and ``/root`` must stay closed."""
+    home = tmp / "roothome"
+    (home / ".pyenv").mkdir(parents=True)
+    (home / ".pyenv" / "reached.py").write_text("X = 42\n")
+    (home / ".gitconfig").write_text(f"[credential]\n  token = {SECRET}\n")
+    (home / ".gitconfig").chmod(0o644)
+    home.chmod(0o700)
+    script = f"""
+        import os, sys
+        sys.path.insert(0, os.environ["PYTHONPATH"])  # the script runs with -I
+        import reached
+        print("IMPORTED", reached.X)
+        try:
+            print("LISTED", os.listdir({str(home)!r}))
+        except OSError as exc:
+            print("no listing", type(exc).__name__)
+        try:
+            print("READ", open({str(home / '.gitconfig')!r}).read())
+        except OSError as exc:
+            print("no read", type(exc).__name__)
+    """
+    _, out = _sandboxed(tmp, script, env_extra={"PYTHONPATH": str(home / ".pyenv")})
+    mode = stat.S_IMODE(home.stat().st_mode)
+    if "IMPORTED 42" not in out:
+        return f"the needed folder was not reached: {out.strip()[-200:]}"
+    if mode != 0o700:
+        return f"the closed folder was opened on the machine: mode {mode:o}"
+    if os.geteuid() == 0 and ("READ" in out or "LISTED" in out):  # unprivileged, the files are the user's own
+        return f"the test saw the closed folder: {out.strip()[-200:]}"
+    return ""
+
+
 @attack("secrets", "a secret the test prints is masked in its output and in its crash file")
 def _printed_secret(tmp: Path) -> str:
     from fixgraph import redaction
@@ -476,8 +512,8 @@ def _memory(tmp: Path) -> str:
 
 def _guard_attack(name: str, rel: str, old: str, new: str, rule: str) -> Callable[[Path], str]:
     def run(tmp: Path) -> str:
+        from eval.critic_repo import edit, make_repo
         from scoring.guard import check_patch
-        from tests.critic_repo import edit, make_repo
 
         wt = make_repo(tmp / "repo")
         found = {f.get("rule") for f in check_patch(wt, edit(wt, rel, old, new))}
@@ -486,7 +522,7 @@ def _guard_attack(name: str, rel: str, old: str, new: str, rule: str) -> Callabl
 
 
 def _register_guard_attacks() -> None:
-    from tests.test_guard import BYPASSES
+    from eval.guard_cases import BYPASSES
 
     for name, (rel, old, new, rule) in sorted(BYPASSES.items()):
         ATTACKS.append(Attack("guard", f"patch: {name} ({rel})", _guard_attack(name, rel, old, new, rule)))
@@ -497,13 +533,13 @@ _register_guard_attacks()
 
 @attack("guard", "a guard-blocked patch in the bot is never pushed")
 def _guard_blocks_push(tmp: Path) -> str:
+    from eval.fake_github import FakeGitHub, fix_patch, make_fixture_repo
     from fixgraph.config import load_config
     from fixgraph.dataset import Task
     from fixgraph.github_client import GitHubAccess
     from fixgraph.github_pr import GitHubPublisher
     from fixgraph.publish import Outcome
     from fixgraph.workspace import RepoCache
-    from tests.fake_github import FakeGitHub, fix_patch, make_fixture_repo
 
     token = "ghp_benchTOKEN0123456789"
     fake = FakeGitHub(tmp / "served", tokens={token}).start()

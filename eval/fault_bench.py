@@ -498,6 +498,11 @@ def bench(args: argparse.Namespace, work: Path) -> int:
           + ", ".join(f"{k} {served.get(k, 0)}" for k in FAULT_KINDS) + ")")
     print(f"clean run: {len(clean_recs)} records, {len(clean_preds)} predictions, "
           f"{'all replies came through' if clean_ok else 'NOT CLEAN'}")
+    for i in ids:  # what went wrong in the reference, so a rare miss can be told from a bug
+        rec = clean_recs.get(i)
+        if rec is None or not came_through(rec) or i not in clean_preds:
+            why = "no record" if rec is None else (rec.get("failed") or rec.get("stop_reason") or "no prediction")
+            print(f"  clean {i}: {str(why)[:200]}")
     print(f"faulty run: {len(recs)} records, {len(preds)} predictions; {len(through)} came through, "
           f"{len(budget_stops)} stopped by the task budget (huge usage reported), {len(failed)} failed "
           "for good (faults beyond the retries, or two invalid replies)")

@@ -7,6 +7,7 @@ does (its own tests are ``scoring.tests.own_outcome``).
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -126,3 +127,60 @@ def _file_diff(patch: str, path: str) -> str:
     blocks = patch.split("diff --git ")
     keep = [b for b in blocks[1:] if b.split("\n", 1)[0].endswith(f" b/{path}")]
     return "".join("diff --git " + b for b in keep)
+
+
+def tests_the_test_patch_edits(inst: Instance, wt: Worktree, tests: list[str]) -> list[str]:
+    """Of ``tests``, those the instance's ``test_patch`` adds, rewrites or removes: a test its
+    files do not define at the base, a change to a line of the test's function at the base
+    (decorators included), or its file deleted. A fix that changes behaviour on purpose makes a
+    rewritten test fail, and the harness runs the rewritten one instead, so a regression the loop
+    finds there is not one the harness can see; a regression only in an added test is not one any
+    existing test can show."""
+    changed: dict[str, set[int]] = {}  # base-side line numbers each test file's hunks change
+    deleted: set[str] = set()
+    for pf in PatchSet(inst.test_patch):
+        if pf.is_removed_file:
+            deleted.add(pf.path)
+        lines: set[int] = set()
+        for hunk in pf:
+            last = hunk.source_start - 1
+            for line in hunk:
+                if line.source_line_no is not None:
+                    last = line.source_line_no
+                    if line.is_removed:
+                        lines.add(last)
+                elif line.is_added:  # an insertion sits between two base lines: both are changed
+                    lines.update((last, last + 1))
+        changed[pf.path] = lines
+    spans: dict[str, dict[str, list[range]]] = {}
+
+    def spans_of(path: str) -> dict[str, list[range]]:
+        if path not in spans:
+            proc = git(wt.path, "show", f"{inst.base_commit}:{path}")
+            found: dict[str, list[range]] = {}
+            try:
+                tree = ast.parse(proc.stdout.decode("utf-8", "replace")) if proc.returncode == 0 else None
+            except SyntaxError:
+                tree = None
+            for node in ast.walk(tree) if tree is not None else []:
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
+                    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                    found.setdefault(node.name, []).append(range(first, (node.end_lineno or node.lineno) + 1))
+            spans[path] = found
+        return spans[path]
+
+    out = []
+    for test in tests:
+        if "::" in test:
+            path, name = test.split("::", 1)[0], test.split("::")[-1]
+            files = [path] if path in changed else []
+        else:  # sympy's bare names: any file of the test patch that defines it
+            path, name, files = "", test, list(changed)
+        name = name.split("[", 1)[0].split(" ", 1)[0]
+        # Not at the base, and the test patch defines it (a bare name may be another file's test).
+        added = (bool(files) and not any(name in spans_of(f) for f in files)
+                 and re.search(rf"^\+\s*(?:async\s+)?def {re.escape(name)}\b", inst.test_patch, re.M) is not None)
+        if path in deleted or added or any(not changed[f].isdisjoint(r) for f in files
+                                           for r in spans_of(f).get(name, [])):
+            out.append(test)
+    return out

@@ -1,12 +1,14 @@
 """Localization benchmark: does the deterministic ranking put the gold patch's files on top?
 
-    python -m eval.localization_bench --dataset ../shared/data/swebench_lite.jsonl --repos DIR [--limit N]
+    python -m eval.localization_bench --dataset ../shared/data/swebench_lite.jsonl --repos DIR [--limit N] \\
+        [-o ROWS.jsonl [--resume]]
 
 Runs over every instance whose repository has a mirror in DIR (``DIR/<owner>+<name>/repo``),
 reading blobs straight from the mirror at the base commit (no checkout). For each repository and
 overall it prints recall of the gold files within the top 1/3/5/8 of:
 
-- ``today``: the ranking without history or quoted literals (``W_HISTORY = W_COCHANGE = W_LITERAL = 0``);
+- ``today``: the ranking without history, quoted literals or tests (``W_HISTORY = W_COCHANGE = W_LITERAL =
+  W_TESTS = 0``);
 - ``hist``: the history signal alone (past commits whose messages resemble the issue);
 - ``full``: the full ranking with the weights in ``fixgraph.localize`` (in-sample: they were
   chosen on these instances);
@@ -19,30 +21,39 @@ as the Explorer's options do); the Explorer's prompt size in tokens when it read
 (the real template, rendered); the time per instance once the indexes are cached, and the time
 and size of each history index. The last line is the headline: cross-validated recall@8, then
 @1, with the in-sample, today's and BM25 figures of the same run.
+
+With ``-o ROWS.jsonl`` every instance's row (its signals before weighting, its recalls and times)
+is appended as soon as it is done; ``--resume`` skips the instances already in the file and reports
+over all of them, so a run cut short (killed, or stopped with Ctrl-C) loses nothing. Rows are only
+comparable when written by the same code: start a new file after changing the ranking.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import re
 import statistics
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 KS = (1, 3, 5, 8)
-# The weight grid searched by cross-validation: (W_HISTORY, W_COCHANGE, W_LITERAL).
-GRID = [(h, c, lit) for h in (0.0, 0.1, 0.2, 0.3, 0.5, 1.0) for c in (0.0, 0.2, 0.5)
-        for lit in (0.0, 0.1, 0.2, 0.3, 0.5, 0.8, 1.2)]
-Point = tuple[float, float, float]
+# The weight grid searched by cross-validation: (W_HISTORY, W_COCHANGE, W_LITERAL, W_TESTS). Co-change
+# and quoted literals stay at 0: cross-validated, tuning them generalized worse in the earlier passes
+# (README, "Localization"), and every extra knob on 140 rows is one more way to overfit.
+GRID = [(h, 0.0, 0.0, t) for h in (0.0, 0.1, 0.2, 0.3, 0.5) for t in (0.0, 0.02, 0.05, 0.1, 0.2)]
+Point = tuple[float, float, float, float]
 
 
 @dataclass
 class Row:
     repo: str
+    instance_id: str = ""
     gold: list[str] = field(default_factory=list)
     parts: Any = None  # RankParts, kept for the weight grid
     today: dict[int, float] = field(default_factory=dict)
@@ -56,6 +67,37 @@ class Row:
     map_tokens: int = 0
     warm_s: float = 0.0
     cold_s: float = 0.0
+    # The repository's history index, as the row's run found it: build s, size MB, commits, note.
+    history_index: tuple[float, float, int, str] | None = None
+    missed: str = ""  # "gold [...] ranked [...]" when a gold file is outside the top 8
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if k not in ("parts", "cv")}
+        out["parts"] = asdict(self.parts) if self.parts is not None else None
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Row:
+        from fixgraph.localize import RankParts
+
+        kw = {k: v for k, v in d.items() if k in cls.__dataclass_fields__ and k != "parts"}
+        for k in ("today", "hist", "ours", "imports", "bm25"):
+            kw[k] = {int(n): v for n, v in d.get(k, {}).items()}
+        if kw.get("history_index") is not None:
+            kw["history_index"] = tuple(kw["history_index"])
+        fields = RankParts.__dataclass_fields__
+        parts = RankParts(**{k: v for k, v in d["parts"].items() if k in fields}) if d.get("parts") else None
+        return cls(parts=parts, **kw)
+
+
+def load_rows(path: Path) -> dict[str, Row]:
+    """Rows already written to ``path``; a line cut short by a kill is skipped (and redone)."""
+    out: dict[str, Row] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            row = Row.from_json(json.loads(line))
+            out[row.instance_id] = row
+    return out
 
 
 def gold_files(patch: str) -> list[str]:
@@ -144,12 +186,60 @@ def cross_validate(rows: list[Row]) -> tuple[dict[str, Point], Point]:
     return chosen, best_point(recalls, list(range(len(rows))))
 
 
+def measure(inst, git_dir: Path, args: argparse.Namespace, settings, first: bool) -> Row:  # noqa: ANN001
+    """One instance's row: its signals, recalls, prompt size and times."""
+    from fixgraph.history import HistoryIndex
+    from fixgraph.localize import RepoIndex, combine, count_tokens
+
+    gold = gold_files(inst.patch)
+    t0 = time.perf_counter()
+    index = RepoIndex.build_from_git(git_dir, inst.base_commit, args.cache_dir)
+    cold = time.perf_counter() - t0
+    built = None
+    if first:
+        hist = HistoryIndex.open(git_dir, args.cache_dir)
+        built = (hist.build_seconds, hist.size_bytes / 1e6, len(hist.shas), index.history_note)
+    # Timed as the pipeline meets it once the indexes are cached: load, rank, map, views.
+    t0 = time.perf_counter()
+    if not args.no_timing:
+        index = RepoIndex.build_from_git(git_dir, inst.base_commit, args.cache_dir)
+    ranked = index.rank(inst.problem_statement, k=settings.candidates_shown)
+    repo_map = index.repo_map(ranked, max_tokens=settings.map_tokens)
+    tokens = 0 if args.no_timing else explorer_prompt_tokens(index, inst, ranked, settings)
+    warm = time.perf_counter() - t0
+    # Co-change and quoted literals are not searched by the grid (GRID): not computed.
+    parts = index.rank_parts(inst.problem_statement, cochange=False, literal=False)
+    top = [c.path for c in ranked]
+    row = Row(inst.repo, inst.instance_id, gold=gold, parts=parts, prompt_tokens=tokens,
+              map_tokens=count_tokens(repo_map), warm_s=warm, cold_s=cold, history_index=built)
+    today = [c.path for c in combine(parts, 0.0, 0.0, 0.0, 0.0)[: max(KS)]]
+    hist_top = history_ranking(parts)
+    sizes = []
+    for k in KS:
+        row.ours[k] = recall(gold, top[:k])
+        row.today[k] = recall(gold, today[:k])
+        row.hist[k] = recall(gold, hist_top[:k])
+        expanded = list(top[:k])
+        for p in top[:k]:
+            expanded.extend(index.imports_of(p))
+        expanded = list(dict.fromkeys(expanded))
+        sizes.append(len(expanded))
+        row.imports[k] = recall(gold, expanded)
+    row.import_set = sizes[-1]
+    if not args.no_bm25:
+        ref = bm25_ranking(index, inst.problem_statement, max(KS))
+        row.bm25 = {k: recall(gold, ref[:k]) for k in KS}
+    if row.ours[8] < 1.0:
+        row.missed = f"gold {gold} ranked {[top.index(g) + 1 if g in top else None for g in gold]}"
+    return row
+
+
 def run(args: argparse.Namespace) -> int:
     from fixgraph import localize
     from fixgraph.config import ExplorerSettings
     from fixgraph.dataset import DatasetError, load_jsonl
-    from fixgraph.history import HistoryIndex
-    from fixgraph.localize import LocalizeError, RepoIndex, combine, count_tokens
+    from fixgraph.localize import LocalizeError
+    from fixgraph.records import atomic_write
     from fixgraph.workspace import find_mirror
 
     try:
@@ -175,56 +265,56 @@ def run(args: argparse.Namespace) -> int:
         print(f"localization_bench: no instance of the dataset has a mirror under {args.repos}", file=sys.stderr)
         return 2
     settings = ExplorerSettings()
-    rows: list[Row] = []
-    misses: list[str] = []
-    built: dict[str, tuple[float, float, int, str]] = {}  # repo -> build s, size MB, commits, note
-    for n, inst in enumerate(chosen, 1):
-        gold = gold_files(inst.patch)
-        t0 = time.perf_counter()
-        try:
-            index = RepoIndex.build_from_git(mirrors[inst.repo], inst.base_commit, args.cache_dir)
-        except LocalizeError as exc:
-            print(f"localization_bench: {inst.instance_id}: {exc}", file=sys.stderr)
-            return 2
-        cold = time.perf_counter() - t0
-        if inst.repo not in built:
-            hist = HistoryIndex.open(mirrors[inst.repo], args.cache_dir)
-            built[inst.repo] = (hist.build_seconds, hist.size_bytes / 1e6, len(hist.shas), index.history_note)
-        # Timed as the pipeline meets it once the indexes are cached: load, rank, map, views.
-        t0 = time.perf_counter()
-        if not args.no_timing:
-            index = RepoIndex.build_from_git(mirrors[inst.repo], inst.base_commit, args.cache_dir)
-        ranked = index.rank(inst.problem_statement, k=settings.candidates_shown)
-        repo_map = index.repo_map(ranked, max_tokens=settings.map_tokens)
-        tokens = 0 if args.no_timing else explorer_prompt_tokens(index, inst, ranked, settings)
-        warm = time.perf_counter() - t0
-        parts = index.rank_parts(inst.problem_statement)
-        top = [c.path for c in ranked]
-        row = Row(inst.repo, gold=gold, parts=parts, prompt_tokens=tokens,
-                  map_tokens=count_tokens(repo_map), warm_s=warm, cold_s=cold)
-        today = [c.path for c in combine(parts, 0.0, 0.0, 0.0)[: max(KS)]]
-        hist_top = history_ranking(parts)
-        sizes = []
-        for k in KS:
-            row.ours[k] = recall(gold, top[:k])
-            row.today[k] = recall(gold, today[:k])
-            row.hist[k] = recall(gold, hist_top[:k])
-            expanded = list(top[:k])
-            for p in top[:k]:
-                expanded.extend(index.imports_of(p))
-            expanded = list(dict.fromkeys(expanded))
-            sizes.append(len(expanded))
-            row.imports[k] = recall(gold, expanded)
-        row.import_set = sizes[-1]
-        if not args.no_bm25:
-            ref = bm25_ranking(index, inst.problem_statement, max(KS))
-            row.bm25 = {k: recall(gold, ref[:k]) for k in KS}
-        rows.append(row)
-        if row.ours[8] < 1.0:
-            misses.append(f"{inst.instance_id}: gold {gold} ranked {[top.index(g) + 1 if g in top else None for g in gold]}")
-        if args.verbose:
-            print(f"[{n}/{len(chosen)}] {inst.instance_id} R@8={row.ours[8]:.2f} today={row.today[8]:.2f} "
-                  f"tokens={tokens} warm={warm:.2f}s cold={cold:.1f}s", file=sys.stderr, flush=True)
+    done: dict[str, Row] = {}
+    if args.output is not None and args.resume and args.output.is_file():
+        done = load_rows(args.output)
+        # Written back whole, so that a half line left by a kill is not continued by the next row.
+        atomic_write(args.output, "".join(json.dumps(r.to_json()) + "\n" for r in done.values()))
+    out = None
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        out = args.output.open("a" if args.resume else "w", encoding="utf-8")
+    seen_repos = {r.repo for r in done.values()}
+    try:
+        for n, inst in enumerate(chosen, 1):
+            if inst.instance_id in done:
+                continue
+            try:
+                row = measure(inst, mirrors[inst.repo], args, settings, first=inst.repo not in seen_repos)
+            except LocalizeError as exc:
+                print(f"localization_bench: {inst.instance_id}: {exc}", file=sys.stderr)
+                return 2
+            seen_repos.add(inst.repo)
+            done[inst.instance_id] = row
+            if out is not None:
+                out.write(json.dumps(row.to_json()) + "\n")
+                out.flush()
+            if args.verbose:
+                print(f"[{n}/{len(chosen)}] {inst.instance_id} R@8={row.ours[8]:.2f} today={row.today[8]:.2f} "
+                      f"tokens={row.prompt_tokens} warm={row.warm_s:.2f}s cold={row.cold_s:.1f}s",
+                      file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        print(f"interrupted: the figures below cover {len(done)} instances"
+              + (" (rerun with --resume to continue)" if out is not None else ""), file=sys.stderr)
+    finally:
+        if out is not None:
+            out.close()
+    rows = [done[i.instance_id] for i in chosen if i.instance_id in done]
+    if not rows:
+        return 130
+    # The full ranking is recomputed from each row's signals with the weights shipped now, so that
+    # rows written before a weight changed are still read right (--resume after a new weight).
+    shipped = (localize.W_HISTORY, localize.W_COCHANGE, localize.W_LITERAL, localize.W_TESTS)
+    for r in rows:
+        ranked = [c.path for c in localize.combine(r.parts, *shipped)]
+        r.ours = {k: recall(r.gold, ranked[:k]) for k in KS}
+        where = [ranked.index(g) + 1 if g in ranked else None for g in r.gold]
+        r.missed = "" if r.ours[8] >= 1.0 else f"gold {r.gold} ranked {where}"
+    misses = [f"{r.instance_id}: {r.missed}" for r in rows if r.missed]
+    built: dict[str, tuple[float, float, int, str]] = {}
+    for r in rows:
+        if r.repo not in built and r.history_index is not None:
+            built[r.repo] = r.history_index
     folds, in_sample = cross_validate(rows)
     print_table(rows, args.no_bm25)
     print()
@@ -234,7 +324,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     def weights(point: Point) -> str:
         return ",".join(f"{w:g}" for w in point)
-    print(f"weights (W_HISTORY, W_COCHANGE, W_LITERAL): shipped {weights((localize.W_HISTORY, localize.W_COCHANGE, localize.W_LITERAL))}; "
+    print(f"weights (W_HISTORY, W_COCHANGE, W_LITERAL, W_TESTS): shipped {weights(shipped)}; "
           f"best on all rows {weights(in_sample)}; chosen without each repository: "
           + ", ".join(f"{repo.split('/')[1]} {weights(point)}" for repo, point in sorted(folds.items())))
     if args.show_misses and misses:
@@ -271,7 +361,7 @@ def print_table(rows: list[Row], no_bm25: bool) -> None:
     groups_sorted = sorted(groups.items()) + [("OVERALL", rows)]
     head = (f"{'repo':<20}{'n':>4} | {'today@1':>7}{'@8':>5} | {'hist@1':>6}{'@8':>5} | "
             f"{'full@1':>6}{'@3':>5}{'@5':>5}{'@8':>5} | {'cv@1':>5}{'@8':>5} | {'bm25@1':>6}{'@8':>5} | "
-            f"{'+imp@8':>6}{'size':>5} | {'tok med':>7}{'p95':>6}{'map':>5} | {'warm s':>6}{'p95':>5}{'cold':>5}")
+            f"{'+imp@8':>6}{'size':>5} | {'tok med':>7}{'p95':>6}{'map':>5} | {'warm s':>6}{'p95':>6}{'cold':>5}")
     print(head)
     print("-" * len(head))
     for name, rs in groups_sorted:
@@ -285,7 +375,7 @@ def print_table(rows: list[Row], no_bm25: bool) -> None:
               f"{m('ours', 1):>6}{m('ours', 3):>5}{m('ours', 5):>5}{m('ours', 8):>5} | {m('cv', 1):>5}{m('cv', 8):>5} | "
               f"{m('bm25', 1):>6}{m('bm25', 8):>5} | {m('imports', 8):>6}{statistics.mean(r.import_set for r in rs):>5.0f} | "
               f"{statistics.median(toks):>7.0f}{_pct(toks, 0.95):>6.0f}{_pct([float(r.map_tokens) for r in rs], 0.95):>5.0f} | "
-              f"{statistics.median(warm):>6.2f}{_pct(warm, 0.95):>5.2f}{statistics.median(r.cold_s for r in rs):>5.1f}")
+              f"{statistics.median(warm):>6.2f}{_pct(warm, 0.95):>6.2f}{statistics.median(r.cold_s for r in rs):>5.1f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -299,8 +389,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-timing", action="store_true",
                    help="recall only: no warm reload and no Explorer prompt (their columns are then meaningless)")
     p.add_argument("--show-misses", action="store_true", help="list instances with a gold file outside the top 8")
+    p.add_argument("-o", "--output", type=Path, help="append each instance's row to this JSONL file as it is done")
+    p.add_argument("--resume", action="store_true", help="keep the rows already in --output and do only the rest")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
+    if args.resume and args.output is None:
+        print("localization_bench: --resume needs -o/--output", file=sys.stderr)
+        return 2
     if args.limit < 0:
         print("localization_bench: --limit must be >= 0", file=sys.stderr)
         return 2

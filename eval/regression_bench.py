@@ -41,7 +41,7 @@ from typing import Any
 import git
 
 from eval.critic_bench import Tally, _shard, run_terminable, sample
-from eval.hidden import run_hidden
+from eval.hidden import run_hidden, tests_the_test_patch_edits
 from fixgraph.config import load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, find_mirror
@@ -97,10 +97,19 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         if not truth.runnable:
             return rec | {"status": "not_runnable", "reason": truth.reason[:300]}
         p2p = inst.PASS_TO_PASS
-        rec["visible"] = broken(truth, p2p)
+        rec["hidden_timed_out"] = truth.timed_out
+        # A run cut by its timeout did not reach the tests it does not report: unknown, not broken.
+        rec["visible"] = [t for t in broken(truth, p2p)
+                          if not truth.timed_out or truth.pass_to_pass_after.get(t, "MISSING") != "MISSING"]
         rec["p2p_passing_at_base"] = sum(truth.pass_to_pass_before.get(t) in PASSING for t in p2p)
         rec["resolved_here"] = (all(s in PASSING for s in truth.fail_to_pass.values())
                                 and all(s in PASSING for s in truth.pass_to_pass_after.values()))
+        # For the fidelity report: what fails here, and which of those PASS_TO_PASS tests fail at
+        # the base as well (this machine's environment: no network, a different library).
+        failing = {t: st for t, st in {**truth.fail_to_pass, **truth.pass_to_pass_after}.items() if st not in PASSING}
+        rec["hidden_failing"] = dict(list(failing.items())[:50])
+        rec["hidden_failing_at_base"] = [t for t in failing if t in truth.pass_to_pass_before
+                                         and truth.pass_to_pass_before[t] not in PASSING][:50]
         t1 = time.monotonic()
         own = own_outcome(runner, inst.task(), wt, patch, [], cfg.regression)  # the loop's check
         rec["own_seconds"] = round(time.monotonic() - t1, 1)
@@ -109,9 +118,15 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         rec["own_ran"] = own.regression_ran
         rec["own_reason"] = own.reason[:300]
         rec["selected"] = own.selection.get("files", [])
+        rec["selected_tests"] = own.selection.get("tests", [])
         rec["tests_run"] = len(own.pass_to_pass_before)
         rec["flagged"] = broken(own)
         rec["extra"] = [t for t in rec["flagged"] if t not in set(p2p)]
+        # What each flagged test raised ("" when no record says): a crash or a failed assertion.
+        kinds = {str(c.get("test")): str(c.get("type", "")) for c in own.regression_crashes}
+        rec["flag_kinds"] = {t: kinds.get(t, "") for t in rec["flagged"]}
+        rec["edited"] = tests_the_test_patch_edits(inst, wt, rec["flagged"])
+        rec["visible_new"] = tests_the_test_patch_edits(inst, wt, rec["visible"])
         rec["runtime"] = [{k: f.get(k) for k in ("rule", "file", "line", "symbol", "message")}
                           for f in runtime_findings(own, patch)]
         rec["notes"] = own.notes[:5]
@@ -179,7 +194,15 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("interrupted: the figures below cover the rows judged so far (rerun with --resume to continue)",
               file=sys.stderr)
-    print(report([done[r["instance_id"]] for r in rows if r["instance_id"] in done], args))
+    recs = [done[r["instance_id"]] for r in rows if r["instance_id"] in done]
+    for rec in recs:  # rows judged before the fields existed
+        if rec.get("status") == "judged" and ("edited" not in rec or "visible_new" not in rec):
+            inst = dataset[rec["instance_id"]]
+            with contextlib.suppress(WorkspaceError, git.GitCommandError):
+                wt = repos.worktree(inst.repo, inst.base_commit, f"{key}-{inst.repo_slug}")
+                rec["edited"] = tests_the_test_patch_edits(inst, wt, rec["flagged"])
+                rec["visible_new"] = tests_the_test_patch_edits(inst, wt, rec["visible"])
+    print(report(recs, args))
     return 0
 
 
@@ -200,15 +223,25 @@ def report(recs: list[dict[str, Any]], args: argparse.Namespace) -> str:
                  f"{sum(bool(r['flagged']) for r in judged)}")
     lines.append(f"TP {tally.tp} FP {tally.fp} FN {tally.fn} TN {tally.tn}; "
                  f"loop's check could not run on {sum(not r['own_ran'] for r in judged)} (counted as not flagged)")
+    unseen = 0
     for r in judged:
         if r["visible"] and not r["flagged"]:
-            lines.append(f"  missed {r['instance_id']}: {', '.join(r['visible'][:3])}; selected "
-                         f"{r['selected'][:3]} ({r['own_reason'][:100] or 'ran'})")
+            # Every broken test is one the test patch adds or rewrites: no existing test has it.
+            new_only = "visible_new" in r and set(r["visible"]) <= set(r["visible_new"])
+            unseen += new_only
+            lines.append(f"  missed {r['instance_id']}: {', '.join(r['visible'][:3])}; "
+                         + ("only in tests the instance's test patch adds or rewrites" if new_only else
+                            f"selected {r['selected'][:3]}{' + ' + str(len(r.get('selected_tests', []))) + ' single tests' if r.get('selected_tests') else ''}"
+                            f" ({r['own_reason'][:100] or 'ran'})"))
+    if unseen and tally.tp + tally.fn - unseen:
+        lines.append(f"recall over the visible regressions an existing test can show ({unseen} misses are only in "
+                     f"tests the test patch adds or rewrites): {tally.tp / (tally.tp + tally.fn - unseen):.3f}")
     extra = [r for r in judged if r["extra"]]
     lines.append(f"regressions outside PASS_TO_PASS found by the loop: {len(extra)} patches, "
                  f"{sum(len(r['extra']) for r in extra)} tests"
                  + (f" ({sum(not r['visible'] for r in extra)} of those patches have no visible regression)" if extra else ""))
     lines += [f"  {r['instance_id']}: {', '.join(r['extra'][:3])}" for r in extra[:8]]
+    lines += false_positives(judged, tally)
     runtime = [r for r in judged if r["runtime"]]
     lines.append(f"runtime findings: {len(runtime)} patches")
     lines += [f"  {r['instance_id']}: {f['rule']} at {f['file']}:{f['line']} in {f['symbol']}"
@@ -231,6 +264,35 @@ def report(recs: list[dict[str, Any]], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def fp_cause(r: dict[str, Any]) -> str:
+    """Why the loop flagged a patch the harness's PASS_TO_PASS tests find clean."""
+    if "edited" in r and set(r["flagged"]) <= set(r["edited"]):
+        return "rewritten"  # the test patch rewrites every flagged test: the fix changes what it asserts
+    if r["runtime"]:
+        return "crash"  # a runtime error in a file the patch touched, in a test the harness does not run
+    return "other"
+
+
+def false_positives(judged: list[dict[str, Any]], tally: Tally) -> list[str]:
+    fps = [r for r in judged if r["flagged"] and not r["visible"]]
+    if not fps:
+        return []
+    causes = [fp_cause(r) for r in fps]
+    lines = [f"false positives: {len(fps)}; every flagged test rewritten by the instance's test patch (the fix "
+             f"changes what it asserts): {causes.count('rewritten')}; a runtime error in a touched file, in a test "
+             f"outside PASS_TO_PASS: {causes.count('crash')}; other: {causes.count('other')}"]
+    for r, cause in zip(fps, causes, strict=True):
+        kinds = sorted({k or "assertion" for k in (r.get("flag_kinds") or {}).values()})
+        lines.append(f"  {r['instance_id']}: {cause}; {len(r['flagged'])} tests"
+                     + (f" ({', '.join(kinds)})" if kinds else "") + f", e.g. {r['flagged'][0]}")
+    rewritten = causes.count("rewritten")
+    if tally.tp + tally.fp - rewritten:
+        # Evaluation side only: the loop cannot know which tests the fix's own test patch rewrites.
+        lines.append(f"precision with the rewritten-test flags set aside (reads the test patch: not the loop's): "
+                     f"{tally.tp / (tally.tp + tally.fp - rewritten):.3f}")
+    return lines
+
+
 def fidelity(recs: list[dict[str, Any]]) -> list[str]:
     """Agreement of the hidden-test run here with the harness's ``resolved``, per repo."""
     by_repo: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -239,14 +301,25 @@ def fidelity(recs: list[dict[str, Any]]) -> list[str]:
             by_repo[r["repo"]].append(r)
     if not by_repo:
         return []
-    lines = ["fidelity (resolved here vs the harness's resolved):"]
+    lines = ["fidelity (resolved here vs the harness's resolved; then counting only the tests that pass at the "
+             "base here, where the rows record them):"]
     off = []
     for repo in sorted(by_repo):
         group = by_repo[repo]
         agree = sum(r["resolved_here"] == r["resolved"] for r in group)
-        lines.append(f"  {repo:24s} {agree}/{len(group)} agree")
+        known = [r for r in group if "hidden_failing" in r]
+        # A PASS_TO_PASS test that fails at the base here as well is this machine's (no network):
+        # leave it out, and see whether the verdicts then agree.
+        runnable = sum((r["resolved_here"] or set(r["hidden_failing"]) <= set(r["hidden_failing_at_base"]))
+                       == r["resolved"] for r in known)
+        lines.append(f"  {repo:24s} {agree}/{len(group)} agree" + (f"; {runnable}/{len(known)}" if known else ""))
         off += [r for r in group if r["resolved_here"] != r["resolved"]]
-    lines += [f"  differs: {r['instance_id']} harness resolved={r['resolved']} here={r['resolved_here']}" for r in off]
+    for r in off:
+        failing = list(r.get("hidden_failing") or {})
+        at_base = r.get("hidden_failing_at_base") or []
+        lines.append(f"  differs: {r['instance_id']} harness resolved={r['resolved']} here={r['resolved_here']}"
+                     + (f"; failing here: {', '.join(failing[:3])}" + (f" (+{len(failing) - 3})" if len(failing) > 3 else "")
+                        + f"; {len(at_base)} of them PASS_TO_PASS tests failing at the base here too" if failing else ""))
     return lines
 
 

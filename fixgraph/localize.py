@@ -44,7 +44,8 @@ MAX_FILE_BYTES = 1_000_000
 # The ranking, one formula (README, "Localization"):
 #
 #   score(f) = penalty(f) * (today(f) + max today * (W_HISTORY * H(f) / max H
-#                                                    + W_COCHANGE * C(f) / max C + W_LITERAL * L(f) / max L))
+#                                                    + W_COCHANGE * C(f) / max C + W_LITERAL * L(f) / max L
+#                                                    + W_TESTS * T(f) / max T))
 #
 # (each added signal normalized to its best file and scaled to today's best score, so that its
 # weight means the same on every issue)
@@ -57,6 +58,9 @@ MAX_FILE_BYTES = 1_000_000
 # L(f): the issue quotes f's string literals verbatim (an error message, a warning, an option
 #   name: pieces between placeholders, see ``is_message``); each piece weighs
 #   log(1 + code files / files saying it).
+# T(f): f is the module one of the TEST_SEEDS test files ``today`` ranks highest is named after
+#   (``tests/test_f.py``), each test handing on its score relative to the best test's
+#   (``RepoIndex._tested``): issues describe behaviour the way tests exercise it.
 # penalty(f): 0.2 for tests, 0.4 for docs and non-Python files, else 1.
 # W_LEXICAL, W_DEF, DEF_REPEAT, DEF_SPREAD were picked by a small grid on the Lite instances
 # (before history existed). W_HISTORY and W_COCHANGE are the grid point best on all nine
@@ -66,7 +70,12 @@ MAX_FILE_BYTES = 1_000_000
 # disagree on its weight): W_LITERAL = 0 gives back the history-only ranking exactly (README,
 # "Localization"). Co-change gets weight 0 in eight folds of nine. A centrality prior (log of how many
 # files import a module) and a change-frequency prior (recency-weighted count of focused commits
-# touching a file) were tried and gained nothing at any weight (dev runs), so they are not used.
+# touching a file) were tried and gained nothing at any weight (dev runs), so they are not used;
+# nor were, in the third pass, the modules the top files import or that import them, the modules
+# the docs' autodoc directives name, or the files defining ``_print_X``-style handlers of the
+# classes the issue names (dev runs over the 140 instances: none moved the cross-validated recall).
+# W_HISTORY and W_TESTS are searched together (eval.localization_bench's GRID); the point best on
+# all rows is shipped and the same point is chosen in eight folds of nine.
 W_LEXICAL = 16.0  # BM25 over file contents, normalized to the best file's score
 W_DEF = 1.5  # a file defines a name the issue uses
 DEF_REPEAT = 0.3  # how much repeating a name in the issue adds (log-damped)
@@ -76,7 +85,9 @@ W_COCHANGE = 0.0
 # Off: cross-validated, the procedure that also tunes it generalizes worse (0.829 / 0.500 at
 # recall@8 / @1) than the one without it (0.850 / 0.514); 0.2 is the best point in-sample.
 W_LITERAL = 0.0
+W_TESTS = 0.05  # small: it breaks near-ties between a user-facing module and the one under test
 CO_SEEDS = 5
+TEST_SEEDS = 5  # the test files whose subjects get the tests-to-source signal
 INDEX_VERSION = 5
 PY_SUFFIXES = (".py", ".pyi")
 # Text files worth indexing besides Python: docs, configs, templates a fix may touch.
@@ -449,7 +460,15 @@ class _BlobCache:
 # ---- the query: what the issue text names -------------------------------------------------
 
 _PATH_RE = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.(?:py|pyi|rst|cfg|toml|ini|txt|html|css|js|c|h|pyx))\b")
-_TB_RE = re.compile(r'File "([^"]+)", line (\d+)(?:, in (\w+))?')
+# Traceback frames as Python prints them, and as IPython (``File ~/x/y.py:841, in Plot._plot(self)``;
+# older: ``/x/y.py in func(args)``) and pytest (``src/x/y.py:123: in func``) print them.
+_TB_RES = (re.compile(r'File "([^"]+)", line (\d+)(?:, in (\w+))?'),
+           re.compile(r'File (~?[^\s,"]+\.pyx?):(\d+), in (?:\w+\.)*(\w+)'),
+           re.compile(r'^[ \t]*(\S+\.pyx?) in ()(?:\w+\.)*(\w+)\(', re.M),
+           re.compile(r'^(\S+\.pyx?):(\d+): (?:in (\w+))?', re.M))
+# Dashed names (``--recursive``, ``ignore-paths``, ``import-mode``) are read by the code as
+# ``ignore_paths`` or ``importmode``: the query gets those spellings too.
+_DASHED_RE = re.compile(r"(?<![\w-])-{0,2}([a-z][a-z0-9]*(?:-[a-z][a-z0-9]*)+)(?![\w-])")
 _DOTTED_RE = re.compile(r"\b([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)\b")
 _BACKTICK_RE = re.compile(r"`([^`\n]{1,120})`")
 _CODE_BLOCK_RE = re.compile(r"```.*?```|(?:^(?: {4}|\t|>>> |\.\.\. ).*$\n?)+", re.S | re.M)
@@ -474,7 +493,8 @@ class Query:
 
 
 def parse_problem(problem: str) -> Query:
-    frames = [(m.group(1), m.group(3) or "") for m in _TB_RE.finditer(problem)]
+    found = sorted((m.start(), m.group(1), m.group(3) or "") for rx in _TB_RES for m in rx.finditer(problem))
+    frames = [(path, func) for _, path, func in found]
     paths = list(dict.fromkeys(m.group(1) for m in _PATH_RE.finditer(problem)))
     # File names (conf.py, index.rst) are paths, not dotted names.
     dotted = list(dict.fromkeys(m.group(1) for m in _DOTTED_RE.finditer(problem)
@@ -502,7 +522,11 @@ def parse_problem(problem: str) -> Query:
     for _, func in frames:
         if func and func != "module":
             idents[func] += 2
-    return Query(paths, frames, dotted, idents, Counter(terms_of(problem)))
+    terms = Counter(terms_of(problem))
+    for dashed in _DASHED_RE.findall(problem):
+        terms[dashed.replace("-", "_")] += 1
+        terms[dashed.replace("-", "")] += 1
+    return Query(paths, frames, dotted, idents, terms)
 
 
 # ---- the index ----------------------------------------------------------------------------
@@ -546,6 +570,7 @@ class RankParts:
     history: dict[str, float]
     cochange: dict[str, float]
     literal: dict[str, float] = field(default_factory=dict)
+    tests: dict[str, float] = field(default_factory=dict)
 
 
 def penalty(path: str) -> float:
@@ -558,11 +583,13 @@ def penalty(path: str) -> float:
     return 1.0
 
 
-def combine(parts: RankParts, w_history: float, w_cochange: float, w_literal: float) -> list[Candidate]:
+def combine(parts: RankParts, w_history: float, w_cochange: float, w_literal: float,
+            w_tests: float = 0.0) -> list[Candidate]:
     """The one ranking formula (module header): every signal weighted, then the penalty."""
     score: dict[str, float] = defaultdict(float, parts.today)
     scale = max(parts.today.values(), default=0.0) or 1.0
-    for signal, weight in ((parts.history, w_history), (parts.cochange, w_cochange), (parts.literal, w_literal)):
+    for signal, weight in ((parts.history, w_history), (parts.cochange, w_cochange), (parts.literal, w_literal),
+                           (parts.tests, w_tests)):
         best = max(signal.values(), default=0.0)
         if weight and best > 0:
             for path, s in signal.items():
@@ -665,6 +692,8 @@ class RepoIndex:
         # The Planner and each Explorer iteration rank the same issue: compute its signals once.
         self._parts_memo: tuple[str, RankParts] | None = None
         self._messages: tuple[int, dict[str, list[str]]] | None = None  # code files, piece -> files
+        self._lengths: np.ndarray | None = None  # terms per file, in the snapshot's file order
+        self._read_ahead: dict[str, bytes] = {}  # see ``read_ahead``
         self._prepare()
 
     # -- building ----------------------------------------------------------------------------
@@ -773,8 +802,12 @@ class RepoIndex:
         self.n_docs = max(n, 1)
         self.avg_len = total / self.n_docs if n else 1.0
         self.by_name: dict[str, list[str]] = defaultdict(list)
+        self._packages: dict[str, list[str]] = defaultdict(list)  # package name -> its __init__.py
         for path in self.paths:
-            self.by_name[path.rpartition("/")[2]].append(path)
+            head, _, name = path.rpartition("/")
+            self.by_name[name].append(path)
+            if name == "__init__.py" and head:
+                self._packages[head.rpartition("/")[2]].append(path)
 
     # -- small queries -----------------------------------------------------------------------
 
@@ -841,6 +874,31 @@ class RepoIndex:
 
     def _bm25(self, terms: Counter[str]) -> dict[str, float]:
         k1, b = 1.2, 0.75
+        post = self._term_index
+        if post is not None:
+            # The same sums, term by term in the same order, over arrays: a posting list of a
+            # common word holds most of the repository's files.
+            lengths = self._lengths
+            if lengths is None:
+                lengths = self._lengths = np.array([self.infos[p].length for p in post.files], dtype=np.float64)
+            acc = np.zeros(len(post.files))
+            hit = np.zeros(len(post.files), dtype=bool)
+            for term, qtf in terms.items():
+                t = post.vocab.get(term)
+                if t is None:
+                    continue
+                lo, hi = int(post.ptr[t]), int(post.ptr[t + 1])
+                if hi == lo:
+                    continue
+                rows = post.file[lo:hi]
+                tf = post.count[lo:hi].astype(np.float64)
+                df = hi - lo
+                idf = math.log(1 + (self.n_docs - df + 0.5) / (df + 0.5))
+                weight = idf * min(qtf, 3)
+                acc[rows] += weight * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths[rows] / self.avg_len))
+                hit[rows] = True
+            files = post.files
+            return {files[i]: float(acc[i]) for i in np.nonzero(hit)[0].tolist()}
         scores: dict[str, float] = defaultdict(float)
         for term, qtf in terms.items():
             posting = self.posting(term)
@@ -856,12 +914,14 @@ class RepoIndex:
 
     def rank(self, problem: str, k: int = 30) -> list[Candidate]:
         """Files most likely to need changing for ``problem``, best first (deterministic)."""
-        return combine(self.rank_parts(problem, cochange=W_COCHANGE > 0), W_HISTORY, W_COCHANGE, W_LITERAL)[:k]
+        return combine(self.rank_parts(problem, cochange=W_COCHANGE > 0, literal=W_LITERAL > 0),
+                       W_HISTORY, W_COCHANGE, W_LITERAL,
+                       W_TESTS)[:k]
 
-    def rank_parts(self, problem: str, cochange: bool = True) -> RankParts:
-        """Each signal of the ranking for ``problem``, before weighting (co-change only if asked:
-        it is the costly one, and a zero weight does not need it)."""
-        memo_key = f"{int(cochange)}{problem}"
+    def rank_parts(self, problem: str, cochange: bool = True, literal: bool = True) -> RankParts:
+        """Each signal of the ranking for ``problem``, before weighting (co-change and quoted
+        literals only if asked: a zero weight does not need them, and they cost time)."""
+        memo_key = f"{int(cochange)}{int(literal)}{problem}"
         if self._parts_memo is not None and self._parts_memo[0] == memo_key:
             return self._parts_memo[1]
         q = parse_problem(problem)
@@ -921,7 +981,8 @@ class RepoIndex:
                 best = -seeds[0][0] or 1.0
                 cochanged = {p: s for p, s in self.history.co_changed(
                     {p: -neg / best for neg, p in seeds}, self._files).items() if self._rankable(p)}
-        parts = RankParts(today, dict(why), history, cochanged, self._literal(problem))
+        parts = RankParts(today, dict(why), history, cochanged, self._literal(problem) if literal else {},
+                          self._tested(today))
         self._parts_memo = (memo_key, parts)
         return parts
 
@@ -945,6 +1006,60 @@ class RepoIndex:
                     if self._rankable(path):
                         out[path] += idf
         return dict(out)
+
+    def _tested(self, today: dict[str, float]) -> dict[str, float]:
+        """The modules under test in the test files that match the issue best.
+
+        An issue describes behaviour the way a test exercises it (the same calls, the same
+        options), while the fix sits in the module the test is named after: ``test_pathlib.py``
+        for ``pathlib.py``. Each of the TEST_SEEDS best test files hands its score (relative to
+        the best one's) to its subjects (``subjects_of_test``), shared among them."""
+        tests = sorted((-s, p) for p, s in today.items() if is_test_path(p) and s > 0)[:TEST_SEEDS]
+        if not tests:
+            return {}
+        best = -tests[0][0]
+        out: dict[str, float] = defaultdict(float)
+        for neg, test in tests:
+            subjects = [p for p in self.subjects_of_test(test) if self._rankable(p)]
+            for path in subjects:
+                out[path] += (-neg / best) / len(subjects)
+        return dict(out)
+
+    def subjects_of_test(self, test: str) -> list[str]:
+        """The code files a test file is named after (``tests/test_x.py``, ``unittest_x.py``,
+        ``x_test.py`` -> ``x.py`` or ``x/__init__.py``), nearest to the test in the tree first
+        (only the nearest are kept: ``sympy/core/tests/test_numbers.py`` -> ``sympy/core/numbers.py``,
+        not ``sympy/functions/combinatorial/numbers.py``)."""
+        parts = _parts(test)
+        stem = _stem(parts[-1]) if parts else ""
+        for prefix in ("test_", "unittest_", "tests_"):
+            if stem.startswith(prefix):
+                stem = stem[len(prefix):]
+                break
+        else:
+            if not stem.endswith("_test"):
+                return []
+            stem = stem[: -len("_test")]
+        cands = []
+        for name in (stem, stem[:-1] if stem.endswith("s") else ""):
+            if len(name) < 2:
+                continue
+            cands = [p for p in self.by_name.get(f"{name}.py", []) + self._packages.get(name, [])
+                     if not is_test_path(p)]
+            if cands:
+                break
+        if not cands:
+            return []
+
+        def shared(path: str) -> int:
+            n = 0
+            for a, b in zip(_parts(path), parts, strict=False):
+                if a != b:
+                    break
+                n += 1
+            return n
+        near = max(shared(p) for p in cands)
+        return sorted(p for p in cands if shared(p) == near)
 
     def _rankable(self, path: str) -> bool:
         info = self.infos.get(path)
@@ -1046,8 +1161,18 @@ class RepoIndex:
         info = self.infos.get(path)
         if info is None or not info.readable or path not in self._files:
             return None
-        data = self.source.read_many([self.entries[path]]).get(path)
+        data = self._read_ahead.pop(path, None)
+        if data is None:
+            data = self.source.read_many([self.entries[path]]).get(path)
         return None if data is None else _decode(data)
+
+    def read_ahead(self, paths: Iterable[str]) -> None:
+        """Read these files in one go (one ``git cat-file`` for a mirror, not one per file); each
+        is kept until its next ``read_text``."""
+        wanted = [self.entries[p] for p in dict.fromkeys(clean_path(p) for p in paths)
+                  if p in self._files and p not in self._read_ahead and self.infos[p].readable]
+        if wanted:
+            self._read_ahead.update(self.source.read_many(wanted))
 
     def view(self, path: str, focus: list[str], max_tokens: int, full_under_lines: int = 400) -> str:
         """The file as the Explorer sees it, within ``max_tokens``.
@@ -1259,6 +1384,7 @@ def views_within(index: RepoIndex, paths: list[str], focus: list[str], token_bud
     views: dict[str, str] = {}
     left = token_budget
     pending = list(paths)
+    index.read_ahead(pending)
     # Cheapest first: full small files settle, then the rest share what remains.
     sized = sorted(pending, key=lambda p: (index.infos[clean_path(p)].size if clean_path(p) in index.infos else 0, p))
     for i, path in enumerate(sized):

@@ -117,7 +117,7 @@ def check_test_backend(cfg: RunConfig) -> Check:
     if not cfg.critic.enabled or cfg.critic.tests == "off":
         return Check(part, True, "not used by this config")
     if backend == "local":
-        return Check(part, True, "runs the tests in this Python")
+        return Check(part, True, "runs the tests in this Python" + _sandbox_note())
     if backend == "docker":
         from scoring.docker import engine_status
 
@@ -134,7 +134,18 @@ def check_test_backend(cfg: RunConfig) -> Check:
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["failed"])[-1]
         return Check(part, False, f"python -m venv failed ({_short(last)}): install python3-venv")
-    return Check(part, True, f"{Path(sys.executable).name} -m venv builds an environment")
+    return Check(part, True, f"{Path(sys.executable).name} -m venv builds an environment" + _sandbox_note())
+
+
+def _sandbox_note() -> str:
+    """How test processes will be held: a machine without namespaces still runs them, but the
+    user should know the tests are not contained (SECURITY.md)."""
+    from scoring.sandbox import SANDBOX_UID, sandbox_mode
+
+    return {"uid": f"; tests sandboxed as uid {SANDBOX_UID} in namespaces of their own",
+            "userns": "; tests sandboxed in a user namespace of their own"}.get(
+        sandbox_mode(), "; NO SANDBOX: namespaces (unshare) are unavailable here, so tests run with a "
+                        "scrubbed environment and limits only (see SECURITY.md)")
 
 
 def check_github(cfg: RunConfig) -> Check:

@@ -182,7 +182,10 @@ def run_task(item: Instance | Task, cfg: RunConfig, *, build_graph: GraphFactory
                           publisher=publisher, cache_dir=cfg.cache_dir.resolve())
         start_state: TaskState | None = None if resumed else TaskState(
             instance_id=instance.instance_id, problem=instance.issue)
-        values = graph.invoke(start_state, thread, context=ctx)
+        # "sync": a node's checkpoint is on disk before the next node starts. LangGraph's default
+        # writes it in the background, so a worker SIGKILLed early in a node could lose the last
+        # one and its task start over (seen under a load of 15: a killed task rerun without resuming).
+        values = graph.invoke(start_state, thread, context=ctx, durability="sync")
     except GraphRecursionError:
         failed = f"recursion limit {cfg.recursion_limit} reached"
     except (WorkspaceError, PatchError) as exc:

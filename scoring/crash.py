@@ -87,11 +87,84 @@ def records_from_log(log: str, repo_root: Path, wanted: list[str] | None = None)
         end = headers[i + 1].start() if i + 1 < len(headers) else len(log)
         if wanted is None or m.group(2) in wanted or f"{m.group(1)}:{m.group(2)}" in wanted:
             blocks.append((f"{m.group(1)}:{m.group(2)}", log[m.end():end]))
+    if not headers and "= FAILURES =" in log:
+        found = _pytest_records(log, str(repo_root), wanted)
+        if found:
+            return found
     if not headers:
         start = log.rfind(_TB_START)
         if start >= 0:
             blocks.append(("", log[start + len(_TB_START):]))
     return [r for r in (_parse_block(name, text, str(repo_root)) for name, text in blocks) if r]
+
+
+# pytest's long report, for runs where the plugin cannot be loaded (tox, which passes the test
+# process neither PYTHONPATH nor the plugin's variables): a section per failing test, entries
+# "path.py:12: in func" and the last one "path.py:40: TypeError" under "E   TypeError: ...".
+_PYTEST_HEADER = re.compile(r"^_{3,} (\S(?:.*\S)?) _{3,}$", re.M)
+_PYTEST_ENTRY = re.compile(r"^(\S+\.py):(\d+): ?(?:in (\S+)|([A-Za-z_][\w.]*))?$")
+_DEF = re.compile(r"^\s*(?:async\s+)?def (\w+)")
+
+
+def _pytest_records(log: str, root: str, wanted: list[str] | None) -> list[dict[str, Any]]:
+    """Records (no locals) from pytest's long report, one per section of a test in ``wanted``
+    (matched by ``Class.test[param]`` against the ids' ends; every section without ``wanted``)."""
+    out: list[dict[str, Any]] = []
+    start = log.find("= FAILURES =")
+    # The failures' region ends where pytest's next report begins (PASSES holds captured output).
+    stop = min([i for i in (log.find(t, start) for t in ("= PASSES =", "short test summary info",
+                                                          "= warnings summary =")) if i > 0] or [len(log)])
+    headers = [m for m in _PYTEST_HEADER.finditer(log, start, stop) if not set(m.group(1)) <= {"_", " "}]
+    for i, m in enumerate(headers):
+        title = m.group(1)
+        name = title.removeprefix("ERROR at setup of ").removeprefix("ERROR at teardown of ")
+        base, bracket, param = name.partition("[")
+        suffix = base.replace(".", "::") + bracket + param
+        if wanted is None:
+            nodeid = name
+        else:
+            nodeid = next((t for t in wanted if t == suffix or t.endswith("::" + suffix)), "")
+            if not nodeid:
+                continue
+        end = headers[i + 1].start() if i + 1 < len(headers) else stop
+        rec = _pytest_block(log[m.end():end], root)
+        if rec is not None:
+            out.append({**rec, "nodeid": nodeid})
+    return out
+
+
+def _pytest_block(text: str, root: str) -> dict[str, Any] | None:
+    lines = text.splitlines()
+    frames: list[dict[str, Any]] = []
+    etype = message = ""
+    listing: list[str] = []  # the code shown since the last entry
+    for n, line in enumerate(lines):
+        m = _PYTEST_ENTRY.match(line)
+        if not m:
+            listing.append(line)
+            if line.startswith("E   ") and not message:
+                message = line[1:].strip()
+            continue
+        path, lineno, func, exc = m.groups()
+        if path.startswith(root):
+            path = path[len(root):].lstrip("/")
+        if func is None:
+            func = next((d.group(1) for d in map(_DEF.match, reversed(listing)) if d), "")
+        src = next((ln[1:].strip() for ln in reversed(listing) if ln.startswith(">")), "")
+        if func and m.group(3) and n + 1 < len(lines) and lines[n + 1].startswith("    "):
+            src = lines[n + 1].strip()  # the short entry's line of code follows it
+        if not path.startswith("/") and "site-packages" not in path:
+            frames.append({"file": path, "line": int(lineno), "function": func, "source": src[:200]})
+        listing = []
+        if exc:
+            etype = exc
+            break
+    if not etype:
+        return None
+    etype = etype.rsplit(".", 1)[-1]
+    message = message.removeprefix(etype).removeprefix(":").strip() if message.startswith(etype) else message
+    return {"type": etype, "message": message[:1000], "frames": frames[-12:],
+            "exc_line": f"{etype}: {message}"[:1000]}
 
 
 def from_log(log: str, repo_root: Path, wanted: list[str] | None = None) -> str:

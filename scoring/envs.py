@@ -106,6 +106,11 @@ def _build_env(home: Path, venv: Path) -> dict[str, str]:
     return scrubbed_env(home, extra, [str(venv / "bin")])
 
 
+# Installs of one base commit tried before its failure is final (cached with the reason): the
+# first failure may be transient, a later one says the commit does not install here.
+INSTALL_TRIES = 2
+
+
 class VenvEnvs:
     def __init__(self, root: Path, cache_dir: Path, settings: TestSettings,
                  specs: Callable[[str, str], dict[str, Any] | None] | None = None):
@@ -140,7 +145,11 @@ class VenvEnvs:
                 atomic_write(meta_path, json.dumps(meta, indent=1))
             if meta.get("ok") and meta.get("installed_commit") != task.base_commit:
                 failed = meta.setdefault("failed_installs", {})
+                tries = meta.setdefault("install_tries", {})
+                if task.base_commit in failed and tries.get(task.base_commit, 1) < INSTALL_TRIES:
+                    del failed[task.base_commit]  # once more: a failure may be transient (a busy index)
                 if task.base_commit not in failed:
+                    tries[task.base_commit] = tries.get(task.base_commit, 0) + 1
                     with file_lock(path.parent / f"{path.name}.run.lock"):  # no run may use it meanwhile
                         self._install(task, wt, spec, path, meta)
                     atomic_write(meta_path, json.dumps(meta, indent=1))

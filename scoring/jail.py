@@ -3,6 +3,8 @@
 ``unshare`` has already given it new mount, PID (it is PID 1) and usually network namespaces, as
 real root or as root of a new user namespace. Before the test command runs it:
 
+- reaches what the command needs through folders closed to others (``/root``) without opening
+  them: each is covered by an empty folder holding only the needed children (``reach``);
 - binds the run's working copy over the shared environment's installed source (``binds``), so
   the package the environment imports is the run's, for this run only;
 - hides what tests must not read (the repository cache, ``.env`` files) under empty mounts, makes
@@ -26,6 +28,7 @@ import json
 import os
 import resource
 import signal
+import stat
 import sys
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -63,8 +66,31 @@ def _set_read_only(path: str, read_only: bool, recursive: bool) -> bool:
     return rc == 0
 
 
+def _reach(folders: dict) -> None:
+    """Cover each folder closed to others with an empty one (root's, search-only) holding just the
+    children the command needs, bound back from the real ones: shallow folders first, so a closed
+    folder inside a closed folder is reached through the first one's bind."""
+    for folder in sorted(folders, key=lambda f: f.count("/")):
+        fds = {}
+        for child in folders[folder]:
+            try:
+                fds[child] = os.open(os.path.join(folder, child), os.O_PATH)
+            except OSError:
+                continue
+        _mount("none", folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0711")
+        for child, fd in fds.items():
+            target = os.path.join(folder, child)
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.mkdir(target)
+            else:
+                os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o600))
+            _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
+            os.close(fd)
+
+
 def prepare_mounts(spec: dict) -> list[str]:
     notes = []
+    _reach(spec.get("reach", {}))
     for source, target in spec.get("binds", []):
         # This run's view only: a shared environment's installed source shows the run's own copy.
         if os.path.isdir(source) and os.path.isdir(target):

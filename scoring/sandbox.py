@@ -108,11 +108,9 @@ def protect(path: Path) -> None:
 
 
 def prepare_workdir(path: Path) -> None:
-    """Declare ``path`` a run's scratch folder: made reachable by the sandbox user, and removed by a
-    watchdog process if fixgraph is killed before it removes the folder itself."""
+    """Declare ``path`` a run's scratch folder: removed by a watchdog process if fixgraph is killed
+    before it removes the folder itself."""
     path = path.resolve()
-    if os.geteuid() == 0:
-        _make_reachable(path)
     with _registry_lock:
         for old in [w for w in _watchdogs if w.poll() is not None]:
             _watchdogs.remove(old)  # reaped
@@ -169,8 +167,11 @@ def _probe(network: bool) -> tuple[str, ...] | None:
     prefix = (exe, *flags) if os.geteuid() == 0 else (exe, "--map-root-user", *flags)
     # The whole chain once: namespaces, the jail's mounts, the drop of rights (a container may
     # allow the first and refuse the others).
-    spec = {"mode": "root" if os.geteuid() == 0 else "userns", "uid": SANDBOX_UID, "gid": SANDBOX_GID,
-            "writable": [], "hide_dirs": [], "hide_files": [], "nproc": 64, "cwd": "/"}
+    root = os.geteuid() == 0
+    spec = {"mode": "root" if root else "userns", "uid": SANDBOX_UID, "gid": SANDBOX_GID,
+            "writable": [], "hide_dirs": [], "hide_files": [], "nproc": 64, "cwd": "/",
+            # the jail's own interpreter, as a run's (pyenv's, under a closed /root)
+            "reach": _closed_folders(_needed(["true"], {})) if root else {}}
     try:
         proc = subprocess.run([*prefix, sys.executable, "-I", "-S", str(JAIL), json.dumps(spec), "--", "true"],
                               capture_output=True, timeout=20)
@@ -205,15 +206,20 @@ def _user_processes() -> int:
     return n
 
 
-def _make_reachable(path: Path) -> None:
-    """The sandbox user must be able to walk down to ``path``: give each folder above it that
-    refuses others search permission (x only: it still cannot list them). ``.env`` files stay
-    hidden by the jail."""
-    for parent in reversed(path.parents):
-        with contextlib.suppress(OSError):
-            mode = parent.stat().st_mode
-            if not mode & stat.S_IXOTH:
-                parent.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
+def _closed_folders(paths: Sequence[Path]) -> dict[str, list[str]]:
+    """The folders above ``paths`` that refuse others search permission (``/root``, a 0700 temp
+    dir), each with its children on the way to the paths. The jail covers each such folder with
+    an empty one in the run's own mount namespace and brings back only those children: the
+    sandbox user reaches the interpreter in ``/root/.pyenv`` and nothing else of ``/root``, and
+    no permission on the machine is changed."""
+    found: dict[str, set[str]] = {}
+    for path in paths:
+        path = path.absolute()
+        for parent in path.parents:
+            with contextlib.suppress(OSError):
+                if not parent.stat().st_mode & stat.S_IXOTH:
+                    found.setdefault(str(parent), set()).add(path.relative_to(parent).parts[0])
+    return {folder: sorted(children) for folder, children in found.items()}
 
 
 def _needed(cmd: Sequence[str], env: Mapping[str, str]) -> list[Path]:
@@ -279,13 +285,12 @@ def run_isolated(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], limits: 
         "hide_dirs": sorted(str(p) for p in _protected), "hide_files": hidden_files(),
         "nproc": limits.max_procs if root else _user_processes() + limits.max_procs,
         "cwd": str(cwd), "binds": [[str(a.resolve()), str(b.resolve())] for a, b in binds],
+        # As root the command is another uid: what it must reach, through folders closed to others.
+        "reach": _closed_folders([*_needed(cmd, env), *dirs, *outputs]) if root else {},
     }
     try:
         if root:
-            for p in _needed(cmd, env):
-                _make_reachable(p)
             for p in dirs:
-                _make_reachable(p)
                 _chown_tree(p, SANDBOX_UID, SANDBOX_GID)
             for f in outputs:
                 f.touch()

@@ -5,10 +5,11 @@ way a maintainer would pick them:
 
 1. **convention**: the test module of each touched module by the usual layouts
    (``pkg/mod.py`` -> ``pkg/tests/test_mod.py``, ``tests/.../test_mod.py``, ``testing/test_mod.py``,
-   ``mod_test.py``, the flattened ``tests/test_sub_mod.py``);
+   ``mod_test.py``, the flattened ``tests/test_sub_mod.py``), but not a namesake in another
+   package's test folder (``sympy/core/tests/test_numbers.py`` for ``sympy/functions/.../numbers.py``);
 2. **mirror**: the test files of the touched module's subpackage in a mirrored test tree
-   (``src/pkg/_sub/mod.py`` -> ``testing/sub/test_*.py``, ``tests/sub/...``), when that folder is
-   small enough to say something;
+   (``src/pkg/_sub/mod.py`` -> ``testing/sub/test_*.py``, ``tests/sub/...``) or in its own
+   package's test folder (``pkg/sub/tests/``), when that folder is small enough to say something;
 3. **imports**: test files that import a touched module, or, for a small package, the package
    itself (``import requests`` in a root ``test_requests.py``);
 4. **names**: test files that name a function or class the patch changes or defines.
@@ -21,8 +22,11 @@ expected to take (the best file runs whatever it costs, up to ``timeout_s``; the
 which others join it). A file's expected seconds are measured: each base run of a selection is
 attributed to its files by the tests each reported, and kept per (repo, version, file)
 (:class:`CostBook`, in the cache) so a later task skips a file known to be slow; a file never
-measured is estimated from its number of test functions at the repository's measured rate. What is
-left out is recorded with the reason. Ties break on the expected seconds (the cheaper first), then
+measured is estimated from its number of test functions at the repository's measured rate. A file that does
+not fit still gives, where the runner takes pytest node ids, its tests whose code names a changed
+name that few test files mention (at most 20, within what is left of the budget or 5 s): the few
+that exercise the change directly in a file too slow to run whole. What is left out is recorded
+with the reason. Ties break on the expected seconds (the cheaper first), then
 the path, so a selection is deterministic.
 """
 
@@ -56,6 +60,13 @@ MIN_TESTS_FOR_RATE = 20
 DEFAULT_S_PER_TEST, S_PER_RUN = 0.1, 3.0
 # Third-party code a package carries (requests.packages.urllib3): not the package's own modules.
 _VENDORED = {"packages", "vendor", "_vendor", "extern", "externals", "thirdparty"}
+# The tests of a file left out for its cost that name a changed function or class are the few
+# that exercise it directly: they run by node id (pytest's runners), at most this many, within
+# the budget left or, when the files took it all, this many seconds.
+MAX_NARROW_TESTS, NARROW_MIN_S = 20, 5.0
+# A name more test files than this mention is the package's vocabulary (xarray's DataArray), not
+# a pointer to the tests of the changed code.
+MAX_NAME_FILES = 10
 _TEST_DEF = re.compile(r"^\s*(?:async\s+)?def\s+(test\w*)", re.M)
 _TEST_DIRS = {"tests", "test", "testing"}
 # Names too common to say anything about which test exercises them.
@@ -66,6 +77,8 @@ _COMMON = {"__init__", "__call__", "__repr__", "__str__", "__eq__", "__hash__", 
 @dataclass
 class Selection:
     files: list[str] = field(default_factory=list)
+    # Node ids (``path::Class::test``) of single tests from files that did not fit as a whole.
+    tests: list[str] = field(default_factory=list)
     scores: dict[str, int] = field(default_factory=dict)
     why: dict[str, list[str]] = field(default_factory=dict)
     left_out: list[str] = field(default_factory=list)  # "path: reason"
@@ -128,9 +141,11 @@ def changed_names(wt: Worktree, patch: str) -> list[str]:
 
 
 def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
-                 exclude: set[str] | None = None, costs: CostBook | None = None) -> Selection:
+                 exclude: set[str] | None = None, costs: CostBook | None = None,
+                 node_ids: bool = False) -> Selection:
     """The existing tests to run for ``patch``; ``costs`` (measured seconds per file) bounds the
-    selection by ``settings.max_expected_s`` too."""
+    selection by ``settings.max_expected_s`` too. ``node_ids``: the runner takes single tests
+    (pytest), so a file left out for its cost still gives the tests that name changed code."""
     exclude = exclude or set()
     sel = Selection()
     try:
@@ -166,7 +181,7 @@ def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
         flat = "_".join([*_subpackage(mod), stem.lstrip("_")])
         for candidate in (f"test_{stem}.py", f"{stem}_test.py", f"test_{stem.lstrip('_')}.py", f"test_{flat}.py"):
             for t in by_name.get(candidate, []):
-                if not has(t, "convention"):
+                if not has(t, "convention") and not _foreign(mod, t):
                     add(t, W_CONVENTION + _closeness(mod, t), f"convention: tests {mod}")
     for mod in modules:
         for t in _mirrored(mod, tests):
@@ -190,8 +205,11 @@ def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
     names = changed_names(wt, patch)
     sel.changed_names = names
     hits: dict[str, int] = {}
+    spread: dict[str, int] = {}  # how many test files name each changed name
     for name in names[:20]:
-        for t in _grep(wt, name, tests, regex=False):
+        found = _grep(wt, name, tests, regex=False)
+        spread[name] = len(found)
+        for t in found:
             if hits.get(t, 0) < MAX_NAME_HITS:
                 hits[t] = hits.get(t, 0) + 1
                 add(t, W_NAME, f"names {name}")
@@ -220,6 +238,22 @@ def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
                 continue
             budget -= expected
         sel.files.append(t)
+    specific = [n for n in names[:20] if spread.get(n, 0) <= MAX_NAME_FILES]
+    if node_ids and cost and specific:
+        allowance = max(budget, NARROW_MIN_S)
+        for t in ranked:
+            if t in sel.files or not has(t, "names") or len(sel.tests) >= MAX_NARROW_TESTS:
+                continue
+            ids = tests_naming(_base_text(wt, t) or "", t, specific)
+            per_test = costs.per_test(t, _count_tests(wt, t)) if costs is not None else 0.0
+            for node in ids[:MAX_NARROW_TESTS - len(sel.tests)]:
+                if per_test > allowance:
+                    break
+                sel.tests.append(node)
+                allowance -= per_test
+            if ids:
+                sel.left_out.append(f"{t}: as a whole; {sum(n.startswith(t + '::') for n in sel.tests)} of its "
+                                    f"{len(ids)} tests that name changed code run alone")
     sel.scores = {t: scores[t] for t in ranked}
     sel.why = {t: why[t] for t in ranked}
     return sel
@@ -266,6 +300,14 @@ class CostBook:
             # A few tests say little: one slow file would otherwise price every other one out.
             self._rate = sum(v["s"] for v in measured) / tests if tests >= MIN_TESTS_FOR_RATE else DEFAULT_S_PER_TEST
         return self._rate
+
+    def per_test(self, path: str, n_tests: int) -> float:
+        """Seconds one test of ``path`` takes: its measured seconds over the tests it reported
+        (parametrized ones counted), else the repository's rate."""
+        known = self.book.get(path)
+        if known is not None and known.get("n"):
+            return float(known["s"]) / float(known["n"])
+        return self.expected(path, n_tests)[0] / max(n_tests, 1)
 
     def expected(self, path: str, n_tests: int) -> tuple[float, str]:
         """(seconds, "measured" | "estimated") for one run of ``path``."""
@@ -321,6 +363,34 @@ class CostBook:
             self._book, self._rate = book, None
 
 
+def tests_naming(text: str, path: str, names: list[str]) -> list[str]:
+    """Node ids of the test functions (and test methods, by class) in ``text`` whose code names
+    one of ``names`` as a whole word."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return []
+    if not names:
+        return []
+    word = re.compile(r"\b(" + "|".join(re.escape(n) for n in names) + r")\b")
+    lines = text.splitlines()
+
+    def names_one(node: ast.AST) -> bool:
+        end = getattr(node, "end_lineno", None) or getattr(node, "lineno", 0)
+        return bool(word.search("\n".join(lines[getattr(node, "lineno", 1) - 1:end])))
+
+    out = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
+            if names_one(node):
+                out.append(f"{path}::{node.name}")
+        elif isinstance(node, ast.ClassDef):
+            out += [f"{path}::{node.name}::{m.name}" for m in node.body
+                    if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name.startswith("test")
+                    and names_one(m)]
+    return out
+
+
 def python_files_patterns(wt: Worktree) -> list[str]:
     """The repository's own pytest ``python_files`` patterns beyond the usual names (pytest's
     ``testing/*/*.py``), read from its configuration at the base commit."""
@@ -360,15 +430,19 @@ def _subpackage(module: str) -> list[str]:
 def _mirrored(module: str, tests: list[str]) -> list[str]:
     """Test files in the mirror of the module's subpackage: ``testing/code/test_*.py`` and
     ``tests/code/...`` for ``src/_pytest/_code/code.py``, or the flattened ``tests/test_code_*.py``;
-    nothing when that mirror holds more than ``MAX_MIRROR_FILES`` files."""
+    and the module's own package's test folder (``sympy/functions/combinatorial/tests/`` for
+    ``.../combinatorial/numbers.py``, whose tests are ``test_comb_numbers.py``); nothing from a
+    folder holding more than ``MAX_MIRROR_FILES`` files."""
+    package = PurePosixPath(module).parent  # a top-level module has none: tests/ is everyone's
+    own = [t for t in tests if package.parts and PurePosixPath(t).parent in {package / d for d in _TEST_DIRS}]
     sub = _subpackage(module)
     if not sub:
-        return []
+        return own if len(own) <= MAX_MIRROR_FILES else []
     nested = [t for t in tests if _test_dir_parts(t) == sub]
     prefix = "test_" + "_".join(sub) + "_"
     flat = [t for t in tests if PurePosixPath(t).name.startswith(prefix)
             and len(PurePosixPath(t).parts) == 2 and PurePosixPath(t).parts[0] in _TEST_DIRS]
-    return [t for group in (nested, flat) if len(group) <= MAX_MIRROR_FILES for t in group]
+    return list(dict.fromkeys(t for group in (own, nested, flat) if len(group) <= MAX_MIRROR_FILES for t in group))
 
 
 def _test_dir_parts(test: str) -> list[str]:
@@ -392,6 +466,18 @@ def _is_small_package(tracked: list[str], module: str, top: str) -> bool:
 
 def _count_tests(wt: Worktree, path: str) -> int:
     return len(_TEST_DEF.findall(wt.read(path) or ""))
+
+
+def _foreign(module: str, test: str) -> bool:
+    """A test file in another package's own test folder: ``sympy/core/tests/test_numbers.py``
+    tests ``sympy/core/numbers.py``, not ``sympy/functions/combinatorial/numbers.py``. A
+    top-level test folder (``tests/``, ``testing/``) or a package folder above the module's is
+    not foreign."""
+    parts = PurePosixPath(test).parent.parts
+    at = next((i for i, part in enumerate(parts) if part in _TEST_DIRS), 0)
+    owner = [p for p in parts[:at] if p not in ("src", "lib")]
+    package = [p for p in PurePosixPath(module).parent.parts if p not in ("src", "lib")]
+    return bool(owner) and package[:len(owner)] != owner
 
 
 def _closeness(module: str, test: str) -> int:

@@ -178,5 +178,14 @@ def test_command(repo: str, spec: dict[str, Any] | None, python: str) -> tuple[l
     return argv, env
 
 
+def takes_node_ids(spec: dict[str, Any] | None) -> bool:
+    """Whether the repo's test command hands its arguments to pytest, where ``path::Class::test``
+    selects one test (sympy's ``bin/test`` and django's ``runtests.py`` take files or modules)."""
+    if spec is None:
+        return True
+    words = [w for w in shlex.split(spec["test_cmd"]) if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w)]
+    return bool(words) and words[0] in ("pytest", "py.test", "tox")
+
+
 def uses_pytest(argv: list[str]) -> bool:
     return "pytest" in argv[:3]

@@ -49,6 +49,7 @@ from scoring.specs import (
     parse_log,
     patch_files,
     repo_specs,
+    takes_node_ids,
     test_command,
     test_directives,
     uses_pytest,
@@ -315,6 +316,8 @@ def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: 
     if env_key and path.is_file():
         try:
             data = json.loads(path.read_text())
+            if not data["statuses"]:  # pinned before such runs were left uncached
+                raise KeyError("statuses")
             return SuiteRun(statuses=data["statuses"], log=data["log"], seconds=0.0,
                             timed_out=data.get("timed_out", False), error=data.get("error", ""),
                             network_isolated=data.get("network_isolated", False),
@@ -339,8 +342,9 @@ def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: 
             first.statuses = {t: s for t, s in first.statuses.items() if t not in flaky}
         first.timed_out = first.timed_out or again.timed_out
     first.seconds = seconds
-    if env_key and not first.timed_out and not first.error.startswith("env could not"):
-        # A timeout may be load on the machine, and an env failure may be mended: do not pin them.
+    if env_key and not first.timed_out and not first.error.startswith("env could not") and first.statuses:
+        # A timeout may be load on the machine, and an env failure may be mended: do not pin them;
+        # nor a run that reported no test at all (an environment caught mid-reinstall), cheap to redo.
         atomic_write(path, json.dumps({"statuses": first.statuses, "log": first.log_tail(),
                                        "timed_out": first.timed_out, "error": first.error,
                                        "network_isolated": first.network_isolated, "notes": first.notes,
@@ -392,18 +396,21 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
     # A reproduction test that rewrites an existing test file does not hide that file's base
     # version from the selection: the two run separately.
     costs = selection.CostBook(runner.cache_dir, task.repo, task.version)
-    chosen = selection.select_tests(wt, patch, settings, costs=costs) if settings.enabled else None
+    try:
+        node_ids = takes_node_ids(repo_specs(runner.cache_dir, task.repo, task.version))
+    except SpecsError:
+        node_ids = False
+    chosen = selection.select_tests(wt, patch, settings, costs=costs, node_ids=node_ids) if settings.enabled else None
     if chosen is not None:
         out.selection = chosen.to_dict()
     if chosen is None or not chosen.files:
         why.append("no existing test exercises the changed code" if chosen is not None
                    else "regression tests are off")
     else:
-        suite = Suite(targets=tuple(chosen.files), protected=tuple(chosen.files), timeout_s=settings.timeout_s,
-                      label="regression")
-        before = baseline(runner, task, wt, suite, runs=settings.base_runs)
+        suite, narrowed, before = _base_run(runner, task, wt, chosen, settings)
         out.seconds += before.seconds
         out.base_seconds += before.seconds
+        out.selection = chosen.to_dict()
         if (not before.error and not before.timed_out and len(chosen.files) > 1
                 and not any(st in PASSING for st in before.statuses.values())):
             suite, before, alone_s = _runnable_files(runner, task, wt, chosen, settings)
@@ -422,7 +429,7 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
             why.append("existing tests could not run at the base: "
                        + (before.error or _nothing_collected(before)))
         else:
-            owned = {t: s for t, s in before.statuses.items() if owned_by(t, chosen.files)}
+            owned = {t: s for t, s in before.statuses.items() if owned_by(t, (*chosen.files, *narrowed))}
             after = runner.run_suite(task, wt, patch, suite) if owned else None
             if after is None:
                 why.append("no selected existing test reported a result at the base")
@@ -452,6 +459,33 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
     return out
 
 
+# pytest's words for a node id it cannot find (older releases, then 8+), after which it runs nothing.
+_NOT_FOUND = re.compile(r"^ERROR: (?:not found:|found no collectors for) (\S+)", re.M)
+
+
+def _base_run(runner: SuiteRunner, task: Task, wt: Worktree, chosen: Selection,
+              settings: RegressionSettings) -> tuple[Suite, tuple[str, ...], SuiteRun]:
+    """The selection's base run: its files and single tests. pytest runs nothing at all when a
+    node id names no collected test (a module skipped at import: ``pint`` missing); such ids are
+    left out and the run made again, once, then without single tests at all."""
+    before, seconds = SuiteRun({}, "", 0.0), 0.0
+    for attempt in range(3):
+        narrowed = tuple(dict.fromkeys(t.split("::", 1)[0] for t in chosen.tests))
+        suite = Suite(targets=(*chosen.files, *chosen.tests), protected=(*chosen.files, *narrowed),
+                      timeout_s=settings.timeout_s, label="regression")
+        before = baseline(runner, task, wt, suite, runs=settings.base_runs)
+        seconds += before.seconds
+        missing = _NOT_FOUND.findall(before.log) if chosen.tests else []
+        if not missing:
+            break
+        named = [t for t in chosen.tests if any(m.endswith("/" + t) or m == t for m in missing)]
+        gone = named if named and attempt == 0 else list(chosen.tests)
+        chosen.left_out += [f"{t}: pytest does not find it at the base (its module is skipped?)" for t in gone]
+        chosen.tests = [t for t in chosen.tests if t not in gone]
+    before.seconds = seconds
+    return suite, narrowed, before
+
+
 def _runnable_files(runner: SuiteRunner, task: Task, wt: Worktree, chosen: Selection,
                     settings: RegressionSettings) -> tuple[Suite, SuiteRun, float]:
     """The selection without the files where nothing passes at the base, run alone: one test module
@@ -468,6 +502,9 @@ def _runnable_files(runner: SuiteRunner, task: Task, wt: Worktree, chosen: Selec
         else:
             chosen.left_out.append(f"{f}: nothing passes at the base, run alone ({_nothing_collected(one)[:120]})")
     chosen.files = alive
+    if chosen.tests:  # single tests come back with the next selection; this one has files to sort out
+        chosen.left_out.append(f"{len(chosen.tests)} single tests: the files run alone instead")
+        chosen.tests = []
     suite = Suite(targets=tuple(alive), protected=tuple(alive), timeout_s=settings.timeout_s, label="regression")
     before = baseline(runner, task, wt, suite, runs=settings.base_runs) if alive else SuiteRun({}, "", 0.0)
     return suite, before, seconds

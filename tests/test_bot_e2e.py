@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from eval.fake_github import FakeGitHub, comment_payload, labeled_payload, make_fixture_repo
 from fixgraph.scripted import ScriptedChatModel
 from graph import run_task
 from tests.bot_harness import TOKEN, Bot
-from tests.fake_github import FakeGitHub, comment_payload, labeled_payload, make_fixture_repo
 
 BRANCH = "fixgraph/7-add-subtracts"
 

@@ -13,12 +13,12 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 import bot.__main__ as cli
 from bot.events import Trigger
 from bot.poll import Poller
+from eval.fake_github import FakeGitHub, labeled_payload, make_fixture_repo
 from eval.fake_llm_server import FakeLLMServer, ScriptResponder
 from fixgraph.config import ConfigError, load_config
 from fixgraph.github_client import GitHubAccess
 from fixgraph.github_pr import MARKER
 from tests.bot_harness import SECRET, TOKEN, Bot, bot_config
-from tests.fake_github import FakeGitHub, labeled_payload, make_fixture_repo
 from tests.test_bot_webhook import StandInPipeline
 
 

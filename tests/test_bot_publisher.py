@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from eval.fake_github import BUGGY, FakeGitHub, fix_patch, make_fixture_repo, reject_pushes, show
 from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Task
 from fixgraph.github_client import GitHubAccess
 from fixgraph.github_pr import MARKER, GitHubPublisher, branch_name, git_auth, render_body
 from fixgraph.publish import Outcome
 from fixgraph.workspace import RepoCache, Worktree
-from tests.fake_github import BUGGY, FakeGitHub, fix_patch, make_fixture_repo, reject_pushes, show
 
 TOKEN = "ghp_publisherSECRET0123456789"
 BUGGY_SWAPPED = BUGGY.replace("a - b", "b + a")

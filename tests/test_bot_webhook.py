@@ -22,14 +22,7 @@ import pytest
 from bot.events import Trigger, sign
 from bot.jobs import JobQueue
 from bot.worker import NO_BODY
-from fixgraph.config import RunConfig
-from fixgraph.dataset import Task
-from fixgraph.github_client import scrub_environ
-from fixgraph.github_pr import MARKER
-from fixgraph.publish import Outcome, Publisher
-from fixgraph.workspace import RepoCache
-from tests.bot_harness import SECRET, TOKEN, Bot
-from tests.fake_github import (
+from eval.fake_github import (
     FakeGitHub,
     comment_payload,
     fix_patch,
@@ -38,6 +31,13 @@ from tests.fake_github import (
     reject_pushes,
     show,
 )
+from fixgraph.config import RunConfig
+from fixgraph.dataset import Task
+from fixgraph.github_client import scrub_environ
+from fixgraph.github_pr import MARKER
+from fixgraph.publish import Outcome, Publisher
+from fixgraph.workspace import RepoCache
+from tests.bot_harness import SECRET, TOKEN, Bot
 
 
 class StandInPipeline:

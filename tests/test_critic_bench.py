@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from eval.critic_bench import Tally, main
-from tests.critic_repo import edit, make_repo
+from eval.critic_repo import edit, make_repo
 
 OVERRIDE = "\n\nclass Big(Circle):\n    def area(self, scale):\n        return 2\n"
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
+from eval.critic_repo import edit, make_repo
 from fixgraph.config import Budget, CriticSettings
 from fixgraph.dataset import Instance
 from fixgraph.llm import LLM, Meter
 from fixgraph.scripted import ScriptedChatModel
 from fixgraph.workspace import Worktree
 from scoring.critic import judge, main
-from tests.critic_repo import edit, make_repo
 
 REPO = "demo/shapes"
 

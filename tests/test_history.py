@@ -258,3 +258,21 @@ def test_ancestry_is_cached_per_base_commit(hist_repo: HistoryRepo, tmp_path: Pa
     again = hist.at(hist_repo.base)
     assert again is not None and (again.mask == first.mask).all()
     assert not again.mask[hist.sha_idx[hist_repo.later]]
+
+
+def test_a_cached_base_costs_one_git_process(hist_repo: HistoryRepo, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from fixgraph import history
+
+    hist = HistoryIndex.open(git_dir(hist_repo), tmp_path / "c")
+    assert hist.at(hist_repo.base) is not None
+    started: list[str] = []
+    real_run = history.subprocess.run
+
+    def counting(cmd, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        started.append(cmd[3])
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(history.subprocess, "run", counting)
+    assert history.history_status(git_dir(hist_repo), hist_repo.base, tmp_path / "c")[0] is not None
+    assert started == ["rev-parse"]  # the base resolved; shallowness read from the git dir, not asked

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from eval.critic_repo import edit, make_repo
 from fixgraph.config import Budget, CriticSettings, Price
 from fixgraph.dataset import Task
 from fixgraph.llm import LLM, Meter
@@ -14,7 +15,6 @@ from fixgraph.scripted import ScriptedChatModel, tool_reply
 from fixgraph.workspace import Worktree
 from scoring.llm_check import original_functions, runtime_check
 from scoring.static import analyze_patch
-from tests.critic_repo import edit, make_repo
 
 # The patch reads an attribute Circle does not have, through an untyped parameter: pyright cannot
 # know what ``c`` is, so only a reader of the repository sees the AttributeError.

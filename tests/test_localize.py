@@ -207,6 +207,50 @@ def test_localization_bench_on_a_fixture_mirror(wt, tmp_path: Path, capsys: pyte
         "overall recall@8: 1.000 (1 instances, one repository: not cross-validated); recall@1 1.000; today 1.000/1.000")
 
 
+def test_localization_bench_resumes_from_its_rows(wt, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from eval import localization_bench
+    from eval.localization_bench import main
+
+    mirrors = tmp_path / "mirrors"
+    subprocess.run(["git", "clone", "-q", "--bare", str(wt.path), str(mirrors / "acme+pkg" / "repo")], check=True)
+    patch = "diff --git a/pkg/sessions.py b/pkg/sessions.py\n--- a/pkg/sessions.py\n+++ b/pkg/sessions.py\n"
+    rows = [{"instance_id": f"acme__pkg-{i}", "repo": "acme/pkg", "base_commit": wt.base, "patch": patch,
+             "problem_statement": "merge_settings drops the session's headers when the request has none"}
+            for i in range(3)]
+    dataset = tmp_path / "lite.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "rows.jsonl"
+    common = ["--dataset", str(dataset), "--repos", str(mirrors), "--cache-dir", str(tmp_path / "c"), "--no-bm25"]
+    assert main([*common, "--limit", "2", "-o", str(out)]) == 0
+    first = capsys.readouterr().out.strip().splitlines()[-1]
+    assert first.startswith("overall recall@8: 1.000 (2 instances")
+    written = out.read_text().splitlines()
+    assert [json.loads(line)["instance_id"] for line in written] == ["acme__pkg-0", "acme__pkg-1"]
+    # A kill in the middle of a write leaves half a line: that row is redone, the others are kept.
+    out.write_text(written[0] + "\n" + written[1][:40])
+    measured: list[str] = []
+    real = localization_bench.measure
+
+    def counting(inst, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        measured.append(inst.instance_id)
+        return real(inst, *args, **kwargs)
+
+    monkeypatch.setattr(localization_bench, "measure", counting)
+    assert main([*common, "-o", str(out), "--resume"]) == 0
+    assert measured == ["acme__pkg-1", "acme__pkg-2"]
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == "overall recall@8: 1.000 (3 instances, one repository: not cross-validated); recall@1 1.000; today 1.000/1.000"
+    # Every row is in the file, the signals kept for the weight grid included.
+    kept = localization_bench.load_rows(out)
+    assert sorted(kept) == ["acme__pkg-0", "acme__pkg-1", "acme__pkg-2"]
+    assert kept["acme__pkg-2"].parts.today["pkg/sessions.py"] > 0
+    assert main([*common, "--resume"]) == 2
+    assert "--resume needs -o/--output" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args, message", [
     (["--dataset", "nope.jsonl", "--repos", "."], "dataset not found"),
     (["--dataset", "{dataset}", "--repos", "nope-dir"], "is not a directory"),
@@ -237,3 +281,27 @@ def test_big_class_in_focus_is_outlined_not_dumped(tmp_path: Path) -> None:
     assert '    4|     __slots__ = ("name",)' in view  # the class's own statements
     assert "def method_7(self):" in view and "x = 7" not in view  # other methods: signatures only
     assert "self.items.append(item)  # the bug" in view  # the focused method in full
+
+
+def test_localize_warm_bench_splits_the_time_and_compares_with_a_revision(wt, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from eval.localize_warm_bench import main
+
+    mirrors = tmp_path / "mirrors"
+    subprocess.run(["git", "clone", "-q", "--bare", str(wt.path), str(mirrors / "acme+pkg" / "repo")], check=True)
+    patch = "diff --git a/pkg/sessions.py b/pkg/sessions.py\n"
+    dataset = tmp_path / "lite.jsonl"
+    dataset.write_text(json.dumps({"instance_id": "acme__pkg-1", "repo": "acme/pkg", "base_commit": wt.base,
+                                   "patch": patch, "problem_statement": "merge_settings drops headers"}) + "\n")
+    common = ["--dataset", str(dataset), "--repos", str(mirrors), "--repo", "acme/pkg", "--stride", "1",
+              "--rounds", "1", "--cache-dir", str(tmp_path / "c")]
+    assert main([*common, "--reference", "HEAD"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].startswith("warm median on acme/pkg: this code ") and "; HEAD " in out[-1]
+    assert any(line.startswith("this code   load ") for line in out)
+    assert any(line.startswith("HEAD        total ") for line in out)
+    assert main([*common[:4], "--repo", "other/x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no instance of other/x" in err[0]

@@ -50,3 +50,24 @@ def test_a_damaged_snapshot_falls_back_on_the_blob_cache(tmp_path: Path) -> None
     again = RepoIndex.build_from_git(wt.path / ".git", wt.base, cache, history=False)
     assert ranking(again) == ranking(first)
     assert snap.read_bytes()[:2] == b"PK"  # rewritten whole
+
+
+def test_the_explorer_views_read_their_files_in_one_git_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each git process costs tens of milliseconds on a loaded machine: one per prompt, not one per file.
+    wt = make_repo(tmp_path)
+    index = RepoIndex.build_from_git(wt.path / ".git", wt.base, tmp_path / "cache", history=False)
+    files = ["pkg/sessions.py", "pkg/models.py", "pkg/big.py"]
+    alone = {p: index.view(p, [], 4000) for p in files}
+    calls: list[int] = []
+    real = localize._GitSource.read_many
+
+    def counted(self, entries):  # noqa: ANN001, ANN202
+        calls.append(len(entries))
+        return real(self, entries)
+
+    monkeypatch.setattr(localize._GitSource, "read_many", counted)
+    views = dict(localize.views_within(index, files, [], 12000))
+    assert calls == [3]
+    assert views["pkg/sessions.py"] == alone["pkg/sessions.py"]  # small: shown whole either way
+    # Read ahead once: a later read of the same file goes back to git, never a stale copy.
+    assert index.read_text("pkg/sessions.py") is not None and calls == [3, 1]

@@ -92,3 +92,23 @@ def test_critic_bench_runtime_column_adds_what_the_tests_show(
     assert out[-1].startswith("F1=0.000 F1_redo_static=0.000 F1_runtime=1.000 P_runtime=1.000 median_s=")
     table = {line.split()[0]: line.split() for line in out if line.startswith("ours_static+runtime")}
     assert table["ours_static+runtime"][1:6] == ["3", "1", "0", "0", "2"]
+
+
+def test_the_tests_a_fix_s_own_test_patch_rewrites_are_named(tmp_path: Path) -> None:
+    from eval.hidden import tests_the_test_patch_edits
+    from eval.regression_bench import fp_cause
+    from tests.testrun_helpers import TEST_FILE
+
+    inst, wt, _ = calc_instance(tmp_path)
+    # The fixture's test patch adds test_add: no existing test has it.
+    added = ["tests/test_calc.py::test_add", "test_add", "tests/test_calc.py::test_mul_1"]
+    assert tests_the_test_patch_edits(inst, wt, added) == added[:2]
+    # The fix changes what mul(3, 2) returns on purpose: its test patch rewrites test_mul_3.
+    rewritten = TEST_FILE.replace("assert calc.mul(3, 2) == 6", "assert calc.mul(3, 2) == 7")
+    inst = inst.model_copy(update={"test_patch": diff_for(tmp_path, "tests/test_calc.py", TEST_FILE, rewritten)})
+    ids = ["tests/test_calc.py::test_mul_3", "tests/test_calc.py::test_mul_4", "test_mul_3"]
+    assert tests_the_test_patch_edits(inst, wt, ids) == ["tests/test_calc.py::test_mul_3", "test_mul_3"]
+    flagged = {"flagged": ids[:1], "edited": ids[:1], "runtime": []}
+    assert fp_cause(flagged) == "rewritten"
+    assert fp_cause({**flagged, "flagged": ids[:2]}) == "other"  # test_mul_4 is the repository's, unchanged
+    assert fp_cause({**flagged, "flagged": ids[:2], "runtime": [{"rule": "TypeError"}]}) == "crash"

@@ -221,3 +221,105 @@ def test_a_selected_file_that_cannot_run_at_the_base_does_not_silence_the_others
     assert any(x.startswith("tests/test_dead.py: nothing passes at the base, run alone")
                for x in outcome.selection["left_out"])
     assert outcome.pass_to_pass_after["tests/test_calc.py::test_add"] == "FAILED"
+
+
+def test_a_slow_file_still_gives_the_tests_that_name_the_changed_code(tmp_path: Path) -> None:
+    """A file measured too slow to run whole is left out, but its tests that name the changed
+    function run alone (by node id) and catch the regression; its other tests do not run."""
+    from scoring.selection import CostBook
+
+    others = "".join(f"def test_other_{i}():\n    assert calc.add({i}, 0) == {i}\n\n\n" for i in range(30))
+    slow = "import calc\n\n\n" + others + "class TestFormats:\n    def test_label(self):\n        assert calc.label(3) == 'n=3'\n"
+    # A module skipped at import: pytest would find none of its tests, and run nothing at all.
+    skipped = "import pytest\n\npytest.importorskip('no_such_module')\n\n\ndef test_label_too():\n    assert calc.label(1)\n"
+    mirrors, commit = make_repo(tmp_path, {"calc.py": CALC, "tests/test_calc.py": TESTS, "tests/test_slow.py": slow,
+                                           "tests/test_skipped.py": skipped})
+    wt = RepoCache(tmp_path / "cache", mirrors).worktree(REPO, commit, "rt")
+    book = CostBook(tmp_path / "cache", REPO, "")
+    book.record(wt, ["tests/test_slow.py"], {f"tests/test_slow.py::test_other_{i}": "PASSED" for i in range(31)}, 60.0)
+    book.record(wt, ["tests/test_skipped.py"], {"tests/test_skipped.py::test_label_too": "PASSED"}, 5.0)
+    task = Task(instance_id="fixture__calc-rt", repo=REPO, base_commit=commit, problem_statement="")
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, CALC.replace('"n=%d" % x', '"n = %d" % x')))
+    runner = make_runner(local_settings(), tmp_path / "cache")
+    outcome = own_outcome(runner, task, wt, patch, [], RegressionSettings(max_files=1))
+    assert outcome.selection["files"] == ["tests/test_calc.py"]
+    assert outcome.selection["tests"] == ["tests/test_slow.py::TestFormats::test_label"]
+    assert "tests/test_skipped.py::test_label_too: pytest does not find it at the base (its module is skipped?)" \
+        in outcome.selection["left_out"]
+    assert outcome.pass_to_pass_after["tests/test_slow.py::TestFormats::test_label"] == "FAILED"
+    assert not any(t.startswith("tests/test_slow.py::test_other") for t in outcome.pass_to_pass_before)
+    assert any("1 of its 1 tests that name changed code run alone" in x for x in outcome.selection["left_out"])
+
+
+PYTEST_LONG_REPORT = """\
+=================================== FAILURES ===================================
+_________________________________ test_classes _________________________________
+
+app = <SphinxTestApp buildername='html'>
+
+    @pytest.mark.sphinx('html', testroot='ext-autodoc')
+    def test_classes(app):
+>       actual = do_autodoc(app, 'function', 'target.classes.Foo')
+
+tests/test_ext_autodoc_autoclass.py:51:
+_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _
+tests/test_ext_autodoc.py:39: in do_autodoc
+    documenter.generate()
+sphinx/ext/autodoc/__init__.py:900: in generate
+    self.document_members(all_members)
+_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _
+
+self = <sphinx.ext.autodoc.ClassDocumenter object at 0x7f>
+
+    def add_content(self, more_content, no_docstring=False):
+        if True:
+>                   for i, line in enumerate(self.process_doc(docstrings)):
+E                   UnboundLocalError: local variable 'docstrings' referenced before assignment
+
+sphinx/ext/autodoc/__init__.py:616: UnboundLocalError
+_____________________________ TestX.test_y[a.b] ______________________________
+
+    def test_y():
+>       assert 1 == 2
+E       assert 1 == 2
+
+tests/test_x.py:3: AssertionError
+=============================== warnings summary ===============================
+"""
+
+
+def test_without_the_plugin_pytest_s_long_report_gives_the_frames(tmp_path: Path) -> None:
+    """tox passes the test process neither PYTHONPATH nor the plugin's variables (sphinx): the
+    runtime finding comes from pytest's own report, with the place that raised."""
+    from scoring.tests import TestOutcome
+
+    ids = ["tests/test_ext_autodoc_autoclass.py::test_classes", "tests/test_x.py::TestX::test_y[a.b]"]
+    crashes = failures_of([], PYTEST_LONG_REPORT, str(tmp_path), ids)
+    assert [(c["test"], c["type"]) for c in crashes] == [(ids[0], "UnboundLocalError"), (ids[1], "AssertionError")]
+    assert [f["function"] for f in crashes[0]["frames"]] == ["test_classes", "do_autodoc", "generate", "add_content"]
+    patch = ("diff --git a/sphinx/ext/autodoc/__init__.py b/sphinx/ext/autodoc/__init__.py\n"
+             "--- a/sphinx/ext/autodoc/__init__.py\n+++ b/sphinx/ext/autodoc/__init__.py\n@@ -1 +1 @@\n-a\n+b\n")
+    outcome = TestOutcome(runnable=True, reason="", regression_crashes=crashes)
+    [found] = runtime_findings(outcome, patch)
+    finding: dict[str, Any] = dict(found)
+    assert (finding["rule"], finding["file"], finding["line"], finding["symbol"]) == (
+        "UnboundLocalError", "sphinx/ext/autodoc/__init__.py", 616, "add_content")
+    assert finding["code"] == "for i, line in enumerate(self.process_doc(docstrings)):"
+
+
+def test_a_base_run_that_reports_no_test_is_not_cached(tmp_path: Path) -> None:
+    """Nothing reported at all may be the environment's passing trouble (caught mid-reinstall):
+    it is run again next time rather than pinned."""
+    from scoring.testenv import Suite
+    from scoring.tests import baseline
+
+    mirrors, commit = make_repo(tmp_path, {"calc.py": CALC, "tests/test_calc.py": TESTS,
+                                           "tests/test_empty.py": "import calc\n"})
+    wt = RepoCache(tmp_path / "cache", mirrors).worktree(REPO, commit, "rt")
+    task = Task(instance_id="fixture__calc-rt", repo=REPO, base_commit=commit, problem_statement="")
+    runner = make_runner(local_settings(), tmp_path / "cache")
+    cached = tmp_path / "cache" / "test-baselines"
+    assert not baseline(runner, task, wt, Suite(targets=("tests/test_empty.py",), label="x")).statuses
+    assert not list(cached.glob("*.json"))
+    assert baseline(runner, task, wt, Suite(targets=("tests/test_calc.py",), label="x")).statuses
+    assert len(list(cached.glob("*.json"))) == 1

@@ -192,3 +192,49 @@ def test_among_files_with_the_same_evidence_the_cheaper_runs_first(tmp_path: Pat
     book.record(wt, ["tests/test_b_fast.py"], {"tests/test_b_fast.py::test_b": "PASSED"}, 5.0)
     sel = select_tests(wt, patch, RegressionSettings(max_expected_s=20), costs=book)
     assert sel.files == ["tests/test_b_fast.py"] and list(sel.scores) == ["tests/test_b_fast.py", "tests/test_a_slow.py"]
+
+
+def test_a_file_over_budget_gives_its_tests_that_name_a_specific_changed_name(tmp_path: Path) -> None:
+    from scoring.selection import MAX_NAME_FILES, CostBook
+
+    slow = ("from pkg.util import slugify, shout\n\n\ndef test_slug():\n    assert slugify('A')\n\n\n"
+            "class TestShout:\n    def test_shout(self):\n        assert shout('a')\n\n    def test_none(self):\n"
+            "        assert 1\n")
+    files = {"pkg/util.py": UTIL, "tests/test_util.py": "import pkg.util\n\ndef test_a():\n    assert 1\n",
+             "tests/test_slow.py": slow}
+    # The class's name is in every test file: the package's vocabulary, not a pointer to its tests.
+    files |= {f"tests/test_v{i}.py": "def test_v():\n    assert 'Util'\n" for i in range(MAX_NAME_FILES + 1)}
+    util = "class Util:\n    pass\n\n\n" + UTIL
+    files["pkg/util.py"] = util
+    wt = _repo(tmp_path, files)
+    patch = apply_to(wt, diff_for(tmp_path, "pkg/util.py", util,
+                                  util.replace("class Util:\n    pass", "class Util:\n    pass\n    x = 1").replace(
+                                      "upper()", "upper() + '!'")))
+    book = CostBook(tmp_path / "costs", "acme/pkg", "1.0")
+    book.record(wt, ["tests/test_slow.py"], {f"tests/test_slow.py::t{i}": "PASSED" for i in range(30)}, 90.0)
+    settings = RegressionSettings(max_expected_s=20)
+    sel = select_tests(wt, patch, settings, costs=book, node_ids=True)
+    assert {"Util", "shout"} <= set(sel.changed_names)
+    assert "tests/test_slow.py" not in sel.files
+    assert sel.tests == ["tests/test_slow.py::TestShout::test_shout"]
+    # A runner that takes only files (sympy's bin/test) gets none.
+    assert select_tests(wt, patch, settings, costs=book).tests == []
+
+
+def test_a_namesake_in_another_package_is_not_the_module_s_test_file(tmp_path: Path) -> None:
+    """sympy/functions/combinatorial/numbers.py is tested by its package's tests/test_comb_numbers.py,
+    not by sympy/core/tests/test_numbers.py, which tests sympy/core/numbers.py."""
+    files = {"pkg/__init__.py": "", "pkg/core/numbers.py": UTIL, "pkg/core/tests/test_numbers.py": "def test_n():\n    assert 1\n",
+             "pkg/comb/numbers.py": UTIL,
+             "pkg/comb/tests/test_cnumbers.py": "def test_c():\n    assert 1\n",
+             "pkg/tests/test_numbers_all.py": "def test_a():\n    assert 1\n"}
+    wt = _repo(tmp_path, files)
+    patch = apply_to(wt, diff_for(tmp_path, "pkg/comb/numbers.py", UTIL, UTIL.replace("upper", "title")))
+    sel = select_tests(wt, patch, RegressionSettings())
+    assert "pkg/core/tests/test_numbers.py" not in sel.scores
+    assert sel.files[0] == "pkg/comb/tests/test_cnumbers.py"
+    assert sel.why["pkg/comb/tests/test_cnumbers.py"][0].startswith("mirror")
+    # The package's own namesake still counts, as does a package-level test folder above it.
+    own = apply_to(wt, diff_for(tmp_path, "pkg/core/numbers.py", UTIL, UTIL.replace("upper", "title")))
+    wt.reset()
+    assert select_tests(wt, own, RegressionSettings()).why["pkg/core/tests/test_numbers.py"][0].startswith("convention")

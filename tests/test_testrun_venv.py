@@ -136,6 +136,25 @@ def test_a_failed_build_is_cached_with_its_reason(tmp_path: Path) -> None:
     assert run_hidden(runner, inst, wt, "").reason == out.reason
 
 
+@pytest.mark.slow
+def test_a_failed_install_is_tried_once_more_then_its_failure_is_final(tmp_path: Path) -> None:
+    """A reinstall that met a busy machine failed once and was then refused for good; now a commit
+    gets a second install, and only a second failure is cached as final."""
+    from scoring.testenv import EnvError
+
+    inst, wt, _ = calc_instance(tmp_path)
+    inst = inst.model_copy(update={"version": "0.1"})
+    # each try leaves a line beside the env's folders (the install runs in its src folder)
+    spec = {"python": "{}.{}".format(*sys.version_info[:2]), "install": "echo try >> ../tries; exit 1",
+            "test_cmd": "pytest -rA"}
+    settings = config.TestSettings(backend="venv")
+    envs = VenvEnvs(tmp_path / "envs", tmp_path / "cache", settings, specs=lambda repo, version: spec)
+    for _ in range(3):
+        with pytest.raises(EnvError, match="install step failed"):
+            envs.get(inst.task(), wt)
+    assert (envs.env_path(inst) / "tries").read_text().splitlines() == ["try", "try"]
+
+
 def test_requirements_are_flattened_as_swebench_does(tmp_path: Path) -> None:
     from scoring.specs import requirements_text
 
