@@ -32,12 +32,10 @@ import argparse
 import contextlib
 import json
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,12 +43,13 @@ from typing import Any
 import git
 
 from eval.redo_static import redo_static
+from eval.rows import parse_shard, run_terminable, sample, written_rows
 from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.llm import RunMeter
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree, find_mirror
 from scoring import llm_check, static
-from scoring.critic import InputError, load_predictions, make_llm, run_reporting_errors
+from scoring.critic import InputError, load_predictions, make_llm
 from scoring.runtime import runtime_findings
 from scoring.testenv import SuiteRunner
 from scoring.tests import make_runner, own_outcome
@@ -148,7 +147,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    shard = _shard(args.shard) if args.shard else None
+    shard = parse_shard(args.shard) if args.shard else None
     cfg = load_config(args.config)
     settings = cfg.critic
     if args.llm:
@@ -190,10 +189,9 @@ def run(args: argparse.Namespace) -> int:
     no_verdict = 0
     run_meter = RunMeter(cfg.budget.run_dollars)
     previous: dict[tuple[str, str], dict[str, Any]] = {}
-    if args.resume and args.output and args.output.is_file():
-        for line in args.output.read_text(encoding="utf-8").splitlines():
-            with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError):
-                rec = json.loads(line)
+    if args.resume:
+        for rec in written_rows(args.output):
+            with contextlib.suppress(KeyError, TypeError):
                 previous[(rec["system"], rec["instance_id"])] = rec
     out = args.output.open("a" if args.resume else "w", encoding="utf-8") if args.output else None
     judged = 0
@@ -302,23 +300,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def sample(rows: list[dict[str, Any]], stride: int, limit: int, shard: tuple[int, int] | None) -> list[dict[str, Any]]:
-    """Every ``stride``-th row, the first ``limit`` of those, then shard I of N."""
-    rows = rows[::stride] if stride > 1 else rows
-    rows = rows[:limit] if limit else rows
-    return rows[shard[0]::shard[1]] if shard else rows
-
-
-def _shard(text: str) -> tuple[int, int]:
-    try:
-        index, count = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise InputError(f"--shard: expected I/N, e.g. 0/2, got {text!r}") from None
-    if count < 1 or not 0 <= index < count:
-        raise InputError(f"--shard: need 0 <= I < N, got {text!r}")
-    return index, count
-
-
 def _count(rec: dict[str, Any], truth: bool, redo: Tally, ours: Tally, full: Tally, llm: bool) -> None:
     """Add a row recorded by an earlier, interrupted run to the tallies."""
     if "not_applied" in rec:
@@ -363,16 +344,6 @@ def _emit(out: Any, rec: dict[str, Any]) -> None:
     if out is not None:
         out.write(json.dumps(rec) + "\n")
         out.flush()
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
-def run_terminable(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """A benchmark's run, where a terminated run still prints the figures for the rows it judged."""
-    signal.signal(signal.SIGTERM, _interrupt)
-    return run_reporting_errors(run, args)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,8 +40,9 @@ from typing import Any
 
 import git
 
-from eval.critic_bench import Tally, _shard, run_terminable, sample
+from eval.critic_bench import Tally
 from eval.hidden import run_hidden, tests_the_test_patch_edits
+from eval.rows import parse_shard, run_terminable, sample, written_rows
 from fixgraph.config import load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, find_mirror
@@ -149,7 +150,7 @@ def select_rows(args: argparse.Namespace, dataset: dict[str, Instance]) -> tuple
             skipped["no mirror"] += 1
         else:
             rows.append(row)
-    return sample(rows, args.stride, args.limit, _shard(args.shard) if args.shard else None), skipped
+    return sample(rows, args.stride, args.limit, parse_shard(args.shard) if args.shard else None), skipped
 
 
 def run(args: argparse.Namespace) -> int:
@@ -165,10 +166,9 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         raise InputError("no predictions with a mirror to judge")
     done: dict[str, dict[str, Any]] = {}
-    if args.resume and args.output.is_file():
-        for line in args.output.read_text(encoding="utf-8").splitlines():
-            with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError):
-                rec = json.loads(line)
+    if args.resume:
+        for rec in written_rows(args.output):
+            with contextlib.suppress(KeyError, TypeError):
                 done[rec["instance_id"]] = rec
     cache_dir = cfg.cache_dir.resolve()
     repos = RepoCache(cache_dir, mirrors=args.repos)

@@ -49,7 +49,7 @@ from typing import Any
 import git
 import numpy as np
 
-from eval.critic_bench import _interrupt, _shard
+from eval.rows import interrupt, parse_shard, written_rows
 from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree, find_mirror
@@ -444,9 +444,8 @@ def load_rows(path: Path) -> dict[str, dict[str, Any]]:
     """Rows by instance. Rows of one instance from several runs (static in one, tests in another,
     their files concatenated) are merged: each candidate keeps every signal either run found."""
     rows: dict[str, dict[str, Any]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError, AttributeError):
-            rec = json.loads(line)
+    for rec in written_rows(path):
+        with contextlib.suppress(KeyError, TypeError, AttributeError):
             prev = rows.get(rec["instance_id"])
             if prev is None:
                 rows[rec["instance_id"]] = rec
@@ -461,7 +460,7 @@ def load_rows(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    shard = _shard(args.shard) if args.shard else None
+    shard = parse_shard(args.shard) if args.shard else None
     if args.stride < 1:
         raise InputError("--stride must be at least 1")
     cfg = load_config(args.config)
@@ -518,7 +517,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
     return run_reporting_errors(run, args)
 
 
