@@ -289,8 +289,9 @@ def _read_cache(tmp: Path) -> str:
 
 @attack("secrets", "test reads a world-readable file in a folder closed to others (root's home)", sandbox=True)
 def _closed_folder(tmp: Path) -> str:
-    """The interpreter often lives in ``/root/.pyenv``: the sandbox user must reach it, and nothing
-    else of ``/root`` (a ``.gitconfig``, ``.config/gh/hosts.yml``), and ``/root`` must stay closed."""
+    """The interpreter often lives in pyenv's folder in root's home: the sandbox user must reach
+    it, and nothing else of that home (a ``.gitconfig``, ``.config/gh/hosts.yml``), and the home
+    must stay closed. A stand-in home under the attack's temp folder plays it."""
     home = tmp / "roothome"
     (home / ".pyenv").mkdir(parents=True)
     (home / ".pyenv" / "reached.py").write_text("X = 42\n")

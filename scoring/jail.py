@@ -3,7 +3,7 @@
 ``unshare`` has already given it new mount, PID (it is PID 1) and usually network namespaces, as
 real root or as root of a new user namespace. Before the test command runs it:
 
-- reaches what the command needs through folders closed to others (``/root``) without opening
+- reaches what the command needs through folders closed to others (root's home) without opening
   them: each is covered by an empty folder holding only the needed children (``reach``);
 - binds the run's working copy over the shared environment's installed source (``binds``), so
   the package the environment imports is the run's, for this run only;

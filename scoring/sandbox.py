@@ -170,7 +170,7 @@ def _probe(network: bool) -> tuple[str, ...] | None:
     root = os.geteuid() == 0
     spec = {"mode": "root" if root else "userns", "uid": SANDBOX_UID, "gid": SANDBOX_GID,
             "writable": [], "hide_dirs": [], "hide_files": [], "nproc": 64, "cwd": "/",
-            # the jail's own interpreter, as a run's (pyenv's, under a closed /root)
+            # the jail's own interpreter, as a run's (pyenv's, in a home folder closed to others)
             "reach": _closed_folders(_needed(["true"], {})) if root else {}}
     try:
         proc = subprocess.run([*prefix, sys.executable, "-I", "-S", str(JAIL), json.dumps(spec), "--", "true"],
@@ -207,10 +207,10 @@ def _user_processes() -> int:
 
 
 def _closed_folders(paths: Sequence[Path]) -> dict[str, list[str]]:
-    """The folders above ``paths`` that refuse others search permission (``/root``, a 0700 temp
+    """The folders above ``paths`` that refuse others search permission (root's home, a 0700 temp
     dir), each with its children on the way to the paths. The jail covers each such folder with
     an empty one in the run's own mount namespace and brings back only those children: the
-    sandbox user reaches the interpreter in ``/root/.pyenv`` and nothing else of ``/root``, and
+    sandbox user reaches pyenv's interpreter in root's home and nothing else of that home, and
     no permission on the machine is changed."""
     found: dict[str, set[str]] = {}
     for path in paths:
