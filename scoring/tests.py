@@ -423,7 +423,7 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
         if before.seconds and not before.error and not before.timed_out:
             costs.record(wt, chosen.files, before.statuses, before.seconds / settings.base_runs)
         elif before.timed_out:
-            costs.record_timeout(wt, suite.targets, before.statuses, suite.timeout_s or settings.timeout_s)
+            costs.record_timeout(wt, chosen.files, before.statuses, suite.timeout_s or settings.timeout_s)
         out.notes += before.notes
         if before.error or not before.statuses:
             why.append("existing tests could not run at the base: "
