@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from fixgraph.localize import RepoIndex
 from fixgraph.workspace import Worktree
 
 SECRET = "OUTSIDE_SECRET_TOKEN_7f3a"
@@ -90,3 +91,10 @@ def make_repo(root: Path, extra: dict[str, str] | None = None, awkward: bool = T
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "fixture")
     return Worktree(repo, _git(repo, "rev-parse", "HEAD"))
+
+
+def index_without_history(root: Path, extra: dict[str, str]) -> RepoIndex:
+    """The ranking index of the fixture repository plus ``extra``, history left out: the tests of
+    one signal at a time."""
+    wt = make_repo(root, extra, awkward=False)
+    return RepoIndex.build_from_git(wt.path / ".git", wt.base, root / "cache", history=False)

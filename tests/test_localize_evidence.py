@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fixgraph.localize import RepoIndex, combine, parse_problem
-from tests.localize_repo import make_repo
+from tests.localize_repo import index_without_history, make_repo
 
 # The issue speaks of plots, legends and hues, like the user-facing module plots.py does; the fault
 # is in the small internal module the tests of that behaviour are named after (palette.py).
@@ -54,8 +54,7 @@ gives only spring and summer: the autumn hue level has no legend entry.
 
 @pytest.fixture()
 def index(tmp_path: Path) -> RepoIndex:
-    wt = make_repo(tmp_path, EXTRA, awkward=False)
-    return RepoIndex.build_from_git(wt.path / ".git", wt.base, tmp_path / "cache", history=False)
+    return index_without_history(tmp_path, EXTRA)
 
 
 def test_the_tests_of_the_behaviour_lead_to_the_module_they_are_named_after(index: RepoIndex) -> None:

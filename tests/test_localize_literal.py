@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fixgraph.localize import RepoIndex, analyze, combine, is_message
-from tests.localize_repo import make_repo
+from tests.localize_repo import index_without_history
 
 # The words of the issue are all over frames.py (it is the module about frames and merging);
 # only checks.py says the message the user pasted.
@@ -54,8 +54,7 @@ I expected them to be aligned.
 
 @pytest.fixture()
 def index(tmp_path: Path) -> RepoIndex:
-    wt = make_repo(tmp_path, EXTRA, awkward=False)
-    return RepoIndex.build_from_git(wt.path / ".git", wt.base, tmp_path / "cache", history=False)
+    return index_without_history(tmp_path, EXTRA)
 
 
 def test_an_issue_quoting_an_error_message_ranks_the_file_that_says_it_first(index: RepoIndex) -> None:
