@@ -126,6 +126,9 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         # What each flagged test raised ("" when no record says): a crash or a failed assertion.
         kinds = {str(c.get("test")): str(c.get("type", "")) for c in own.regression_crashes}
         rec["flag_kinds"] = {t: kinds.get(t, "") for t in rec["flagged"]}
+        # What each said (an assertion's compared values), to study which flags a fix means to cause.
+        said = {str(c.get("test")): str(c.get("message", ""))[:400] for c in own.regression_crashes}
+        rec["flag_messages"] = {t: said[t] for t in rec["flagged"][:20] if said.get(t)}
         rec["edited"] = tests_the_test_patch_edits(inst, wt, rec["flagged"])
         rec["visible_new"] = tests_the_test_patch_edits(inst, wt, rec["visible"])
         rec["runtime"] = [{k: f.get(k) for k in ("rule", "file", "line", "symbol", "message")}

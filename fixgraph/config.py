@@ -159,6 +159,9 @@ class RegressionSettings(_Strict):
     # Runs of the selection at the base commit; a test whose outcome differs between them is
     # flaky and left out.
     base_runs: int = Field(default=1, ge=1, le=3)
+    # When the base run is not cached, the patched run starts beside it (two test processes): the
+    # first attempt then takes about the slower of the two runs, not their sum.
+    patched_beside_base: bool = True
 
 
 class TestSettings(_Strict):

@@ -37,6 +37,7 @@ import configparser
 import contextlib
 import fnmatch
 import json
+import os
 import re
 import subprocess
 from collections.abc import Iterable
@@ -58,6 +59,7 @@ SMALL_PACKAGE_MODULES = 40
 # Before any file of a repository has been measured: seconds per test function, and per process.
 MIN_TESTS_FOR_RATE = 20
 DEFAULT_S_PER_TEST, S_PER_RUN = 0.1, 3.0
+BOOK_SUFFIX = ".idle.json"
 # Third-party code a package carries (requests.packages.urllib3): not the package's own modules.
 _VENDORED = {"packages", "vendor", "_vendor", "extern", "externals", "thirdparty"}
 # The tests of a file left out for its cost that name a changed function or class are the few
@@ -259,18 +261,28 @@ def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
     return sel
 
 
-class CostBook:
-    """Seconds each test file takes at the base, measured, per (repository, version).
+def slowdown() -> float:
+    """How many times slower than on an idle machine a test process runs now: the runnable
+    processes per core (the 1-minute load average), at least 1."""
+    return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
 
-    Kept in ``<cache>/test-costs/<owner>+<name>__<version>.json`` and shared by every task of that
-    version (and, for the rate per test, of the repository), so the cost of a file is paid once
+
+class CostBook:
+    """Seconds each test file takes at the base on an idle machine, measured, per (repository,
+    version).
+
+    Kept in ``<cache>/test-costs/<owner>+<name>__<version>.idle.json`` and shared by every task of
+    that version (and, for the rate per test, of the repository), so the cost of a file is paid once
     before a selection can leave it out. A file's seconds are the base run's, shared among its
-    files by the number of tests each reported (the process start-up included)."""
+    files by the number of tests each reported (the process start-up included), and divided by the
+    machine's :func:`slowdown` during the run: a file measured at a load of 8 per core would
+    otherwise be priced out of every later selection, and, being left out, never measured again."""
 
     def __init__(self, cache_dir: Path, repo: str, version: str):
         self.folder = cache_dir / "test-costs"
         self.slug = repo.replace("/", "+")
-        self.path = self.folder / f"{self.slug}__{re.sub(r'[^A-Za-z0-9_.-]', '_', version or 'any')}.json"
+        # ".idle": books written before the seconds were divided by the load are not read.
+        self.path = self.folder / f"{self.slug}__{re.sub(r'[^A-Za-z0-9_.-]', '_', version or 'any')}{BOOK_SUFFIX}"
         self._book: dict[str, dict[str, float]] | None = None
         self._rate: float | None = None
 
@@ -294,7 +306,7 @@ class CostBook:
         if self._rate is None:
             measured = [v for v in self.book.values() if v.get("n")]
             if not measured:
-                for other in sorted(self.folder.glob(f"{self.slug}__*.json")):
+                for other in sorted(self.folder.glob(f"{self.slug}__*{BOOK_SUFFIX}")):
                     measured += [v for v in self._load(other).values() if v.get("n")]
             tests = sum(v["n"] for v in measured)
             # A few tests say little: one slow file would otherwise price every other one out.
@@ -316,16 +328,19 @@ class CostBook:
             return float(known["s"]), "measured"
         return max(n_tests, 1) * self.rate(), "estimated"
 
-    def record(self, wt: Worktree, files: Iterable[str], statuses: dict[str, str], seconds: float) -> None:
-        """Share ``seconds`` (one base run of ``files``) among the files by the tests each reported."""
+    def record(self, wt: Worktree, files: Iterable[str], statuses: dict[str, str], seconds: float,
+               slowed: float = 1.0) -> None:
+        """Share ``seconds`` (one base run of ``files``, at ``slowed`` times an idle machine's)
+        among the files by the tests each reported."""
         counts = self._counts(wt, list(files), statuses)
         total = sum(counts.values())
         if not total or seconds <= 0:
             return
-        self._write({f: {"s": round(seconds * n / total, 2), "n": n} for f, n in counts.items() if n})
+        idle = seconds / max(slowed, 1.0)
+        self._write({f: {"s": round(idle * n / total, 2), "n": n} for f, n in counts.items() if n})
 
     def record_timeout(self, wt: Worktree, files: Iterable[str], statuses: dict[str, str],
-                       timeout_s: float) -> None:
+                       timeout_s: float, slowed: float = 1.0) -> None:
         """A base run of ``files`` killed at ``timeout_s``: the files it did not finish (fewer tests
         reported than they define) share at least those seconds, so the next selection does not pick
         the same too-slow files again. A lower bound (``n`` 0): it never sets the rate per test, and
@@ -334,7 +349,7 @@ class CostBook:
         unfinished = [f for f in files if not counts[f] or counts[f] < _count_tests(wt, f)]
         if not unfinished or timeout_s <= 0:
             return
-        share = round(timeout_s / len(unfinished), 2)
+        share = round(timeout_s / max(slowed, 1.0) / len(unfinished), 2)
         self._write({f: {"s": share, "n": 0} for f in unfinished
                      if self.book.get(f, {}).get("s", 0.0) < share})
 

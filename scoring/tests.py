@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import sys
+import threading
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -308,11 +309,7 @@ BASE_CRASH_RECORDS = 200
 def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: int = 1) -> SuiteRun:
     """The suite at the base commit, cached per task. With ``runs`` > 1 the suite runs that many
     times and a test whose status differs between runs is flaky: left out, and named in the notes."""
-    env_key = runner.env_key(task, wt)
-    # "unrooted": test ids no longer hold the run's path (base runs cached before hold it).
-    key = content_key(task.base_commit, *suite.key_parts(), env_key, runner.backend, str(runs), "unrooted",
-                      "crash-records", "sympy-last-test")  # a new tag whenever what is parsed changes
-    path = runner.cache_dir / "test-baselines" / f"{_safe(task.instance_id)}-{key}.json"
+    env_key, path = _baseline_path(runner, task, wt, suite, runs)
     if env_key and path.is_file():
         try:
             data = json.loads(path.read_text())
@@ -352,6 +349,40 @@ def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: 
                                        # from a reproduction.
                                        "crash_records": first.crash_records[:BASE_CRASH_RECORDS]}))
     return first
+
+
+def _baseline_path(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: int) -> tuple[str, Path]:
+    """(the env's key, where :func:`baseline` caches this suite's base run); no key: not cached."""
+    env_key = runner.env_key(task, wt)
+    # "unrooted": test ids no longer hold the run's path (base runs cached before hold it).
+    key = content_key(task.base_commit, *suite.key_parts(), env_key, runner.backend, str(runs), "unrooted",
+                      "crash-records", "sympy-last-test")  # a new tag whenever what is parsed changes
+    return env_key, runner.cache_dir / "test-baselines" / f"{_safe(task.instance_id)}-{key}.json"
+
+
+class _Beside:
+    """A patched run started beside the base run, in a thread of its own: the two are independent
+    until the base run says which tests to compare, so the first attempt waits for the slower of
+    the two rather than their sum (on a busy machine, two processes also get two shares of it)."""
+
+    def __init__(self, runner: SuiteRunner, task: Task, wt: Worktree, patch: str, suite: Suite):
+        self.suite = suite
+        self._result: list[SuiteRun] = []
+        # A daemon: a benchmark stopped by SIGTERM does not wait for it (its sandbox dies with us).
+        self._thread = threading.Thread(target=lambda: self._result.append(runner.run_suite(task, wt, patch, suite)),
+                                        daemon=True, name="patched-beside-base")
+        self._thread.start()
+
+    def result(self) -> SuiteRun:
+        self._thread.join()
+        return self._result[0] if self._result else SuiteRun({}, "", 0.0, error="the patched run raised")
+
+
+def _first_suite(chosen: Selection, settings: RegressionSettings) -> Suite:
+    """The suite of the selection's files and single tests, as its base run first tries it."""
+    narrowed = tuple(dict.fromkeys(t.split("::", 1)[0] for t in chosen.tests))
+    return Suite(targets=(*chosen.files, *chosen.tests), protected=(*chosen.files, *narrowed),
+                 timeout_s=settings.timeout_s, label="regression")
 
 
 def _unroot(test_id: str, work: Path) -> str:
@@ -401,13 +432,20 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
     except SpecsError:
         node_ids = False
     chosen = selection.select_tests(wt, patch, settings, costs=costs, node_ids=node_ids) if settings.enabled else None
+    beside: _Beside | None = None
     if chosen is not None:
         out.selection = chosen.to_dict()
     if chosen is None or not chosen.files:
         why.append("no existing test exercises the changed code" if chosen is not None
                    else "regression tests are off")
     else:
+        slowed = selection.slowdown()
+        first = _first_suite(chosen, settings)
+        _, cached = _baseline_path(runner, task, wt, first, settings.base_runs)
+        beside = (_Beside(runner, task, wt, patch, first)
+                  if settings.patched_beside_base and not cached.is_file() else None)
         suite, narrowed, before = _base_run(runner, task, wt, chosen, settings)
+        slowed = (slowed + selection.slowdown()) / 2  # the load while the base ran, roughly
         out.seconds += before.seconds
         out.base_seconds += before.seconds
         out.selection = chosen.to_dict()
@@ -421,16 +459,18 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
         # says only that the files it did not finish are slow (not 300 s shared by the 8 tests it
         # reached): at least the timeout is theirs, or the next task selects them again.
         if before.seconds and not before.error and not before.timed_out:
-            costs.record(wt, chosen.files, before.statuses, before.seconds / settings.base_runs)
+            costs.record(wt, chosen.files, before.statuses, before.seconds / settings.base_runs, slowed)
         elif before.timed_out:
-            costs.record_timeout(wt, chosen.files, before.statuses, suite.timeout_s or settings.timeout_s)
+            costs.record_timeout(wt, chosen.files, before.statuses, suite.timeout_s or settings.timeout_s, slowed)
         out.notes += before.notes
         if before.error or not before.statuses:
             why.append("existing tests could not run at the base: "
                        + (before.error or _nothing_collected(before)))
         else:
             owned = {t: s for t, s in before.statuses.items() if owned_by(t, (*chosen.files, *narrowed))}
-            after = runner.run_suite(task, wt, patch, suite) if owned else None
+            # The run started beside the base one serves when the base run kept its suite.
+            after = ((beside.result() if beside is not None and beside.suite == suite
+                      else runner.run_suite(task, wt, patch, suite)) if owned else None)
             if after is None:
                 why.append("no selected existing test reported a result at the base")
             elif after.error:
@@ -452,6 +492,8 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
                     failing_runs.append((after, broken))
                     out.regression_crashes = crash.failures_of(after.crash_records, after.log, after.root, broken)
                 out.log_tail = after.log_tail()
+    if beside is not None:  # unused when the base run changed the suite: it must not outlive the check
+        beside.result()
     out.runnable = out.repro_ran or out.regression_ran
     out.reason = "; ".join(why)
     out.crash = "\n\n".join(c for c in (_failure_context(run, ids) for run, ids in failing_runs) if c)
@@ -471,8 +513,7 @@ def _base_run(runner: SuiteRunner, task: Task, wt: Worktree, chosen: Selection,
     before, seconds = SuiteRun({}, "", 0.0), 0.0
     for attempt in range(3):
         narrowed = tuple(dict.fromkeys(t.split("::", 1)[0] for t in chosen.tests))
-        suite = Suite(targets=(*chosen.files, *chosen.tests), protected=(*chosen.files, *narrowed),
-                      timeout_s=settings.timeout_s, label="regression")
+        suite = _first_suite(chosen, settings)
         before = baseline(runner, task, wt, suite, runs=settings.base_runs)
         seconds += before.seconds
         missing = _NOT_FOUND.findall(before.log) if chosen.tests else []

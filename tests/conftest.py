@@ -17,6 +17,13 @@ from fixgraph.dataset import Instance
 TEST_KEY = "sk-test-0123456789abcdef"
 
 
+@pytest.fixture(autouse=True)
+def idle_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Test costs are measured as on an idle machine: the load of whatever else runs beside the
+    suite must not change which files a selection prices out."""
+    monkeypatch.setattr("scoring.selection.slowdown", lambda: 1.0)
+
+
 @pytest.fixture
 def calc(tmp_path: Path) -> tuple[Path, Instance]:
     """(mirrors dir, instance) for the calc fixture: mean() is off by one."""

@@ -121,7 +121,8 @@ def test_a_change_no_selected_test_notices_stays_clean(tmp_path: Path) -> None:
 
 def test_a_test_that_flips_between_base_runs_is_left_out_and_recorded(tmp_path: Path, monkeypatch) -> None:
     """A test whose outcome changes from one run to the next. The sandbox keeps no state between
-    runs (by design), so the flip is made at the runner's boundary: every other run reports it failed."""
+    runs (by design), so the flip is made at the runner's boundary: every other base run reports it
+    failed, and so does the patched run (which may run beside the first base run, in either order)."""
     from scoring.tests import SubprocessRunner
 
     real = SubprocessRunner.run_suite
@@ -131,8 +132,9 @@ def test_a_test_that_flips_between_base_runs_is_left_out_and_recorded(tmp_path: 
         run = real(self, task, wt, patch, suite)
         tid = "tests/test_flaky.py::test_flips"
         if tid in run.statuses:
-            calls["n"] += 1
-            run.statuses[tid] = "PASSED" if calls["n"] % 2 else "FAILED"
+            if patch is None:
+                calls["n"] += 1
+            run.statuses[tid] = "PASSED" if patch is None and calls["n"] % 2 else "FAILED"
         return run
 
     monkeypatch.setattr(SubprocessRunner, "run_suite", flipping)
@@ -323,3 +325,68 @@ def test_a_base_run_that_reports_no_test_is_not_cached(tmp_path: Path) -> None:
     assert not list(cached.glob("*.json"))
     assert baseline(runner, task, wt, Suite(targets=("tests/test_calc.py",), label="x")).statuses
     assert len(list(cached.glob("*.json"))) == 1
+
+
+def test_the_patched_run_goes_beside_an_uncached_base_run_and_alone_after_a_cached_one(
+        tmp_path: Path, monkeypatch) -> None:
+    """The first check of a patch runs the base and the patched tests side by side (the verdict is
+    the same as one after the other); a later check finds the base run cached and runs the patched
+    tests alone. With ``patched_beside_base`` off, the runs follow each other."""
+    import threading
+    import time
+
+    from scoring.tests import SubprocessRunner
+
+    real = SubprocessRunner.run_suite
+    spans: list[tuple[bool, float, float]] = []
+    lock = threading.Lock()
+
+    def timed(self, task, wt, patch, suite):  # noqa: ANN001
+        start = time.monotonic()
+        time.sleep(1.0)  # long enough that two runs started together overlap on any machine
+        run = real(self, task, wt, patch, suite)
+        with lock:
+            spans.append((patch is None, start, time.monotonic()))
+        return run
+
+    monkeypatch.setattr(SubprocessRunner, "run_suite", timed)
+    mirrors, commit = make_repo(tmp_path, {"calc.py": CALC, "tests/test_calc.py": TESTS})
+    wt = RepoCache(tmp_path / "cache", mirrors).worktree(REPO, commit, "rt")
+    task = Task(instance_id="fixture__calc-rt", repo=REPO, base_commit=commit, problem_statement="")
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, CALC.replace("return a + b", "return a + b + 1")))
+
+    def check(cache: str, **settings: Any):
+        spans.clear()
+        return own_outcome(make_runner(local_settings(), tmp_path / cache), task, wt, patch, [],
+                           RegressionSettings(**settings))
+
+    def overlapped() -> bool:
+        [(_, b0, b1)] = [s for s in spans if s[0]]
+        [(_, p0, p1)] = [s for s in spans if not s[0]]
+        return p0 < b1 and b0 < p1
+
+    first = check("cache")
+    assert first.pass_to_pass_after["tests/test_calc.py::test_add"] == "FAILED" and overlapped()
+    again = check("cache")
+    assert [s[0] for s in spans] == [False] and again.pass_to_pass_after == first.pass_to_pass_after
+    apart = check("cache-apart", patched_beside_base=False)
+    assert not overlapped() and apart.pass_to_pass_after == first.pass_to_pass_after
+    assert apart.pass_to_pass_before == first.pass_to_pass_before
+
+
+def test_a_base_run_on_a_busy_machine_is_priced_as_on_an_idle_one(tmp_path: Path, monkeypatch) -> None:
+    """Seconds measured while the machine ran four processes per core are a quarter of that on an
+    idle one: else a file measured under load is priced out of every later selection, and, never
+    selected again, never measured again."""
+    from scoring import selection
+
+    monkeypatch.setattr(selection, "slowdown", lambda: 4.0)
+    outcome, _ = _judge(tmp_path, CALC.replace("def label(x):", "def label(x):  # formats x"))
+    [entry] = selection.CostBook(tmp_path / "cache", REPO, "").book.values()
+    assert entry["n"] == 2 and abs(entry["s"] - outcome.base_seconds / 4) < 0.02, (entry, outcome.base_seconds)
+    # A run cut by its timeout is a lower bound, on the same scale.
+    mirrors, commit = make_repo(tmp_path / "cut", {"calc.py": CALC, "tests/test_calc.py": TESTS})
+    wt = RepoCache(tmp_path / "cut" / "cache", mirrors).worktree(REPO, commit, "rt")
+    book = selection.CostBook(tmp_path / "cut" / "cache", REPO, "")
+    book.record_timeout(wt, ["tests/test_calc.py"], {}, 300.0, slowed=4.0)
+    assert book.book["tests/test_calc.py"] == {"s": 75.0, "n": 0}
