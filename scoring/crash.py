@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -213,10 +214,13 @@ def _format_log_record(rec: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def failures_of(records: list[dict[str, Any]], log: str, repo_root: str, wanted: list[str]) -> list[dict[str, Any]]:
+def failures_of(records: list[dict[str, Any]], log: str, repo_root: str, wanted: list[str],
+                unreported: Iterable[str] = ()) -> list[dict[str, Any]]:
     """The crash records of the tests in ``wanted``, each with ``test`` set to the test id it
     explains: the plugin's records (a collection error explains every test of its module), else
-    those read from the log (runners other than pytest)."""
+    those read from the log (runners other than pytest). A traceback of no test, where the runner
+    reported no failure of its own (sympy's ``bin/test`` dying at ``import sympy``: the patched
+    package no longer imports), explains each test of ``unreported``: those the run never reached."""
     out: list[dict[str, Any]] = []
     for test in wanted:
         for rec in records:
@@ -228,6 +232,9 @@ def failures_of(records: list[dict[str, Any]], log: str, repo_root: str, wanted:
         return out
     for rec in records_from_log(log, Path(repo_root), wanted):
         node = rec["nodeid"]
+        if not node:
+            out += [{**rec, "test": t} for t in unreported]
+            continue
         test = next((t for t in wanted if node == t or node.endswith(":" + t)), "")
         if test:
             out.append({**rec, "test": test})

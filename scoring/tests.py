@@ -490,7 +490,10 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
                           if s not in PASSING and out.pass_to_pass_before.get(t) in PASSING]
                 if broken:
                     failing_runs.append((after, broken))
-                    out.regression_crashes = crash.failures_of(after.crash_records, after.log, after.root, broken)
+                    # Tests a run that ended early never reached (not one cut by its timeout).
+                    unreported = [] if after.timed_out else [t for t in broken if t not in after.statuses]
+                    out.regression_crashes = crash.failures_of(after.crash_records, after.log, after.root, broken,
+                                                               unreported)
                 out.log_tail = after.log_tail()
     if beside is not None:  # unused when the base run changed the suite: it must not outlive the check
         beside.result()

@@ -186,6 +186,50 @@ def test_failures_read_from_a_non_pytest_log_name_the_test() -> None:
                                  "source": "return [mul(v, factor) for v in values] + factor"}
 
 
+# sympy's bin/test when the patched package no longer imports (sympy-14308's patch, run here):
+# the runner dies before any test, so no failure block names a test.
+RUNNER_DIED = """\
+Traceback (most recent call last):
+  File "/tmp/run/repo/bin/test", line 105, in <module>
+    import sympy
+  File "/tmp/run/repo/sympy/__init__.py", line 60, in <module>
+    from .polys import *
+  File "/tmp/run/repo/sympy/printing/pretty/pretty.py", line 2292, in <module>
+    from sympy.vector import CoordSys3D
+  File "/tmp/run/repo/sympy/vector/vector.py", line 5, in <module>
+    from sympy import sqrt, ImmutableMatrix as Matrix, Add
+ImportError: cannot import name 'sqrt' from partially initialized module 'sympy' (most likely due to a circular import)
+"""
+
+PRETTY_PATCH = """\
+diff --git a/sympy/printing/pretty/pretty.py b/sympy/printing/pretty/pretty.py
+--- a/sympy/printing/pretty/pretty.py
++++ b/sympy/printing/pretty/pretty.py
+@@ -2289,3 +2289,5 @@ def _print_Quantity(self, e):
+             return self.emptyPrinter(e)
+ 
+ 
++from sympy.vector import CoordSys3D
++
+"""
+
+
+def test_a_runner_that_dies_before_any_test_explains_the_tests_it_never_reached() -> None:
+    """The patched package no longer imports: every selected test that passed at the base goes
+    unreported, and the runner's own traceback, through a patched frame, is their runtime error.
+    A test the run did report (here: failed on its own) is not explained by it."""
+    from scoring.tests import TestOutcome
+
+    wanted = ["test_pretty_basic", "test_upretty_greek", "test_reported"]
+    recs = failures_of([], RUNNER_DIED, "/tmp/run/repo", wanted, unreported=wanted[:2])
+    assert [r["test"] for r in recs] == wanted[:2] and {r["type"] for r in recs} == {"ImportError"}
+    assert failures_of([], RUNNER_DIED, "/tmp/run/repo", wanted) == []  # nothing unreported: no attribution
+    outcome = TestOutcome(runnable=True, reason="", source="own", regression_crashes=recs)
+    [found] = runtime_findings(outcome, PRETTY_PATCH)
+    assert (found["rule"], found["file"], found["line"]) == ("ImportError", "sympy/printing/pretty/pretty.py", 2292)
+    assert "circular import" in found["message"] and "(and 1 more tests)" in found["message"]
+
+
 def test_the_critic_rejects_a_patch_whose_existing_test_crashes_and_the_coder_gets_the_place(
         tmp_path: Path, calc, cfg_factory) -> None:
     """End to end: attempt 1 fixes mean() but breaks add() in a way static analysis cannot see
