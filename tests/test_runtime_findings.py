@@ -201,17 +201,15 @@ Traceback (most recent call last):
 ImportError: cannot import name 'sqrt' from partially initialized module 'sympy' (most likely due to a circular import)
 """
 
-PRETTY_PATCH = """\
-diff --git a/sympy/printing/pretty/pretty.py b/sympy/printing/pretty/pretty.py
---- a/sympy/printing/pretty/pretty.py
-+++ b/sympy/printing/pretty/pretty.py
-@@ -2289,3 +2289,5 @@ def _print_Quantity(self, e):
-             return self.emptyPrinter(e)
- 
- 
-+from sympy.vector import CoordSys3D
-+
-"""
+PRETTY_PATCH = ("diff --git a/sympy/printing/pretty/pretty.py b/sympy/printing/pretty/pretty.py\n"
+                "--- a/sympy/printing/pretty/pretty.py\n"
+                "+++ b/sympy/printing/pretty/pretty.py\n"
+                "@@ -2289,3 +2289,5 @@ def _print_Quantity(self, e):\n"
+                "             return self.emptyPrinter(e)\n"
+                " \n"
+                " \n"
+                "+from sympy.vector import CoordSys3D\n"
+                "+\n")
 
 
 def test_a_runner_that_dies_before_any_test_explains_the_tests_it_never_reached() -> None:
