@@ -483,7 +483,10 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
                 out.network_isolated = after.network_isolated
                 out.regression_ran = True
                 # A test the base run did not reach (timeout) is left out, as the selection says; so
-                # are ids that are no selected file's own (the inner sessions a test of pytest runs).
+                # are ids that are no selected file's own (the inner sessions a test of pytest runs),
+                # and those a patched run cut by its timeout did not reach: not broken, unknown.
+                if after.timed_out:
+                    owned = {t: s for t, s in owned.items() if t in after.statuses}
                 out.pass_to_pass_before = owned
                 out.pass_to_pass_after = {t: after.statuses.get(t, "MISSING") for t in owned}
                 broken = [t for t, s in out.pass_to_pass_after.items()

@@ -171,6 +171,22 @@ def test_a_base_run_cut_by_its_timeout_runs_once_and_prices_its_files_for_the_ne
     assert any("measured 2s, over regression.max_expected_s" in why for why in again.left_out), again.left_out
 
 
+def test_tests_a_patched_run_cut_by_its_timeout_did_not_reach_are_not_broken(tmp_path: Path) -> None:
+    """The patch makes the first test hang: the patched run is killed and reports nothing, and
+    the tests it never reached are left out (unknown), not counted as regressions."""
+    base = CALC + "\n\ndef wait():\n    return None\n"
+    tests = "import calc\n\n\ndef test_wait():\n    calc.wait()\n\n\ndef test_add():\n    assert calc.add(2, 3) == 5\n"
+    mirrors, commit = make_repo(tmp_path, {"calc.py": base, "tests/test_calc.py": tests})
+    wt = RepoCache(tmp_path / "cache", mirrors).worktree(REPO, commit, "rt")
+    task = Task(instance_id="fixture__calc-rt", repo=REPO, base_commit=commit, problem_statement="")
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", base, base.replace(
+        "def wait():\n    return None", "def wait():\n    import time\n    time.sleep(120)")))
+    outcome = own_outcome(make_runner(local_settings(), tmp_path / "cache"), task, wt, patch, [],
+                          RegressionSettings(timeout_s=10))
+    assert outcome.timed_out and outcome.regression_ran
+    assert not [t for t, st in outcome.pass_to_pass_after.items() if st != "PASSED"], outcome.pass_to_pass_after
+
+
 def test_failures_read_from_a_non_pytest_log_name_the_test() -> None:
     log = ("test_scale E\n"
            "________________________________________________________________________________\n"
