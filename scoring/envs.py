@@ -293,7 +293,7 @@ class VenvEnvs:
             shutil.rmtree(src, ignore_errors=True)
             _link_source(path)
             return
-        meta.update(artifacts=sorted(_file_set(src) - before), installed_commit=task.base_commit,
+        meta.update(artifacts=sorted(_file_set(src) - before), installed_commit=task.base_commit, serves=[],
                     install_seconds=round(time.monotonic() - start, 1), install_log_tail=run.tail())
         shutil.rmtree(base, ignore_errors=True)
         os.rename(src, base)

@@ -147,7 +147,8 @@ def test_a_commit_that_changes_only_code_runs_on_the_install_of_another(tmp_path
     third = inst.model_copy(update={"base_commit": bumped, "instance_id": "fixture__calc-3"})
     assert run_hidden(runner, third, cache.worktree(REPO, bumped, third.instance_id), "").runnable
     assert installs.read_text().splitlines() == ["install"] * 2
-    assert json.loads((env_dir / "env.json").read_text())["installed_commit"] == bumped
+    meta = json.loads((env_dir / "env.json").read_text())
+    assert meta["installed_commit"] == bumped and meta["serves"] == []
 
     # ``reuse_install = false`` installs every commit, as the harness does.
     strict, strict_runner = envs_with(reuse_install=False)
