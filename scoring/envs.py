@@ -7,8 +7,9 @@ the ``environment_setup_commit``, or package names) and its ``pip_packages``. Th
 does per instance, the spec's ``pre_install`` and ``install`` run in a checkout of the instance's
 ``base_commit`` (dependencies change between commits); that is redone only when an instance with
 another base commit comes and something the install reads changed between the two commits (build
-files, compiled sources, a top-level module, the folders of what the install generated). Conda-only parts (``environment.yml``) are left out; the
-``pip_packages`` carry what those repos need. Files the install step creates in the checkout
+files, compiled sources, a top-level module, the folders of what the install generated).
+Conda-only parts (``environment.yml``) are left out; the ``pip_packages`` carry what those repos
+need. Files the install step creates in the checkout
 (compiled extensions, ``_version.py``) are listed and copied into each test run's fresh working
 copy; the editable install's path is a symlink pointed at that copy for the run.
 
@@ -360,8 +361,11 @@ def _setup_change_is_inert(wt: Worktree, old: str, new: str, name: str) -> bool:
     lines only list package names (sympy's setup.py lists every subpackage), a setup.cfg whose
     changed sections configure tools (``[tool:pytest]``, ``[flake8]``)."""
     def show(commit: str) -> str | None:
-        proc = subprocess.run(["git", "-C", str(wt.path), "show", f"{commit}:{name}"], capture_output=True,
-                              env=gitsafe.hardened_env(), timeout=60)
+        try:
+            proc = subprocess.run(["git", "-C", str(wt.path), "show", f"{commit}:{name}"], capture_output=True,
+                                  env=gitsafe.hardened_env(), timeout=60)
+        except subprocess.TimeoutExpired:
+            return None
         return proc.stdout.decode(errors="replace") if proc.returncode == 0 else None
 
     before, after = show(old), show(new)
