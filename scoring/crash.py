@@ -72,6 +72,7 @@ def _format_one(rec: dict[str, Any]) -> str:
 
 
 _TB_START = "Traceback (most recent call last):"
+_CONFTEST = "ImportError while loading conftest"
 # sympy's bin/test prints each failure under "____ sympy/x/tests/test_y.py:test_z ____", short form.
 _SYMPY_HEADER = re.compile(r"^_{3,} (\S+?\.py):(\S+) _{3,}$", re.M)
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
@@ -92,6 +93,12 @@ def records_from_log(log: str, repo_root: Path, wanted: list[str] | None = None)
         found = _pytest_records(log, str(repo_root), wanted)
         if found:
             return found
+    if not headers and _CONFTEST in log:
+        # pytest could not import a conftest (it imports the patched package): no test ran, and
+        # the short traceback under this line is every selected test's (nodeid "").
+        rec = _pytest_block(log[log.find(_CONFTEST):], str(repo_root))
+        if rec is not None:
+            return [{**rec, "nodeid": ""}]
     if not headers:
         start = log.rfind(_TB_START)
         if start >= 0:
@@ -160,6 +167,8 @@ def _pytest_block(text: str, root: str) -> dict[str, Any] | None:
         if exc:
             etype = exc
             break
+    if not etype and frames and (short := _EXC_LINE.match(message)):
+        etype = short.group(1)  # a short traceback ends at its "E   Type: message" line
     if not etype:
         return None
     etype = etype.rsplit(".", 1)[-1]

@@ -228,6 +228,19 @@ PRETTY_PATCH = ("diff --git a/sympy/printing/pretty/pretty.py b/sympy/printing/p
                 "+\n")
 
 
+def test_a_patched_package_that_breaks_a_conftest_import_is_a_runtime_error_where_it_raised(tmp_path: Path) -> None:
+    """The repository's conftest.py imports the package (astropy's, sphinx's do): when the patch
+    makes it raise at import, pytest runs no test and prints a short traceback under "ImportError
+    while loading conftest"; every selected test that passed at the base is explained by it."""
+    broken = CALC.replace("def label(x):", "LIMIT = max_limit()\n\n\ndef label(x):")
+    outcome, patch = _judge(tmp_path, broken, files={"conftest.py": "import calc\n"})
+    assert outcome.pass_to_pass_before and set(outcome.pass_to_pass_after.values()) == {"MISSING"}
+    [found] = runtime_findings(outcome, patch)
+    finding: dict[str, Any] = dict(found)
+    assert (finding["rule"], finding["file"], finding["symbol"]) == ("NameError", "calc.py", "<module>")
+    assert finding["code"] == "LIMIT = max_limit()" and "max_limit" in finding["message"]
+
+
 def test_a_runner_that_dies_before_any_test_explains_the_tests_it_never_reached() -> None:
     """The patched package no longer imports: every selected test that passed at the base goes
     unreported, and the runner's own traceback, through a patched frame, is their runtime error.
@@ -240,8 +253,9 @@ def test_a_runner_that_dies_before_any_test_explains_the_tests_it_never_reached(
     assert failures_of([], RUNNER_DIED, "/tmp/run/repo", wanted) == []  # nothing unreported: no attribution
     outcome = TestOutcome(runnable=True, reason="", source="own", regression_crashes=recs)
     [found] = runtime_findings(outcome, PRETTY_PATCH)
-    assert (found["rule"], found["file"], found["line"]) == ("ImportError", "sympy/printing/pretty/pretty.py", 2292)
-    assert "circular import" in found["message"] and "(and 1 more tests)" in found["message"]
+    finding: dict[str, Any] = dict(found)
+    assert (finding["rule"], finding["file"], finding["line"]) == ("ImportError", "sympy/printing/pretty/pretty.py", 2292)
+    assert "circular import" in finding["message"] and "(and 1 more tests)" in finding["message"]
 
 
 def test_the_critic_rejects_a_patch_whose_existing_test_crashes_and_the_coder_gets_the_place(
