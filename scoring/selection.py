@@ -60,6 +60,9 @@ SMALL_PACKAGE_MODULES = 40
 MIN_TESTS_FOR_RATE = 20
 DEFAULT_S_PER_TEST, S_PER_RUN = 0.1, 3.0
 BOOK_SUFFIX = ".idle.json"
+# The books before BOOK_SUFFIX were measured at loads of 7 to 23 on 2 cores (3.5 to 11.5 per
+# core); read at a quarter of their seconds, they still price a slow file high.
+LEGACY_SLOWDOWN = 4.0
 # Third-party code a package carries (requests.packages.urllib3): not the package's own modules.
 _VENDORED = {"packages", "vendor", "_vendor", "extern", "externals", "thirdparty"}
 # The tests of a file left out for its cost that name a changed function or class are the few
@@ -296,15 +299,22 @@ class CostBook:
     @property
     def book(self) -> dict[str, dict[str, float]]:
         if self._book is None:
-            self._book = self._load(self.path)
+            self._book = {**self._legacy(), **self._load(self.path)}
         return self._book
+
+    def _legacy(self) -> dict[str, dict[str, float]]:
+        """The book written before seconds were divided by the load, at 1/LEGACY_SLOWDOWN of its
+        seconds: a file known slow stays known slow until a new measurement replaces it."""
+        old = self._load(self.path.with_name(self.path.name.removesuffix(BOOK_SUFFIX) + ".json"))
+        return {f: {**v, "s": round(float(v["s"]) / LEGACY_SLOWDOWN, 2)} for f, v in old.items()}
 
     def rate(self) -> float:
         """Measured seconds per test in this repository (this version, else any), else the default:
         all seconds over all tests, so the start-up a small file's share carries does not make
-        every test look slow."""
+        every test look slow. Only this book's own measurements count: a legacy run's seconds,
+        divided by a guess of its load, are a bound for its files, not a rate for all."""
         if self._rate is None:
-            measured = [v for v in self.book.values() if v.get("n")]
+            measured = [v for v in self._load(self.path).values() if v.get("n")]
             if not measured:
                 for other in sorted(self.folder.glob(f"{self.slug}__*{BOOK_SUFFIX}")):
                     measured += [v for v in self._load(other).values() if v.get("n")]
@@ -375,7 +385,7 @@ class CostBook:
             book = self._load(self.path)
             book.update(entries)
             atomic_write(self.path, json.dumps(book, indent=0, sort_keys=True))
-            self._book, self._rate = book, None
+            self._book, self._rate = None, None  # read again, with the legacy entries under it
 
 
 def tests_naming(text: str, path: str, names: list[str]) -> list[str]:

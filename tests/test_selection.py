@@ -180,6 +180,29 @@ def test_the_selection_is_bounded_by_expected_seconds_measured_per_file(tmp_path
     assert len(select_tests(wt, patch, RegressionSettings()).files) == 3
 
 
+def test_a_book_from_before_the_load_was_counted_is_read_at_a_quarter_until_measured_again(tmp_path: Path) -> None:
+    """The books written before the costs were divided by the load were measured at 3.5 to 11.5
+    processes per core: their files stay priced high (at a quarter), and a new measurement wins."""
+    import json
+
+    from scoring.selection import CostBook
+
+    files = {"pkg/util.py": UTIL, "tests/test_util.py": "import pkg.util\n\ndef test_a():\n    assert 1\n"}
+    wt = _repo(tmp_path, files)
+    legacy = tmp_path / "costs" / "test-costs" / "acme+pkg__1.0.json"
+    legacy.parent.mkdir(parents=True)
+    legacy.write_text(json.dumps({"tests/test_util.py": {"s": 200.0, "n": 1}}))
+    book = CostBook(tmp_path / "costs", "acme/pkg", "1.0")
+    assert book.expected("tests/test_util.py", 1) == (50.0, "measured")
+    legacy.write_text(json.dumps({f"tests/test_{i}.py": {"s": 100.0, "n": 10} for i in range(5)}))
+    # ... and their seconds set no rate for the files they never measured (the default's 0.1 s).
+    assert CostBook(tmp_path / "costs", "acme/pkg", "1.0").expected("tests/test_util.py", 1) == (0.1, "estimated")
+    legacy.write_text(json.dumps({"tests/test_util.py": {"s": 200.0, "n": 1}}))
+    book.record(wt, ["tests/test_util.py"], {"tests/test_util.py::test_a": "PASSED"}, 3.0)
+    assert CostBook(tmp_path / "costs", "acme/pkg", "1.0").expected("tests/test_util.py", 1) == (3.0, "measured")
+    assert json.loads(legacy.read_text()) == {"tests/test_util.py": {"s": 200.0, "n": 1}}  # never written
+
+
 def test_among_files_with_the_same_evidence_the_cheaper_runs_first(tmp_path: Path) -> None:
     from scoring.selection import CostBook
 
