@@ -154,7 +154,8 @@ class RegressionSettings(_Strict):
     # Seconds one run of the selection is expected to take, by the files' measured (else
     # estimated) cost (scoring.selection.CostBook); files that do not fit are left out.
     max_expected_s: float = Field(default=40.0, gt=0)
-    # Wall-clock cap for one run of the selection; tests it did not reach are left out.
+    # Wall-clock cap for one run of the selection on an idle machine, stretched by the load per
+    # core when the run starts (up to tests.timeout_s); tests it did not reach are left out.
     timeout_s: float = Field(default=300.0, gt=0)
     # Runs of the selection at the base commit; a test whose outcome differs between them is
     # flaky and left out.

@@ -440,6 +440,9 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
                    else "regression tests are off")
     else:
         slowed = selection.slowdown()
+        # On a busy machine a run takes longer by the load per core, and its timeout stretches with
+        # it (the backend's own cap still holds): else a run cut at 300 s says nothing of the tests.
+        settings = settings.model_copy(update={"timeout_s": settings.timeout_s * slowed})
         first = _first_suite(chosen, settings)
         _, cached = _baseline_path(runner, task, wt, first, settings.base_runs)
         beside = (_Beside(runner, task, wt, patch, first)

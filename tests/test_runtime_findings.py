@@ -187,6 +187,20 @@ def test_tests_a_patched_run_cut_by_its_timeout_did_not_reach_are_not_broken(tmp
     assert not [t for t, st in outcome.pass_to_pass_after.items() if st != "PASSED"], outcome.pass_to_pass_after
 
 
+def test_on_a_busy_machine_the_selection_s_timeout_stretches_with_the_load(tmp_path: Path, monkeypatch) -> None:
+    """A test that takes 6 s runs out a 4 s timeout on an idle machine; at several processes per
+    core it takes longer for the same work, and the timeout grows with it (five per core: 20 s)."""
+    from scoring import selection
+
+    slow = "import time\nimport calc\n\n\ndef test_slow():\n    time.sleep(6)\n    assert calc.add(1, 1) == 2\n"
+    change = CALC.replace('return "n=%d" % x', 'return "n=%d!" % x')
+    idle, _ = _judge(tmp_path / "idle", change, files={"tests/test_calc.py": slow}, timeout_s=4)
+    assert not idle.regression_ran and "timed out" in idle.reason
+    monkeypatch.setattr(selection, "slowdown", lambda: 5.0)
+    busy, _ = _judge(tmp_path / "busy", change, files={"tests/test_calc.py": slow}, timeout_s=4)
+    assert busy.regression_ran and busy.pass_to_pass_after == {"tests/test_calc.py::test_slow": "PASSED"}
+
+
 def test_failures_read_from_a_non_pytest_log_name_the_test() -> None:
     log = ("test_scale E\n"
            "________________________________________________________________________________\n"
