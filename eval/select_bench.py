@@ -23,8 +23,9 @@ resolved picks of the rule with its default weights, a uniformly random pick amo
 candidates (expected value), a majority vote over normalized patches (ties: expected value over
 the tied groups), the best single run; then the weights tuned on all rows (in-sample) and
 leave-one-repository-out (cross-validated), for the whole grid and for each family of agreement
-signals, the family that cross-validates best, the instances the rule got wrong, seconds per
-instance.
+signals, the family that cross-validates best, the count with the family also chosen without
+the held-out repository (nested: the figure that reuses no held-out row for any choice the grid
+makes), the instances the rule got wrong, seconds per instance.
 Last line: ``selected=<n> oracle=<n> vote=<n> random=<x> best_single=<n> instances=<n>``.
 """
 
@@ -64,6 +65,7 @@ GRID: dict[str, tuple[float, ...]] = {
     # Never off: between candidates equal on every other signal, the one others agree with wins.
     "twin": (0.25, 0.5, 1.0),
     "files": (0.0, 0.5, 1.0),
+    "tokens": (0.0, 0.25, 0.5, 1.0),
     "exact": (0.0, 0.5),
     "size": (0.0, 0.25, 0.5),
     # Never off: in the loop an Unsafe verdict stops the Critic before the tests, and the verdict
@@ -76,7 +78,7 @@ TEST_GRID: dict[str, tuple[float, ...]] = {"regression": (0.0, 1.0, 2.0), "broke
 # The weights before this grid was tuned with the static phase and tests (the previous defaults:
 # README, Choosing among candidates), which ties are resolved towards.
 PRIOR = select.Weights(tests=2.0, regression=2.0, broke=1.0, unsafe=0.5, quality=0.0, size=0.5, exact=0.0, soft=1.0,
-                       judged=1.0, medoid=0.0, twin=0.25, files=0.0, same_tests=0.0)
+                       judged=1.0, medoid=0.0, twin=0.25, files=0.0, same_tests=0.0, tokens=0.0)
 BEHAVIOUR_WHERE = ("all", "distinct", "contested")
 
 
@@ -319,8 +321,8 @@ class Prepared:
 
 # Families of the grid, compared by cross-validation: which agreement signals each leaves out.
 FAMILIES: dict[str, tuple[str, ...]] = {
-    "copies counted (soft, exact)": ("medoid", "twin", "files"),
-    "copies discounted (medoid, twin, files)": ("soft", "exact"),
+    "copies counted (soft, exact)": ("medoid", "twin", "files", "tokens"),
+    "copies discounted (medoid, twin, files, tokens)": ("soft", "exact"),
     "both": (),
 }
 
@@ -349,29 +351,62 @@ def resolved_matrix(rows: Sequence[Prepared], weights: Sequence[select.Weights])
     return out
 
 
-def tune(rows: Sequence[Prepared], weights: Sequence[select.Weights],
-         matrix: np.ndarray | None = None) -> tuple[select.Weights, int]:
+def prior_distance(weights: Sequence[select.Weights]) -> np.ndarray:
+    return np.abs(np.array([dataclasses.astuple(w) for w in weights]) - np.array(dataclasses.astuple(PRIOR))).sum(axis=1)
+
+
+def tune(rows: Sequence[Prepared], weights: Sequence[select.Weights], matrix: np.ndarray | None = None,
+         distance: np.ndarray | None = None) -> tuple[select.Weights, int]:
     """The weights that resolve the most rows; on ties the nearest to PRIOR (the rows cannot
     tell those apart, so nothing is changed for them), then the first in grid order."""
     counts = (resolved_matrix(rows, weights) if matrix is None else matrix).sum(axis=0)
-    prior = np.array(dataclasses.astuple(PRIOR))
-    distance = np.abs(np.array([dataclasses.astuple(w) for w in weights]) - prior).sum(axis=1)
+    distance = prior_distance(weights) if distance is None else distance
     best = int(np.lexsort((np.arange(len(weights)), distance, -counts))[0])
     return weights[best], sum(p.resolved_pick(weights[best]) for p in rows)
 
 
-def cross_validate(prepared: Sequence[Prepared], by_repo: dict[str, list[Prepared]], space: Sequence[select.Weights],
-                   ) -> tuple[select.Weights, int, dict[str, int]]:
+def cross_validate(prepared: Sequence[Prepared], space: Sequence[select.Weights],
+                   matrix: np.ndarray | None = None) -> tuple[select.Weights, int, dict[str, int]]:
     """The weights tuned on all rows and their count (in-sample), and per repository the count
     of the weights tuned on the other repositories (leave one repository out)."""
-    matrix = resolved_matrix(prepared, space)
-    tuned, tuned_n = tune(prepared, space, matrix)
-    cv: dict[str, int] = {}
-    for repo, held in by_repo.items():
-        keep = np.array([p.repo != repo for p in prepared])
-        w, _ = tune([p for p in prepared if p.repo != repo], space, matrix[keep])
-        cv[repo] = sum(p.resolved_pick(w) for p in held)
-    return tuned, tuned_n, cv
+    matrix = resolved_matrix(prepared, space) if matrix is None else matrix
+    distance = prior_distance(space)
+    tuned, tuned_n = tune(prepared, space, matrix, distance)
+    return tuned, tuned_n, held_out(prepared, space, matrix, np.ones(len(prepared), dtype=bool), distance)
+
+
+def held_out(prepared: Sequence[Prepared], space: Sequence[select.Weights], matrix: np.ndarray,
+             rows: np.ndarray, distance: np.ndarray) -> dict[str, int]:
+    """Among ``rows`` (a mask), per repository: the count of the weights tuned on the others."""
+    repos = np.array([p.repo for p in prepared])
+    out: dict[str, int] = {}
+    for repo in sorted(set(repos[rows])):
+        train = rows & (repos != repo)
+        w, _ = tune([p for p, keep in zip(prepared, train, strict=True) if keep], space, matrix[train], distance)
+        out[repo] = sum(p.resolved_pick(w) for p, keep in zip(prepared, rows & (repos == repo), strict=True) if keep)
+    return out
+
+
+def nested_cv(prepared: Sequence[Prepared], spaces: dict[str, list[select.Weights]],
+              matrices: dict[str, np.ndarray]) -> tuple[dict[str, int], dict[str, str]]:
+    """Leave one repository out with the family of agreement signals chosen on the other
+    repositories too (by their own leave-one-repository-out count; ties: the first family): per
+    repository the count and the family chosen without it. Comparing the families' cross-validated
+    counts on all rows and shipping the best reuses the held-out repository to choose; this does not."""
+    repos = np.array([p.repo for p in prepared])
+    distances = {name: prior_distance(space) for name, space in spaces.items()}
+    counts: dict[str, int] = {}
+    chosen: dict[str, str] = {}
+    for repo in sorted(set(repos)):
+        train = repos != repo
+        inner = {name: sum(held_out(prepared, spaces[name], matrices[name], train, distances[name]).values())
+                 for name in spaces}
+        best = max(inner, key=lambda name: inner[name])
+        w, _ = tune([p for p, keep in zip(prepared, train, strict=True) if keep], spaces[best], matrices[best][train],
+                    distances[best])
+        counts[repo] = sum(p.resolved_pick(w) for p in prepared if p.repo == repo)
+        chosen[repo] = best
+    return counts, chosen
 
 
 def _why(p: Prepared, i: int | None, j: int) -> str:
@@ -396,7 +431,9 @@ def report(prepared: list[Prepared], runs: dict[str, dict[str, dict[str, Any]]],
     single = {name: sum(bool(rows[i]["resolved"]) for i in ids if i in rows) for name, rows in runs.items()}
     best_run = max(single, key=lambda n: (single[n], n))
     w0 = select.DEFAULT_WEIGHTS
-    fitted = {name: cross_validate(prepared, by_repo, grid(with_tests, drop)) for name, drop in FAMILIES.items()}
+    spaces = {name: grid(with_tests, drop) for name, drop in FAMILIES.items()}
+    matrices = {name: resolved_matrix(prepared, space) for name, space in spaces.items()}
+    fitted = {name: cross_validate(prepared, spaces[name], matrices[name]) for name in FAMILIES}
     tuned, tuned_n, cv = fitted["both"]
     print(f"{'repo':<22}{'inst':>5}{'oracle':>7}{'select':>7}{'cv':>5}{'random':>8}{'vote':>7}{'best1':>6}{'s/inst':>8}")
     for repo in sorted(by_repo):
@@ -421,6 +458,10 @@ def report(prepared: list[Prepared], runs: dict[str, dict[str, dict[str, Any]]],
     # The defaults to ship: the family that generalizes best, tuned on every row.
     chosen = max(fitted, key=lambda name: sum(fitted[name][2].values()))
     print(f"chosen by cross-validation: {chosen}: {fitted[chosen][0].to_dict()}")
+    nested, families = nested_cv(prepared, spaces, matrices)
+    print(f"family and weights chosen on the other repositories (nested): {sum(nested.values())} "
+          f"({', '.join(r.split('/')[-1] + ' ' + str(n) for r, n in sorted(nested.items()))}; families: "
+          f"{', '.join(r.split('/')[-1] + ' ' + families[r].split(' (')[0] for r in sorted(families))})")
     notes = [p for p in prepared if p.row.get("note")]
     if notes:
         print(f"instances with a note ({len(notes)}): " + "; ".join(f"{p.iid}: {p.row['note'][:120]}" for p in notes[:10]))

@@ -113,3 +113,25 @@ def test_bench_skips_the_static_phase_where_no_signal_can_change_the_outcome(tmp
     assert row["behaviour"] == "skipped (contested)"
     assert "static" not in row["signals"]["a"] and row["signals"]["a"]["applies"]
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("selected=0 oracle=0 ")
+
+
+def test_nested_cross_validation_chooses_the_family_without_the_repository_it_counts():
+    from scoring import select
+    from tests.test_select import FIX_BREAKS_CLAMP
+
+    def row(repo: str, n: int, large_resolves: bool) -> select_bench.Prepared:
+        cands = [("small", FIX, not large_resolves), ("large", FIX_BREAKS_CLAMP, large_resolves)]
+        return select_bench.Prepared(f"{repo}-{n}", repo, cands, {"signals": {"small": {"applies": True},
+                                                                              "large": {"applies": True}}})
+
+    # Repository x wants the larger change three times; y and z want the smaller one once each.
+    rows = [row("x", n, True) for n in range(3)] + [row("y", 0, False), row("z", 0, False)]
+    spaces = {"small": [select.Weights(size=1.0, twin=0.0, files=0.0, tokens=0.0)],
+              "large": [select.Weights(size=-1.0, twin=0.0, files=0.0, tokens=0.0)]}
+    matrices = {name: select_bench.resolved_matrix(rows, space) for name, space in spaces.items()}
+    # Compared on all rows, "large" wins (3 against 2) and would be reported as 3...
+    assert {name: int(m.sum()) for name, m in matrices.items()} == {"small": 2, "large": 3}
+    counts, chosen = select_bench.nested_cv(rows, spaces, matrices)
+    # ...while each repository, held out, gets the family the other two prefer: always the wrong one.
+    assert chosen == {"x": "small", "y": "large", "z": "large"}
+    assert counts == {"x": 0, "y": 0, "z": 0}
