@@ -2,11 +2,13 @@
 
     python -m eval.select_bench --predictions FILE [FILE ...] --dataset ../shared/data/swebench_lite.jsonl \\
         --repos DIR [--stride K] [--shard I/N] [--instances FILE] [--resume] [--tests] [--no-static] \\
-        [--behaviour-where all|distinct|contested] [--config NAME|PATH] [-o ROWS.jsonl]
+        [--behaviour-where all|distinct|contested] [--unmirrored skip|only|include] [--config NAME|PATH] \\
+        [-o ROWS.jsonl]
 
-For each instance whose repository has a mirror under ``--repos``, the candidates are the given
-runs' patches (an instance missing from some runs uses those it has). Each candidate is applied at
-the base commit and judged with what the loop may know: the guard and the differential static
+For each instance whose repository has a mirror under ``--repos`` (with ``--unmirrored``, also or
+only the others, from the signals a patch alone gives), the candidates are the given runs' patches
+(an instance missing from some runs uses those it has). Each candidate is applied at the base
+commit and judged with what the loop may know: the guard and the differential static
 phase (scoring.critic.judge; ``--no-static`` skips the static phase), code quality, and with
 ``--tests`` the repository's existing tests selected from the patch (scoring.tests.own_outcome; no
 reproduction test exists here, since none was written by an LLM). An instance whose test
@@ -97,6 +99,10 @@ def parser() -> argparse.ArgumentParser:
         "deliverable candidates exist (distinct); or, reading the ground truth, only where distinct "
         "deliverable candidates differ in outcome, the only instances where the pick's outcome can change "
         "(contested). Default: %(default)s"))
+    p.add_argument("--unmirrored", choices=("skip", "only", "include"), default="skip", help=(
+        "instances whose repository has no mirror under --repos: left out (skip), alone (only) or with the "
+        "others (include), judged from the signals a patch alone gives (agreement, size; a non-empty patch "
+        "counts as applying). Default: %(default)s"))
     p.add_argument("--instances", type=Path, default=None, help="only the instance ids listed in FILE (one a line)")
     p.add_argument("--config", default="redo", help="config for the Critic, regression and test settings")
     p.add_argument("--cache-dir", type=Path, default=None, help="worktrees, static and test caches (default: config's)")
@@ -214,14 +220,17 @@ def judge_instance(inst: Instance, cands: list[tuple[str, str, bool]], repos: Re
                    cache_dir: Path, args: argparse.Namespace, runner: tests.SuiteRunner | None) -> dict[str, Any]:
     start = time.monotonic()
     row: dict[str, Any] = {"instance_id": inst.instance_id, "repo": inst.repo, "signals": {}}
+    wt: Worktree | None = None
     try:
+        if find_mirror(args.repos, inst.repo) is None:
+            # Checking it out would clone from GitHub.
+            raise WorkspaceError(f"no mirror of {inst.repo}")
         # One worktree per repository and output file: runs writing different rows (shards, or a
         # static run beside a tests run) go side by side.
         run_id = hashlib.sha256(str(args.output.resolve()).encode()).hexdigest()[:8]
         wt = repos.worktree(inst.repo, inst.base_commit, f"select-{inst.repo_slug}-{run_id}")
     except (WorkspaceError, git.GitCommandError) as exc:
         row["note"] = f"cannot check out: {str(exc).strip().splitlines()[-1][:200]}"
-        wt = None
     done: dict[str, dict[str, Any]] = {}  # equal patches are judged once
     for name, patch, _ in cands:
         if wt is None:
@@ -511,8 +520,9 @@ def run(args: argparse.Namespace) -> int:
     dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
     if not args.repos.is_dir():
         raise InputError(f"--repos: not a directory: {args.repos}")
+    wanted_mirror = {"skip": {True}, "only": {False}, "include": {True, False}}[args.unmirrored]
     ids = sorted({i for rows in runs.values() for i in rows if i in dataset
-                  and find_mirror(args.repos, dataset[i].repo) is not None})
+                  and (find_mirror(args.repos, dataset[i].repo) is not None) in wanted_mirror})
     if args.instances is not None:
         try:
             wanted = set(args.instances.read_text(encoding="utf-8").split())
@@ -523,7 +533,8 @@ def run(args: argparse.Namespace) -> int:
     if shard:
         ids = ids[shard[0]::shard[1]]
     if not ids:
-        raise InputError("no instance of the predictions has a mirror under --repos")
+        raise InputError("no instance of the predictions is left (mirrors under --repos, --unmirrored, --instances, "
+                         "--stride, --shard)")
     cache_dir = (args.cache_dir or cfg.cache_dir).resolve()
     repos = RepoCache(cache_dir, mirrors=args.repos)
     runner = tests.make_runner(cfg.tests, cache_dir) if args.tests else None

@@ -135,3 +135,32 @@ def test_nested_cross_validation_chooses_the_family_without_the_repository_it_co
     # ...while each repository, held out, gets the family the other two prefer: always the wrong one.
     assert chosen == {"x": "small", "y": "large", "z": "large"}
     assert counts == {"x": 0, "y": 0, "z": 0}
+
+
+def test_instances_without_a_mirror_are_judged_from_the_patches_alone(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FIXGRAPH_CACHE_DIR", str(tmp_path / "cache"))
+    inst = make_calc_repo(tmp_path / "mirrors")
+    # The same bug in a repository this machine has no mirror of: checking it out would clone from GitHub.
+    elsewhere = inst | {"instance_id": "elsewhere__lib-1", "repo": "elsewhere/lib"}
+    dataset = write_dataset(tmp_path / "lite.jsonl", [inst, elsewhere])
+    runs = []
+    for name, patch, resolved in (("a", WRONG, False), ("b", FIX, True), ("c", FIX_AGAIN, True)):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps({"instance_id": i, "model_patch": patch, "system": name, "resolved": resolved})
+                                + "\n" for i in (inst["instance_id"], elsewhere["instance_id"])))
+        runs.append(str(path))
+    out = tmp_path / "rows.jsonl"
+    args = ["--predictions", *runs, "--dataset", str(dataset), "--repos", str(tmp_path / "mirrors"), "--no-static",
+            "--unmirrored", "only", "-o", str(out)]
+    assert select_bench.main(args) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == \
+        "selected=1 oracle=1 vote=1.0 random=0.67 best_single=1 instances=1"
+    row = json.loads(out.read_text())
+    assert row["instance_id"] == "elsewhere__lib-1" and row["note"] == "cannot check out: no mirror of elsewhere/lib"
+    assert row["signals"]["b"] == {"applies": True, "why": "no checkout"}
+    assert not (tmp_path / "cache" / "repos").exists() or not any((tmp_path / "cache" / "repos").iterdir())
+    # By default only the mirrored instance is judged; with include, both.
+    assert select_bench.main([*args[:-4], "-o", str(tmp_path / "skip.jsonl")]) == 0
+    assert [json.loads(x)["instance_id"] for x in (tmp_path / "skip.jsonl").read_text().splitlines()] == [inst["instance_id"]]
+    assert select_bench.main([*args[:-3], "include", "-o", str(tmp_path / "both.jsonl")]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("instances=2")
