@@ -171,6 +171,9 @@ class TestSettings(_Strict):
     env_dir: Path | None = None
     # Building a (repo, version) virtualenv: wall-clock cap for the whole build.
     build_timeout_s: float = Field(default=1800.0, gt=0)
+    # An env's install at one base commit serves another commit of the same (repo, version) when
+    # nothing the install reads changed between them (scoring/envs.py); false reinstalls per commit.
+    reuse_install: bool = True
     # Docker backend: registry namespace of the official SWE-bench instance images.
     docker_namespace: str = "swebench"
     # Where test runs make their working copies (default: the system's temp dir). Never inside

@@ -6,8 +6,10 @@ nearest newer, else the nearest older), its ``packages`` (the repo's requirement
 the ``environment_setup_commit``, or package names) and its ``pip_packages``. Then, as swebench
 does per instance, the spec's ``pre_install`` and ``install`` run in a checkout of the instance's
 ``base_commit`` (dependencies change between commits); that is redone only when an instance with
-another base commit comes. Conda-only parts (``environment.yml``) are left out; the
-``pip_packages`` carry what those repos need. Files the install step creates in the checkout
+another base commit comes and something the install reads changed between the two commits (build
+files, compiled sources, a top-level module, the folders of what the install generated).
+Conda-only parts (``environment.yml``) are left out; the ``pip_packages`` carry what those repos
+need. Files the install step creates in the checkout
 (compiled extensions, ``_version.py``) are listed and copied into each test run's fresh working
 copy; the editable install's path is a symlink pointed at that copy for the run.
 
@@ -17,11 +19,13 @@ delete the env's folder to retry.
 
 from __future__ import annotations
 
+import configparser
 import glob
 import json
 import os
 import re
 import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,6 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from fixgraph import gitsafe
 from fixgraph.config import TestSettings
 from fixgraph.dataset import Task
 from fixgraph.records import atomic_write, file_lock
@@ -58,6 +63,21 @@ _BUILD_PASSTHROUGH = re.compile(r"^(PIP_\w+|SSL_CERT_FILE|SSL_CERT_DIR|REQUESTS_
                                 r"https?_proxy|HTTPS?_PROXY|no_proxy|NO_PROXY)$")
 _SKIP_ARTIFACT_DIRS = {"__pycache__", ".git", ".eggs", ".tox", "build", ".pytest_cache"}
 _MAX_ARTIFACT_BYTES = 50_000_000
+
+# What an install reads besides the package's Python files: its build configuration, compiled
+# extensions' sources, and the metadata (entry points, requirements) it writes.
+_INSTALL_INPUT = re.compile(r"(^|/)(setup\.py|setup\.cfg|pyproject\.toml|setup_package\.py|setupext\.py)$"
+                            r"|^requirements[^/]*\.txt$|\.(c|cc|cpp|cxx|h|hpp|pyx|pxd|pxi|f|f90|rs|templ)$")
+# setup.cfg sections that configure tools, not the install (tests read them from the run's copy).
+_TOOL_SECTION = re.compile(r"^(tool:|flake8|isort|mypy|coverage|pycodestyle|pydocstyle|pep8|bdist_wheel|aliases|"
+                           r"build_sphinx|egg_info|check-manifest|codespell|doc8|zest|versioneer)")
+# A line of a setup.py list of names (packages, classifiers): editable installs do not read them. A
+# version specifier (``'mpmath>=0.19',``) is a requirement, not a name.
+_LISTED_NAME = re.compile(r"""^\s*(['"][^'"<>=~!]*['"],?\s*)+(#.*)?$|^\s*(#.*)?$""")
+# Artifacts that record the install (metadata, setuptools_scm's version file) rather than build code.
+_METADATA_ARTIFACT = re.compile(r"(\.egg-info|\.dist-info)(/|$)|(^|/)_?version\.py$")
+# Commits reused per env, remembered for the record (the newest ones).
+_MAX_SERVED = 50
 
 
 def _version_tuple(text: str) -> tuple[int, int] | None:
@@ -143,7 +163,15 @@ class VenvEnvs:
             if meta is None:
                 meta = self._build(task, wt, spec, path)
                 atomic_write(meta_path, json.dumps(meta, indent=1))
-            if meta.get("ok") and meta.get("installed_commit") != task.base_commit:
+            installed = meta.get("installed_commit")
+            if (meta.get("ok") and installed and installed != task.base_commit and self.settings.reuse_install
+                    and _editable(str(spec.get("install", "")))
+                    and not install_differs(wt, installed, task.base_commit, meta.get("artifacts", []))):
+                # the install at ``installed`` is this commit's too: each run binds its own copy
+                served = [c for c in meta.get("serves", []) if c != task.base_commit] + [task.base_commit]
+                meta["serves"] = served[-_MAX_SERVED:]
+                atomic_write(meta_path, json.dumps(meta, indent=1))
+            elif meta.get("ok") and installed != task.base_commit:
                 failed = meta.setdefault("failed_installs", {})
                 tries = meta.setdefault("install_tries", {})
                 if task.base_commit in failed and tries.get(task.base_commit, 1) < INSTALL_TRIES:
@@ -266,7 +294,7 @@ class VenvEnvs:
             shutil.rmtree(src, ignore_errors=True)
             _link_source(path)
             return
-        meta.update(artifacts=sorted(_file_set(src) - before), installed_commit=task.base_commit,
+        meta.update(artifacts=sorted(_file_set(src) - before), installed_commit=task.base_commit, serves=[],
                     install_seconds=round(time.monotonic() - start, 1), install_log_tail=run.tail())
         shutil.rmtree(base, ignore_errors=True)
         os.rename(src, base)
@@ -293,6 +321,70 @@ class _Steps:
 
     def tail(self) -> str:
         return "".join(self.log)[-4000:]
+
+
+def _editable(install: str) -> bool:
+    """An install that leaves the code where it is (``pip install -e``, ``setup.py develop``): only then
+    can a run's own copy stand in for it. ``pip install .`` (requests) copies the code at its commit."""
+    words = install.split()
+    return "-e" in words or "--editable" in words or "develop" in words
+
+
+def install_differs(wt: Worktree, old: str, new: str, artifacts: list[str]) -> str:
+    """Why an install at ``old`` would not be the install at ``new`` ("" when it would): a changed
+    build file or compiled source, a module added or removed at the top of the package's tree (an
+    editable install maps top-level names), or any change in a folder where the install generated
+    code (astropy's ``_erfa/core.py`` comes from templates beside it). Unknown is different."""
+    try:
+        proc = subprocess.run(["git", "-C", str(wt.path), "diff", "--no-renames", "--name-status", old, new, "--"],
+                              capture_output=True, env=gitsafe.hardened_env(), timeout=120)
+    except subprocess.TimeoutExpired:
+        return f"comparing {old[:12]} with {new[:12]} timed out"
+    if proc.returncode != 0:
+        return f"cannot compare {old[:12]} with {new[:12]}"
+    generated = {os.path.dirname(a) for a in artifacts if not _METADATA_ARTIFACT.search(a)}
+    for line in proc.stdout.decode(errors="replace").splitlines():
+        status, _, name = line.partition("\t")
+        if _INSTALL_INPUT.search(name) and not _setup_change_is_inert(wt, old, new, name):
+            return f"{name} changed"
+        parts = name.split("/")[1:] if name.startswith("src/") else name.split("/")
+        top = (len(parts) == 1 and name.endswith(".py")) or (len(parts) == 2 and parts[1] == "__init__.py")
+        if status[:1] in "AD" and top:
+            return f"{name} {'added' if status[:1] == 'A' else 'removed'} at the top"
+        if os.path.dirname(name) in generated:
+            return f"{name} changed beside generated code"
+    return ""
+
+
+def _setup_change_is_inert(wt: Worktree, old: str, new: str, name: str) -> bool:
+    """Whether a change to a build file cannot change an editable install: a setup.py whose changed
+    lines only list package names (sympy's setup.py lists every subpackage), a setup.cfg whose
+    changed sections configure tools (``[tool:pytest]``, ``[flake8]``)."""
+    def show(commit: str) -> str | None:
+        try:
+            proc = subprocess.run(["git", "-C", str(wt.path), "show", f"{commit}:{name}"], capture_output=True,
+                                  env=gitsafe.hardened_env(), timeout=60)
+        except subprocess.TimeoutExpired:
+            return None
+        return proc.stdout.decode(errors="replace") if proc.returncode == 0 else None
+
+    before, after = show(old), show(new)
+    if before is None or after is None:
+        return False  # added or removed
+    if name == "setup.py" or name.endswith("/setup.py"):
+        changed = set(before.splitlines()) ^ set(after.splitlines())
+        return all(_LISTED_NAME.match(line) for line in changed)
+    if name == "setup.cfg" or name.endswith("/setup.cfg"):
+        parsed = []
+        for text in (before, after):
+            cfg = configparser.RawConfigParser(strict=False, interpolation=None)
+            try:
+                cfg.read_string(text)
+            except configparser.Error:
+                return False
+            parsed.append({sec: dict(cfg.items(sec)) for sec in cfg.sections() if not _TOOL_SECTION.match(sec)})
+        return parsed[0] == parsed[1]
+    return False
 
 
 def _link_source(path: Path) -> None:
