@@ -45,10 +45,11 @@ MAX_FILE_BYTES = 1_000_000
 #
 #   score(f) = penalty(f) * (today(f) + max today * (W_HISTORY * H(f) / max H
 #                                                    + W_COCHANGE * C(f) / max C + W_LITERAL * L(f) / max L
-#                                                    + W_TESTS * T(f) / max T))
+#                                                    + W_TESTS * T(f) / max T + W_TITLE * Ti(f) / max Ti))
 #
 # (each added signal normalized to its best file and scaled to today's best score, so that its
-# weight means the same on every issue)
+# weight means the same on every issue); then the top 8 of that order are put in order by the
+# learned re-ranking (fixgraph/rerank.py), which reads these signals and a few more.
 # today(f): W_LEXICAL x BM25 over file contents (normalized to the best file) + W_DEF per name the
 #   issue uses that f defines + bonuses for dotted names, paths and traceback frames written in the
 #   issue, and for f's own name said in it.
@@ -61,32 +62,34 @@ MAX_FILE_BYTES = 1_000_000
 # T(f): f is the module one of the TEST_SEEDS test files ``today`` ranks highest is named after
 #   (``tests/test_f.py``), each test handing on its score relative to the best test's
 #   (``RepoIndex._tested``): issues describe behaviour the way tests exercise it.
+# Ti(f): BM25 of the issue's title (its first line) alone.
 # penalty(f): 0.2 for tests, 0.4 for docs and non-Python files, else 1.
 # W_LEXICAL, W_DEF, DEF_REPEAT, DEF_SPREAD were picked by a small grid on the Lite instances
-# (before history existed). W_HISTORY and W_COCHANGE are the grid point best on all nine
-# repositories; eval.localization_bench reports beside it the recall when each repository is
-# ranked with the point best on the other eight (leave one repository out). Cross-validated, the
-# literal signal did not help (its in-sample gain at rank 1 sits in a few instances, and the folds
-# disagree on its weight): W_LITERAL = 0 gives back the history-only ranking exactly (README,
-# "Localization"). Co-change gets weight 0 in eight folds of nine. A centrality prior (log of how many
-# files import a module) and a change-frequency prior (recency-weighted count of focused commits
-# touching a file) were tried and gained nothing at any weight (dev runs), so they are not used;
-# nor were, in the third pass, the modules the top files import or that import them, the modules
-# the docs' autodoc directives name, or the files defining ``_print_X``-style handlers of the
-# classes the issue names (dev runs over the 140 instances: none moved the cross-validated recall).
-# W_HISTORY and W_TESTS are searched together (eval.localization_bench's GRID); the point best on
-# all rows is shipped and the same point is chosen in eight folds of nine.
+# (before history existed). W_HISTORY, W_TESTS and W_TITLE are searched together
+# (eval.localization_bench's GRID) and the point best on all nine repositories is shipped;
+# the benchmark reports beside it the recall when each repository is ranked with the point best on
+# the other eight (leave one repository out), and every fold chose the same history and tests
+# weights as the shipped ones. With the title in, the history signal gets weight 0: on these
+# instances the files past fixes point at are the files the title already points at (README,
+# "Localization"); it is still computed for the benchmark's ``hist`` column and the re-ranking.
+# Cross-validated, the literal signal did not help (its in-sample gain at rank 1 sits in a few
+# instances, and the folds disagree on its weight). Co-change gets weight 0 in eight folds of nine.
+# A centrality prior (log of how many files import a module) and a change-frequency prior
+# (recency-weighted count of focused commits touching a file) were tried and gained nothing at any
+# weight (dev runs), so they are not used; nor were, in the third pass, the modules the top files
+# import or that import them, the modules the docs' autodoc directives name, or the files defining
+# ``_print_X``-style handlers of the classes the issue names (dev runs over the 140 instances: none
+# moved the cross-validated recall).
 W_LEXICAL = 16.0  # BM25 over file contents, normalized to the best file's score
 W_DEF = 1.5  # a file defines a name the issue uses
 DEF_REPEAT = 0.3  # how much repeating a name in the issue adds (log-damped)
 DEF_SPREAD = 0.5  # names defined in many files count less: weight / files ** DEF_SPREAD
-W_HISTORY = 0.2
+W_HISTORY = 0.0
 W_COCHANGE = 0.0
-# Off: cross-validated, the procedure that also tunes it generalizes worse (0.829 / 0.500 at
-# recall@8 / @1) than the one without it (0.850 / 0.514); 0.2 is the best point in-sample.
 W_LITERAL = 0.0
-W_TESTS = 0.05  # small: it breaks near-ties between a user-facing module and the one under test
-W_TITLE = 0.0
+W_TESTS = 0.1  # small: it breaks near-ties between a user-facing module and the one under test
+W_TITLE = 1.0
+W_PROSE = 0.0
 CO_SEEDS = 5
 TEST_SEEDS = 5  # the test files whose subjects get the tests-to-source signal
 INDEX_VERSION = 5
@@ -581,6 +584,7 @@ class RankParts:
     handler: dict[str, float] = field(default_factory=dict)  # ``_print_X``-style methods of named classes
     hist_api: dict[str, float] = field(default_factory=dict)  # past fixes whose messages name the same code
     title: dict[str, float] = field(default_factory=dict)  # BM25 of the issue's title alone
+    prose: dict[str, float] = field(default_factory=dict)  # BM25 of the issue without its code blocks
 
 
 def penalty(path: str) -> float:
@@ -594,12 +598,12 @@ def penalty(path: str) -> float:
 
 
 def combine(parts: RankParts, w_history: float, w_cochange: float, w_literal: float,
-            w_tests: float = 0.0, w_title: float = 0.0) -> list[Candidate]:
+            w_tests: float = 0.0, w_title: float = 0.0, w_prose: float = 0.0) -> list[Candidate]:
     """The one ranking formula (module header): every signal weighted, then the penalty."""
     score: dict[str, float] = defaultdict(float, parts.today)
     scale = max(parts.today.values(), default=0.0) or 1.0
     for signal, weight in ((parts.history, w_history), (parts.cochange, w_cochange), (parts.literal, w_literal),
-                           (parts.tests, w_tests), (parts.title, w_title)):
+                           (parts.tests, w_tests), (parts.title, w_title), (parts.prose, w_prose)):
         best = max(signal.values(), default=0.0)
         if weight and best > 0:
             for path, s in signal.items():
@@ -929,16 +933,19 @@ class RepoIndex:
         from fixgraph import rerank
 
         learned = bool(rerank.COEF)
-        parts = self.rank_parts(problem, cochange=W_COCHANGE > 0, literal=W_LITERAL > 0 or learned)
-        ranked = combine(parts, W_HISTORY, W_COCHANGE, W_LITERAL, W_TESTS, W_TITLE)
+        parts = self.rank_parts(problem, cochange=W_COCHANGE > 0, literal=W_LITERAL > 0 or learned,
+                                history=W_HISTORY > 0 or learned, evidence=learned)
+        ranked = combine(parts, W_HISTORY, W_COCHANGE, W_LITERAL, W_TESTS, W_TITLE, W_PROSE)
         if learned:
             ranked = rerank.rerank(ranked, rerank.features(parts, ranked), rerank.COEF)
         return ranked[:k]
 
-    def rank_parts(self, problem: str, cochange: bool = True, literal: bool = True) -> RankParts:
-        """Each signal of the ranking for ``problem``, before weighting (co-change and quoted
-        literals only if asked: a zero weight does not need them, and they cost time)."""
-        memo_key = f"{int(cochange)}{int(literal)}{problem}"
+    def rank_parts(self, problem: str, cochange: bool = True, literal: bool = True, history: bool = True,
+                   evidence: bool = True) -> RankParts:
+        """Each signal of the ranking for ``problem``, before weighting (co-change, quoted literals,
+        the history and the re-ranking's own evidence only if asked: a zero weight does not need
+        them, and they cost time)."""
+        memo_key = f"{int(cochange)}{int(literal)}{int(history)}{int(evidence)}{problem}"
         if self._parts_memo is not None and self._parts_memo[0] == memo_key:
             return self._parts_memo[1]
         q = parse_problem(problem)
@@ -995,24 +1002,26 @@ class RepoIndex:
                 named[path] = 1.0
 
         today = {p: s for p, s in score.items() if self._rankable(p)}
-        history: dict[str, float] = {}
+        fixes: dict[str, float] = {}
         cochanged: dict[str, float] = {}
-        if self.history is not None:
-            history = {p: s for p, s in self.history.similar_fixes(q.terms, self._files).items()
-                       if self._rankable(p)}
+        if self.history is not None and history:
+            fixes = {p: s for p, s in self.history.similar_fixes(q.terms, self._files).items()
+                     if self._rankable(p)}
             seeds = sorted(((-s * penalty(p), p) for p, s in today.items()))[:CO_SEEDS]
             if seeds and cochange:
                 best = -seeds[0][0] or 1.0
                 cochanged = {p: s for p, s in self.history.co_changed(
                     {p: -neg / best for neg, p in seeds}, self._files).items() if self._rankable(p)}
         ok = self._rankable
-        parts = RankParts(today, dict(why), history, cochanged, self._literal(problem) if literal else {},
+        parts = RankParts(today, dict(why), fixes, cochanged, self._literal(problem) if literal else {},
                           self._tested(today),
                           lexical={p: s / top for p, s in lexical.items() if ok(p)},
                           defs={p: s for p, s in defs.items() if ok(p)},
                           written={p: s for p, s in written.items() if ok(p)},
-                          named=named, api=self._public_api(q), handler=self._handlers(q),
-                          hist_api=self._history_of_names(q), title=self._title(problem))
+                          named=named, title=self._title(problem), prose=self._prose(problem))
+        if evidence:
+            parts.api, parts.handler = self._public_api(q), self._handlers(q)
+            parts.hist_api = self._history_of_names(q) if history else {}
         self._parts_memo = (memo_key, parts)
         return parts
 
@@ -1133,6 +1142,12 @@ class RepoIndex:
         feature at fault, while the body's examples, output and environment dilute the words."""
         title = problem.strip().split("\n", 1)[0]
         return {p: s for p, s in self._bm25(Counter(terms_of(title))).items() if self._rankable(p)}
+
+    def _prose(self, problem: str) -> dict[str, float]:
+        """BM25 of the issue's words without its code blocks: the reporter's description of the
+        behaviour, which pasted output, logs and long examples otherwise outweigh."""
+        text = _CODE_BLOCK_RE.sub(" ", problem)
+        return {p: s for p, s in self._bm25(Counter(terms_of(text))).items() if self._rankable(p)}
 
     def _history_of_names(self, q: Query) -> dict[str, float]:
         """The history signal queried with the code the issue names only: past fixes whose
