@@ -29,8 +29,12 @@ FEATURES = ("base", "base_rr", "lexical", "defs", "written", "named", "history",
             "literal", "title", "api", "handler", "hist_api", "is_test", "is_other")
 # Not penalized by the fit: with a strong penalty the model comes back to the linear order.
 UNPENALIZED = ("base", "base_rr")
-# Fitted by ``python -m eval.localization_bench ... --fit`` on the 140 Lite instances of the nine
-# mirrored repositories (README, "Localization"); applied to the raw features (scaling folded in).
+# Empty: the re-ranking is off. Cross-validated on the 140 Lite instances of the nine mirrored
+# repositories it changed recall@1 by one or two instances either way depending on the linear
+# signals beneath it (-2 with the title alone, +1 with the title and the prose), with the L2 chosen
+# anywhere from 0.1 to 10 across folds: not a stable gain (README, "Localization"). To try it,
+# paste what ``python -m eval.localization_bench ... --fit`` prints (coefficients of the raw
+# features, scaling folded in).
 COEF: dict[str, float] = {}
 
 
