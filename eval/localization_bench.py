@@ -213,11 +213,11 @@ def pool_of(r: Row, point: Point) -> Pool:
     """The re-ranking's pool of row ``r`` when the linear formula has the weights ``point``."""
     import numpy as np
 
-    from fixgraph.localize import combine
+    from fixgraph.localize import combine, penalty
     from fixgraph.rerank import FEATURES, features
 
     linear = combine(r.parts, *point)
-    feats = features(r.parts, linear)
+    feats = features(r.parts, [(c.path, c.score) for c in linear], penalty)
     paths = list(feats)
     x = np.array([feats[p] for p in paths], dtype=np.float64).reshape(len(paths), len(FEATURES))
     gold = np.array([1.0 if p in r.gold else 0.0 for p in paths])

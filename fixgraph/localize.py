@@ -939,7 +939,13 @@ class RepoIndex:
                                 history=W_HISTORY > 0 or learned, evidence=learned)
         ranked = combine(parts, W_HISTORY, W_COCHANGE, W_LITERAL, W_TESTS, W_TITLE, W_PROSE)
         if learned:
-            ranked = rerank.rerank(ranked, rerank.features(parts, ranked), rerank.COEF)
+            pool = rerank.features(parts, [(c.path, c.score) for c in ranked], penalty)
+            by_path = {c.path: c for c in ranked}
+            top = ranked[0].score if ranked else 0.0
+            # The pool above the rest in the model's order, scores still decreasing down the list.
+            head = [Candidate(p, round(top + len(pool) - i, 6), by_path[p].symbols)
+                    for i, p in enumerate(rerank.order(pool, rerank.COEF))]
+            ranked = head + ranked[len(head):]
         return ranked[:k]
 
     def rank_parts(self, problem: str, cochange: bool = True, literal: bool = True, history: bool = True,

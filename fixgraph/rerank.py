@@ -16,13 +16,10 @@ repository is ranked by a model fitted without it (the strength itself chosen on
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from fixgraph.localize import Candidate, RankParts
 
 POOL = 8  # the linear ranking's top files that are re-ranked
 FEATURES = ("base", "base_rr", "lexical", "defs", "written", "named", "history", "history_rr", "tests",
@@ -43,18 +40,34 @@ def _rel(signal: Mapping[str, float], path: str) -> float:
     return signal.get(path, 0.0) / best if best > 0 else 0.0
 
 
-def features(parts: RankParts, linear: Sequence[Candidate]) -> dict[str, list[float]]:
-    """FEATURES of each of the linear ranking's top POOL files, in that order."""
-    from fixgraph.localize import _is_doc_path, is_test_path
+class Signals(Protocol):
+    """What the features read of ``fixgraph.localize.RankParts`` (a protocol, so that this module
+    does not import the one that imports it)."""
 
-    best = max((c.score for c in linear), default=0.0) or 1.0
+    history: dict[str, float]
+    tests: dict[str, float]
+    literal: dict[str, float]
+    lexical: dict[str, float]
+    defs: dict[str, float]
+    written: dict[str, float]
+    named: dict[str, float]
+    api: dict[str, float]
+    handler: dict[str, float]
+    hist_api: dict[str, float]
+    title: dict[str, float]
+
+
+def features(parts: Signals, linear: Sequence[tuple[str, float]],
+             penalty: Callable[[str], float]) -> dict[str, list[float]]:
+    """FEATURES of each of the linear ranking's top POOL files (path, score), in that order;
+    ``penalty`` is the formula's (0.2 for tests, 0.4 for docs and other files, 1 for code)."""
+    best = max((score for _, score in linear), default=0.0) or 1.0
     hist_rank = {p: i for i, (_, p) in enumerate(sorted((-s, p) for p, s in parts.history.items()))}
     out: dict[str, list[float]] = {}
-    for i, cand in enumerate(linear[:POOL]):
-        path = cand.path
-        test = is_test_path(path)
+    for i, (path, score) in enumerate(linear[:POOL]):
+        kind = penalty(path)
         values = {
-            "base": cand.score / best,
+            "base": score / best,
             "base_rr": 1.0 / (1 + i),
             "lexical": parts.lexical.get(path, 0.0),
             "defs": _rel(parts.defs, path),
@@ -68,8 +81,8 @@ def features(parts: RankParts, linear: Sequence[Candidate]) -> dict[str, list[fl
             "api": _rel(parts.api, path),
             "handler": _rel(parts.handler, path),
             "hist_api": _rel(parts.hist_api, path),
-            "is_test": float(test),
-            "is_other": float(not test and (_is_doc_path(path) or not path.endswith((".py", ".pyi")))),
+            "is_test": float(kind == 0.2),
+            "is_other": float(kind == 0.4),
         }
         out[path] = [values[name] for name in FEATURES]
     return out
@@ -79,23 +92,13 @@ def coef_vector(coef: Mapping[str, float]) -> np.ndarray:
     return np.array([coef.get(name, 0.0) for name in FEATURES])
 
 
-def rerank(linear: list[Candidate], feats: Mapping[str, Sequence[float]],
-           coef: Mapping[str, float]) -> list[Candidate]:
-    """The pool ordered by the model's score (ties by the linear order), then the other files."""
-    from fixgraph.localize import Candidate
-
-    if not coef or not feats:
-        return linear
-    w = coef_vector(coef)
-    by_path = {c.path: c for c in linear}
-    where = {c.path: i for i, c in enumerate(linear)}
-    scored = sorted(((-round(float(np.dot(w, np.asarray(v))), 9), where.get(p, len(linear)), p)
-                     for p, v in feats.items()))
-    head = [by_path.get(p) or Candidate(p, 0.0, []) for _, _, p in scored]
-    top = max((c.score for c in linear), default=1.0)
-    # Scores stay decreasing down the list: the pool above the rest, in the model's order.
-    head = [Candidate(c.path, round(top + len(head) - i, 6), c.symbols) for i, c in enumerate(head)]
-    return head + [c for c in linear if c.path not in feats]
+def order(feats: Mapping[str, Sequence[float]], coef: Mapping[str, float]) -> list[str]:
+    """The pool's files (in the linear order in ``feats``) best first under ``coef``."""
+    paths = list(feats)
+    if not paths:
+        return []
+    x = np.array([feats[p] for p in paths], dtype=np.float64)
+    return top_of(x, paths, list(range(len(paths))), coef_vector(coef))
 
 
 # ---- fitting (used by eval.localization_bench) ------------------------------------------------
