@@ -1,26 +1,30 @@
 """Localization benchmark: does the deterministic ranking put the gold patch's files on top?
 
     python -m eval.localization_bench --dataset ../shared/data/swebench_lite.jsonl --repos DIR [--limit N] \\
-        [-o ROWS.jsonl [--resume]]
+        [-o ROWS.jsonl [--resume]] [--fit]
 
 Runs over every instance whose repository has a mirror in DIR (``DIR/<owner>+<name>/repo``),
 reading blobs straight from the mirror at the base commit (no checkout). For each repository and
 overall it prints recall of the gold files within the top 1/3/5/8 of:
 
-- ``today``: the ranking without history, quoted literals or tests (``W_HISTORY = W_COCHANGE = W_LITERAL =
-  W_TESTS = 0``);
+- ``today``: the ranking without history, quoted literals, tests, title or prose (``W_HISTORY =
+  W_COCHANGE = W_LITERAL = W_TESTS = W_TITLE = W_PROSE = 0``);
 - ``hist``: the history signal alone (past commits whose messages resemble the issue);
 - ``full``: the full ranking with the weights in ``fixgraph.localize`` (in-sample: they were
   chosen on these instances);
 - ``cv``: the full ranking where each repository's instances are ranked with the weights that
   score best on the other repositories' instances (leave one repository out), the honest figure;
 - ``bm25``: plain BM25 (bm25s) over whole ``.py`` files with the issue text as the query;
+- ``before``: the linear formula with the weights shipped before the title and prose signals;
+- ``rrcv``: the learned re-ranking of the formula's top 8 (``fixgraph.rerank``), cross-validated:
+  each repository ranked by a model fitted on the others' rows, its L2 chosen by leave one
+  repository out among them (``--fit`` prints the coefficients fitted on all rows);
 
 then the full ranking's recall when each top-8 file also brings the modules it imports (one step,
 as the Explorer's options do); the Explorer's prompt size in tokens when it reads the top 8 files
 (the real template, rendered); the time per instance once the indexes are cached, and the time
 and size of each history index. The last line is the headline: cross-validated recall@8, then
-@1, with the in-sample, today's and BM25 figures of the same run.
+@1, with the in-sample, re-ranked, before, today's and BM25 figures of the same run.
 
 With ``-o ROWS.jsonl`` every instance's row (its signals before weighting, its recalls and times)
 is appended as soon as it is done; ``--resume`` skips the instances already in the file and reports
@@ -43,11 +47,15 @@ from pathlib import Path
 from typing import Any
 
 KS = (1, 3, 5, 8)
-# The weight grid searched by cross-validation: (W_HISTORY, W_COCHANGE, W_LITERAL, W_TESTS). Co-change
-# and quoted literals stay at 0: cross-validated, tuning them generalized worse in the earlier passes
-# (README, "Localization"), and every extra knob on 140 rows is one more way to overfit.
-GRID = [(h, 0.0, 0.0, t) for h in (0.0, 0.1, 0.2, 0.3, 0.5) for t in (0.0, 0.02, 0.05, 0.1, 0.2)]
-Point = tuple[float, float, float, float]
+# The weight grid searched by cross-validation: (W_HISTORY, W_COCHANGE, W_LITERAL, W_TESTS, W_TITLE,
+# W_PROSE). Co-change and quoted literals stay at 0: cross-validated, tuning them generalized worse in
+# the earlier passes (README, "Localization"), and every extra knob on 140 rows is one more way to
+# overfit.
+GRID = [(h, 0.0, 0.0, t, title, prose) for h in (0.0, 0.1, 0.2) for t in (0.0, 0.05, 0.1)
+        for title in (0.0, 0.5, 0.8, 1.0) for prose in (0.0, 0.2, 0.5)]
+Point = tuple[float, ...]
+# The weights shipped before the title signal (issue 18, third pass): the `before` column.
+PREVIOUS: Point = (0.2, 0.0, 0.0, 0.05, 0.0, 0.0)
 
 
 @dataclass
@@ -60,6 +68,8 @@ class Row:
     hist: dict[int, float] = field(default_factory=dict)
     cv: dict[int, float] = field(default_factory=dict)
     ours: dict[int, float] = field(default_factory=dict)
+    prev: dict[int, float] = field(default_factory=dict)  # the weights shipped before the title (PREVIOUS)
+    rrcv: dict[int, float] = field(default_factory=dict)  # the re-ranking, cross-validated
     imports: dict[int, float] = field(default_factory=dict)
     import_set: int = 0
     bm25: dict[int, float] = field(default_factory=dict)
@@ -72,7 +82,7 @@ class Row:
     missed: str = ""  # "gold [...] ranked [...]" when a gold file is outside the top 8
 
     def to_json(self) -> dict[str, Any]:
-        out = {k: v for k, v in asdict(self).items() if k not in ("parts", "cv")}
+        out = {k: v for k, v in asdict(self).items() if k not in ("parts", "cv", "rrcv")}
         out["parts"] = asdict(self.parts) if self.parts is not None else None
         return out
 
@@ -81,7 +91,7 @@ class Row:
         from fixgraph.localize import RankParts
 
         kw = {k: v for k, v in d.items() if k in cls.__dataclass_fields__ and k != "parts"}
-        for k in ("today", "hist", "ours", "imports", "bm25"):
+        for k in ("today", "hist", "ours", "prev", "imports", "bm25"):
             kw[k] = {int(n): v for n, v in d.get(k, {}).items()}
         if kw.get("history_index") is not None:
             kw["history_index"] = tuple(kw["history_index"])
@@ -167,7 +177,7 @@ def best_point(recalls: dict[Point, list[tuple[float, float]]], keep: list[int])
 
 
 def cross_validate(rows: list[Row]) -> tuple[dict[str, Point], Point]:
-    """Leave one repository out: each repository's rows get the weights best on the others'."""
+    """Leave one repository out: each repository's rows get the linear weights best on the others'."""
     from fixgraph.localize import combine
 
     recalls = grid_recalls(rows)
@@ -184,6 +194,100 @@ def cross_validate(rows: list[Row]) -> tuple[dict[str, Point], Point]:
                 top = [c.path for c in combine(r.parts, *point)[:8]]
                 r.cv = {k: recall(r.gold, top[:k]) for k in KS}
     return chosen, best_point(recalls, list(range(len(rows))))
+
+
+# The L2 strengths the learned re-ranking's fit chooses among, by leave-one-repository-out
+# cross-validation over the training rows (nested inside the outer leave-one-repository-out).
+L2_GRID = (0.001, 0.01, 0.1, 1.0, 10.0)
+
+
+@dataclass
+class Pool:
+    x: Any  # np.ndarray, one row of FEATURES per pool file
+    paths: list[str]
+    gold: Any  # np.ndarray of 0/1
+    rest: list[str]  # the linear ranking's files below the pool, in order
+
+
+def pool_of(r: Row, point: Point) -> Pool:
+    """The re-ranking's pool of row ``r`` when the linear formula has the weights ``point``."""
+    import numpy as np
+
+    from fixgraph.localize import combine, penalty
+    from fixgraph.rerank import FEATURES, features
+
+    linear = combine(r.parts, *point)
+    feats = features(r.parts, [(c.path, c.score) for c in linear], penalty)
+    paths = list(feats)
+    x = np.array([feats[p] for p in paths], dtype=np.float64).reshape(len(paths), len(FEATURES))
+    gold = np.array([1.0 if p in r.gold else 0.0 for p in paths])
+    return Pool(x, paths, gold, [c.path for c in linear[len(paths):]])
+
+
+def learned_top(pool: Pool, w: Any) -> list[str]:  # noqa: ANN401 - np.ndarray
+    from fixgraph.rerank import top_of
+
+    return top_of(pool.x, pool.paths, list(range(len(pool.paths))), w) + pool.rest
+
+
+def _fit_rows(pools: list[Pool], l2: float) -> Any:  # noqa: ANN401
+    from fixgraph.rerank import fit
+
+    return fit([(p.x, p.gold) for p in pools if p.gold.sum() > 0], l2)
+
+
+def _score(pools: list[Pool], w: Any) -> float:  # noqa: ANN401
+    """The share of gold files the model puts first, summed over instances (the pool is the
+    formula's top 8, so recall@8 does not depend on the model)."""
+    total = 0.0
+    for p in pools:
+        if p.gold.sum() > 0:
+            first = learned_top(p, w)[0]
+            total += float(p.gold[p.paths.index(first)]) / float(p.gold.sum())
+    return total
+
+
+def choose_l2(pools: list[Pool], repos: list[str]) -> float:
+    """The L2 strength that scores best (recall@1) leaving each of ``repos`` out in turn."""
+    def held_out(l2: float) -> float:
+        total = 0.0
+        for repo in sorted(set(repos)):
+            train = [p for p, r in zip(pools, repos, strict=True) if r != repo]
+            test = [p for p, r in zip(pools, repos, strict=True) if r == repo]
+            total += _score(test, _fit_rows(train, l2))
+        return total
+    # Ties go to the stronger penalty: the simpler model.
+    return max(reversed(L2_GRID), key=lambda l2: round(held_out(l2), 9))
+
+
+def learned_cross_validate(rows: list[Row], folds: dict[str, Point],
+                           shipped: Point) -> tuple[dict[str, float], float, Any]:
+    """Each repository's rows ranked by the whole procedure run without it: the linear weights
+    chosen on the other repositories (``folds``), the pools they give, a model fitted on the other
+    repositories' pools with its L2 chosen by leave-one-repository-out among them. Then the
+    shipped procedure: pools of the shipped weights, L2 and coefficients from all rows."""
+    repos = [r.repo for r in rows]
+    cache: dict[Point, list[Pool]] = {}
+
+    def pools(point: Point) -> list[Pool]:
+        if point not in cache:
+            cache[point] = [pool_of(r, point) for r in rows]
+        return cache[point]
+
+    chosen: dict[str, float] = {}
+    for repo, point in sorted(folds.items()):
+        every = pools(point)
+        train = [p for p, r in zip(every, repos, strict=True) if r != repo]
+        l2 = choose_l2(train, [r for r in repos if r != repo])
+        chosen[repo] = l2
+        w = _fit_rows(train, l2)
+        for r, p in zip(rows, every, strict=True):
+            if r.repo == repo:
+                top = learned_top(p, w)
+                r.rrcv = {k: recall(r.gold, top[:k]) for k in KS}
+    every = pools(shipped)
+    l2_all = choose_l2(every, repos) if len(set(repos)) > 1 else L2_GRID[-1]
+    return chosen, l2_all, _fit_rows(every, l2_all)
 
 
 def measure(inst, git_dir: Path, args: argparse.Namespace, settings, first: bool) -> Row:  # noqa: ANN001
@@ -207,8 +311,9 @@ def measure(inst, git_dir: Path, args: argparse.Namespace, settings, first: bool
     repo_map = index.repo_map(ranked, max_tokens=settings.map_tokens)
     tokens = 0 if args.no_timing else explorer_prompt_tokens(index, inst, ranked, settings)
     warm = time.perf_counter() - t0
-    # Co-change and quoted literals are not searched by the grid (GRID): not computed.
-    parts = index.rank_parts(inst.problem_statement, cochange=False, literal=False)
+    # Co-change is not searched by the grid (GRID): not computed. Quoted literals are a feature
+    # of the re-ranking.
+    parts = index.rank_parts(inst.problem_statement, cochange=False, literal=True)
     top = [c.path for c in ranked]
     row = Row(inst.repo, inst.instance_id, gold=gold, parts=parts, prompt_tokens=tokens,
               map_tokens=count_tokens(repo_map), warm_s=warm, cold_s=cold, history_index=built)
@@ -302,11 +407,19 @@ def run(args: argparse.Namespace) -> int:
     rows = [done[i.instance_id] for i in chosen if i.instance_id in done]
     if not rows:
         return 130
-    # The full ranking is recomputed from each row's signals with the weights shipped now, so that
-    # rows written before a weight changed are still read right (--resume after a new weight).
-    shipped = (localize.W_HISTORY, localize.W_COCHANGE, localize.W_LITERAL, localize.W_TESTS)
+    # The full ranking is recomputed from each row's signals with the weights and coefficients
+    # shipped now, so that rows written before they changed are still read right (--resume).
+    from fixgraph import rerank
+
+    shipped = (localize.W_HISTORY, localize.W_COCHANGE, localize.W_LITERAL, localize.W_TESTS, localize.W_TITLE,
+               localize.W_PROSE)
+    coef = rerank.coef_vector(rerank.COEF)
     for r in rows:
-        ranked = [c.path for c in localize.combine(r.parts, *shipped)]
+        pool = pool_of(r, shipped)
+        linear = pool.paths + pool.rest
+        ranked = learned_top(pool, coef) if rerank.COEF else linear
+        before = [c.path for c in localize.combine(r.parts, *PREVIOUS)]
+        r.prev = {k: recall(r.gold, before[:k]) for k in KS}
         r.ours = {k: recall(r.gold, ranked[:k]) for k in KS}
         where = [ranked.index(g) + 1 if g in ranked else None for g in r.gold]
         r.missed = "" if r.ours[8] >= 1.0 else f"gold {r.gold} ranked {where}"
@@ -316,6 +429,10 @@ def run(args: argparse.Namespace) -> int:
         if r.repo not in built and r.history_index is not None:
             built[r.repo] = r.history_index
     folds, in_sample = cross_validate(rows)
+    l2_folds, l2_all, fitted = learned_cross_validate(rows, folds, shipped)
+    if rerank.COEF:  # the shipped procedure includes the re-ranking: its figure is the honest one
+        for r in rows:
+            r.cv = dict(r.rrcv)
     print_table(rows, args.no_bm25)
     print()
     print(f"{'history index':<22}{'commits':>9}{'build s':>9}{'MB':>7}  at the first base")
@@ -324,9 +441,14 @@ def run(args: argparse.Namespace) -> int:
     print()
     def weights(point: Point) -> str:
         return ",".join(f"{w:g}" for w in point)
-    print(f"weights (W_HISTORY, W_COCHANGE, W_LITERAL, W_TESTS): shipped {weights(shipped)}; "
+    print(f"linear weights (W_HISTORY, W_COCHANGE, W_LITERAL, W_TESTS, W_TITLE, W_PROSE): shipped {weights(shipped)}; "
           f"best on all rows {weights(in_sample)}; chosen without each repository: "
           + ", ".join(f"{repo.split('/')[1]} {weights(point)}" for repo, point in sorted(folds.items())))
+    print(f"re-ranking L2: on all rows {l2_all:g}; chosen without each repository: "
+          + ", ".join(f"{repo.split('/')[1]} {l2:g}" for repo, l2 in sorted(l2_folds.items())))
+    if args.fit:
+        print("fitted on all rows (fixgraph/rerank.py COEF):")
+        print("COEF = {" + ", ".join(f'"{n}": {v:.4g}' for n, v in zip(rerank.FEATURES, fitted, strict=True)) + "}")
     if args.show_misses and misses:
         print("\nmissed at 8:")
         for line in misses:
@@ -339,9 +461,11 @@ def run(args: argparse.Namespace) -> int:
     if folds:
         head = f"overall recall@8: {mean('cv', 8):.3f} ({len(rows)} instances, cross-validated by repository)"
         head += f"; recall@1 {mean('cv', 1):.3f}; in-sample {mean('ours', 8):.3f}/{mean('ours', 1):.3f}"
+        head += f"; re-ranked cv {mean('rrcv', 8):.3f}/{mean('rrcv', 1):.3f}"
     else:
         head = f"overall recall@8: {mean('ours', 8):.3f} ({len(rows)} instances, one repository: not cross-validated)"
         head += f"; recall@1 {mean('ours', 1):.3f}"
+    head += f"; before {mean('prev', 8):.3f}/{mean('prev', 1):.3f}"
     head += f"; today {mean('today', 8):.3f}/{mean('today', 1):.3f}"
     if not args.no_bm25:
         head += f"; bm25 {mean('bm25', 8):.3f}/{mean('bm25', 1):.3f}"
@@ -360,6 +484,7 @@ def print_table(rows: list[Row], no_bm25: bool) -> None:
         groups[r.repo].append(r)
     groups_sorted = sorted(groups.items()) + [("OVERALL", rows)]
     head = (f"{'repo':<20}{'n':>4} | {'today@1':>7}{'@8':>5} | {'hist@1':>6}{'@8':>5} | "
+            f"{'before@1':>8}{'@8':>5} | {'rrcv@1':>6}{'@8':>5} | "
             f"{'full@1':>6}{'@3':>5}{'@5':>5}{'@8':>5} | {'cv@1':>5}{'@8':>5} | {'bm25@1':>6}{'@8':>5} | "
             f"{'+imp@8':>6}{'size':>5} | {'tok med':>7}{'p95':>6}{'map':>5} | {'warm s':>6}{'p95':>6}{'cold':>5}")
     print(head)
@@ -372,6 +497,7 @@ def print_table(rows: list[Row], no_bm25: bool) -> None:
         toks = [float(r.prompt_tokens) for r in rs]
         warm = [r.warm_s for r in rs]
         print(f"{name:<20}{len(rs):>4} | {m('today', 1):>7}{m('today', 8):>5} | {m('hist', 1):>6}{m('hist', 8):>5} | "
+              f"{m('prev', 1):>8}{m('prev', 8):>5} | {m('rrcv', 1):>6}{m('rrcv', 8):>5} | "
               f"{m('ours', 1):>6}{m('ours', 3):>5}{m('ours', 5):>5}{m('ours', 8):>5} | {m('cv', 1):>5}{m('cv', 8):>5} | "
               f"{m('bm25', 1):>6}{m('bm25', 8):>5} | {m('imports', 8):>6}{statistics.mean(r.import_set for r in rs):>5.0f} | "
               f"{statistics.median(toks):>7.0f}{_pct(toks, 0.95):>6.0f}{_pct([float(r.map_tokens) for r in rs], 0.95):>5.0f} | "
@@ -391,6 +517,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--show-misses", action="store_true", help="list instances with a gold file outside the top 8")
     p.add_argument("-o", "--output", type=Path, help="append each instance's row to this JSONL file as it is done")
     p.add_argument("--resume", action="store_true", help="keep the rows already in --output and do only the rest")
+    p.add_argument("--fit", action="store_true",
+                   help="print the re-ranking's coefficients fitted on all rows (for fixgraph/rerank.py)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     if args.resume and args.output is None:

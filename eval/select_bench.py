@@ -2,11 +2,13 @@
 
     python -m eval.select_bench --predictions FILE [FILE ...] --dataset ../shared/data/swebench_lite.jsonl \\
         --repos DIR [--stride K] [--shard I/N] [--instances FILE] [--resume] [--tests] [--no-static] \\
-        [--behaviour-where all|distinct|contested] [--config NAME|PATH] [-o ROWS.jsonl]
+        [--behaviour-where all|distinct|contested] [--unmirrored skip|only|include] [--config NAME|PATH] \\
+        [-o ROWS.jsonl]
 
-For each instance whose repository has a mirror under ``--repos``, the candidates are the given
-runs' patches (an instance missing from some runs uses those it has). Each candidate is applied at
-the base commit and judged with what the loop may know: the guard and the differential static
+For each instance whose repository has a mirror under ``--repos`` (with ``--unmirrored``, also or
+only the others, from the signals a patch alone gives), the candidates are the given runs' patches
+(an instance missing from some runs uses those it has). Each candidate is applied at the base
+commit and judged with what the loop may know: the guard and the differential static
 phase (scoring.critic.judge; ``--no-static`` skips the static phase), code quality, and with
 ``--tests`` the repository's existing tests selected from the patch (scoring.tests.own_outcome; no
 reproduction test exists here, since none was written by an LLM). An instance whose test
@@ -23,8 +25,9 @@ resolved picks of the rule with its default weights, a uniformly random pick amo
 candidates (expected value), a majority vote over normalized patches (ties: expected value over
 the tied groups), the best single run; then the weights tuned on all rows (in-sample) and
 leave-one-repository-out (cross-validated), for the whole grid and for each family of agreement
-signals, the family that cross-validates best, the instances the rule got wrong, seconds per
-instance.
+signals, the family that cross-validates best, the count with the family also chosen without
+the held-out repository (nested: the figure that reuses no held-out row for any choice the grid
+makes), the instances the rule got wrong, seconds per instance.
 Last line: ``selected=<n> oracle=<n> vote=<n> random=<x> best_single=<n> instances=<n>``.
 """
 
@@ -64,6 +67,7 @@ GRID: dict[str, tuple[float, ...]] = {
     # Never off: between candidates equal on every other signal, the one others agree with wins.
     "twin": (0.25, 0.5, 1.0),
     "files": (0.0, 0.5, 1.0),
+    "tokens": (0.0, 0.25, 0.5, 1.0),
     "exact": (0.0, 0.5),
     "size": (0.0, 0.25, 0.5),
     # Never off: in the loop an Unsafe verdict stops the Critic before the tests, and the verdict
@@ -76,7 +80,7 @@ TEST_GRID: dict[str, tuple[float, ...]] = {"regression": (0.0, 1.0, 2.0), "broke
 # The weights before this grid was tuned with the static phase and tests (the previous defaults:
 # README, Choosing among candidates), which ties are resolved towards.
 PRIOR = select.Weights(tests=2.0, regression=2.0, broke=1.0, unsafe=0.5, quality=0.0, size=0.5, exact=0.0, soft=1.0,
-                       judged=1.0, medoid=0.0, twin=0.25, files=0.0, same_tests=0.0)
+                       judged=1.0, medoid=0.0, twin=0.25, files=0.0, same_tests=0.0, tokens=0.0)
 BEHAVIOUR_WHERE = ("all", "distinct", "contested")
 
 
@@ -95,6 +99,10 @@ def parser() -> argparse.ArgumentParser:
         "deliverable candidates exist (distinct); or, reading the ground truth, only where distinct "
         "deliverable candidates differ in outcome, the only instances where the pick's outcome can change "
         "(contested). Default: %(default)s"))
+    p.add_argument("--unmirrored", choices=("skip", "only", "include"), default="skip", help=(
+        "instances whose repository has no mirror under --repos: left out (skip), alone (only) or with the "
+        "others (include), judged from the signals a patch alone gives (agreement, size; a non-empty patch "
+        "counts as applying). Default: %(default)s"))
     p.add_argument("--instances", type=Path, default=None, help="only the instance ids listed in FILE (one a line)")
     p.add_argument("--config", default="redo", help="config for the Critic, regression and test settings")
     p.add_argument("--cache-dir", type=Path, default=None, help="worktrees, static and test caches (default: config's)")
@@ -212,14 +220,17 @@ def judge_instance(inst: Instance, cands: list[tuple[str, str, bool]], repos: Re
                    cache_dir: Path, args: argparse.Namespace, runner: tests.SuiteRunner | None) -> dict[str, Any]:
     start = time.monotonic()
     row: dict[str, Any] = {"instance_id": inst.instance_id, "repo": inst.repo, "signals": {}}
+    wt: Worktree | None = None
     try:
+        if find_mirror(args.repos, inst.repo) is None:
+            # Checking it out would clone from GitHub.
+            raise WorkspaceError(f"no mirror of {inst.repo}")
         # One worktree per repository and output file: runs writing different rows (shards, or a
         # static run beside a tests run) go side by side.
         run_id = hashlib.sha256(str(args.output.resolve()).encode()).hexdigest()[:8]
         wt = repos.worktree(inst.repo, inst.base_commit, f"select-{inst.repo_slug}-{run_id}")
     except (WorkspaceError, git.GitCommandError) as exc:
         row["note"] = f"cannot check out: {str(exc).strip().splitlines()[-1][:200]}"
-        wt = None
     done: dict[str, dict[str, Any]] = {}  # equal patches are judged once
     for name, patch, _ in cands:
         if wt is None:
@@ -319,8 +330,8 @@ class Prepared:
 
 # Families of the grid, compared by cross-validation: which agreement signals each leaves out.
 FAMILIES: dict[str, tuple[str, ...]] = {
-    "copies counted (soft, exact)": ("medoid", "twin", "files"),
-    "copies discounted (medoid, twin, files)": ("soft", "exact"),
+    "copies counted (soft, exact)": ("medoid", "twin", "files", "tokens"),
+    "copies discounted (medoid, twin, files, tokens)": ("soft", "exact"),
     "both": (),
 }
 
@@ -349,29 +360,62 @@ def resolved_matrix(rows: Sequence[Prepared], weights: Sequence[select.Weights])
     return out
 
 
-def tune(rows: Sequence[Prepared], weights: Sequence[select.Weights],
-         matrix: np.ndarray | None = None) -> tuple[select.Weights, int]:
+def prior_distance(weights: Sequence[select.Weights]) -> np.ndarray:
+    return np.abs(np.array([dataclasses.astuple(w) for w in weights]) - np.array(dataclasses.astuple(PRIOR))).sum(axis=1)
+
+
+def tune(rows: Sequence[Prepared], weights: Sequence[select.Weights], matrix: np.ndarray | None = None,
+         distance: np.ndarray | None = None) -> tuple[select.Weights, int]:
     """The weights that resolve the most rows; on ties the nearest to PRIOR (the rows cannot
     tell those apart, so nothing is changed for them), then the first in grid order."""
     counts = (resolved_matrix(rows, weights) if matrix is None else matrix).sum(axis=0)
-    prior = np.array(dataclasses.astuple(PRIOR))
-    distance = np.abs(np.array([dataclasses.astuple(w) for w in weights]) - prior).sum(axis=1)
+    distance = prior_distance(weights) if distance is None else distance
     best = int(np.lexsort((np.arange(len(weights)), distance, -counts))[0])
     return weights[best], sum(p.resolved_pick(weights[best]) for p in rows)
 
 
-def cross_validate(prepared: Sequence[Prepared], by_repo: dict[str, list[Prepared]], space: Sequence[select.Weights],
-                   ) -> tuple[select.Weights, int, dict[str, int]]:
+def cross_validate(prepared: Sequence[Prepared], space: Sequence[select.Weights],
+                   matrix: np.ndarray | None = None) -> tuple[select.Weights, int, dict[str, int]]:
     """The weights tuned on all rows and their count (in-sample), and per repository the count
     of the weights tuned on the other repositories (leave one repository out)."""
-    matrix = resolved_matrix(prepared, space)
-    tuned, tuned_n = tune(prepared, space, matrix)
-    cv: dict[str, int] = {}
-    for repo, held in by_repo.items():
-        keep = np.array([p.repo != repo for p in prepared])
-        w, _ = tune([p for p in prepared if p.repo != repo], space, matrix[keep])
-        cv[repo] = sum(p.resolved_pick(w) for p in held)
-    return tuned, tuned_n, cv
+    matrix = resolved_matrix(prepared, space) if matrix is None else matrix
+    distance = prior_distance(space)
+    tuned, tuned_n = tune(prepared, space, matrix, distance)
+    return tuned, tuned_n, held_out(prepared, space, matrix, np.ones(len(prepared), dtype=bool), distance)
+
+
+def held_out(prepared: Sequence[Prepared], space: Sequence[select.Weights], matrix: np.ndarray,
+             rows: np.ndarray, distance: np.ndarray) -> dict[str, int]:
+    """Among ``rows`` (a mask), per repository: the count of the weights tuned on the others."""
+    repos = np.array([p.repo for p in prepared])
+    out: dict[str, int] = {}
+    for repo in sorted(set(repos[rows])):
+        train = rows & (repos != repo)
+        w, _ = tune([p for p, keep in zip(prepared, train, strict=True) if keep], space, matrix[train], distance)
+        out[repo] = sum(p.resolved_pick(w) for p, keep in zip(prepared, rows & (repos == repo), strict=True) if keep)
+    return out
+
+
+def nested_cv(prepared: Sequence[Prepared], spaces: dict[str, list[select.Weights]],
+              matrices: dict[str, np.ndarray]) -> tuple[dict[str, int], dict[str, str]]:
+    """Leave one repository out with the family of agreement signals chosen on the other
+    repositories too (by their own leave-one-repository-out count; ties: the first family): per
+    repository the count and the family chosen without it. Comparing the families' cross-validated
+    counts on all rows and shipping the best reuses the held-out repository to choose; this does not."""
+    repos = np.array([p.repo for p in prepared])
+    distances = {name: prior_distance(space) for name, space in spaces.items()}
+    counts: dict[str, int] = {}
+    chosen: dict[str, str] = {}
+    for repo in sorted(set(repos)):
+        train = repos != repo
+        inner = {name: sum(held_out(prepared, spaces[name], matrices[name], train, distances[name]).values())
+                 for name in spaces}
+        best = max(inner, key=lambda name: inner[name])
+        w, _ = tune([p for p, keep in zip(prepared, train, strict=True) if keep], spaces[best], matrices[best][train],
+                    distances[best])
+        counts[repo] = sum(p.resolved_pick(w) for p in prepared if p.repo == repo)
+        chosen[repo] = best
+    return counts, chosen
 
 
 def _why(p: Prepared, i: int | None, j: int) -> str:
@@ -396,7 +440,9 @@ def report(prepared: list[Prepared], runs: dict[str, dict[str, dict[str, Any]]],
     single = {name: sum(bool(rows[i]["resolved"]) for i in ids if i in rows) for name, rows in runs.items()}
     best_run = max(single, key=lambda n: (single[n], n))
     w0 = select.DEFAULT_WEIGHTS
-    fitted = {name: cross_validate(prepared, by_repo, grid(with_tests, drop)) for name, drop in FAMILIES.items()}
+    spaces = {name: grid(with_tests, drop) for name, drop in FAMILIES.items()}
+    matrices = {name: resolved_matrix(prepared, space) for name, space in spaces.items()}
+    fitted = {name: cross_validate(prepared, spaces[name], matrices[name]) for name in FAMILIES}
     tuned, tuned_n, cv = fitted["both"]
     print(f"{'repo':<22}{'inst':>5}{'oracle':>7}{'select':>7}{'cv':>5}{'random':>8}{'vote':>7}{'best1':>6}{'s/inst':>8}")
     for repo in sorted(by_repo):
@@ -421,6 +467,10 @@ def report(prepared: list[Prepared], runs: dict[str, dict[str, dict[str, Any]]],
     # The defaults to ship: the family that generalizes best, tuned on every row.
     chosen = max(fitted, key=lambda name: sum(fitted[name][2].values()))
     print(f"chosen by cross-validation: {chosen}: {fitted[chosen][0].to_dict()}")
+    nested, families = nested_cv(prepared, spaces, matrices)
+    print(f"family and weights chosen on the other repositories (nested): {sum(nested.values())} "
+          f"({', '.join(r.split('/')[-1] + ' ' + str(n) for r, n in sorted(nested.items()))}; families: "
+          f"{', '.join(r.split('/')[-1] + ' ' + families[r].split(' (')[0] for r in sorted(families))})")
     notes = [p for p in prepared if p.row.get("note")]
     if notes:
         print(f"instances with a note ({len(notes)}): " + "; ".join(f"{p.iid}: {p.row['note'][:120]}" for p in notes[:10]))
@@ -470,8 +520,9 @@ def run(args: argparse.Namespace) -> int:
     dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
     if not args.repos.is_dir():
         raise InputError(f"--repos: not a directory: {args.repos}")
+    wanted_mirror = {"skip": {True}, "only": {False}, "include": {True, False}}[args.unmirrored]
     ids = sorted({i for rows in runs.values() for i in rows if i in dataset
-                  and find_mirror(args.repos, dataset[i].repo) is not None})
+                  and (find_mirror(args.repos, dataset[i].repo) is not None) in wanted_mirror})
     if args.instances is not None:
         try:
             wanted = set(args.instances.read_text(encoding="utf-8").split())
@@ -482,7 +533,8 @@ def run(args: argparse.Namespace) -> int:
     if shard:
         ids = ids[shard[0]::shard[1]]
     if not ids:
-        raise InputError("no instance of the predictions has a mirror under --repos")
+        raise InputError("no instance of the predictions is left (mirrors under --repos, --unmirrored, --instances, "
+                         "--stride, --shard)")
     cache_dir = (args.cache_dir or cfg.cache_dir).resolve()
     repos = RepoCache(cache_dir, mirrors=args.repos)
     runner = tests.make_runner(cfg.tests, cache_dir) if args.tests else None

@@ -45,10 +45,12 @@ MAX_FILE_BYTES = 1_000_000
 #
 #   score(f) = penalty(f) * (today(f) + max today * (W_HISTORY * H(f) / max H
 #                                                    + W_COCHANGE * C(f) / max C + W_LITERAL * L(f) / max L
-#                                                    + W_TESTS * T(f) / max T))
+#                                                    + W_TESTS * T(f) / max T + W_TITLE * Ti(f) / max Ti
+#                                                    + W_PROSE * P(f) / max P))
 #
 # (each added signal normalized to its best file and scaled to today's best score, so that its
-# weight means the same on every issue)
+# weight means the same on every issue). A learned re-ranking of the top 8 (fixgraph/rerank.py)
+# can follow; it is off (``rerank.COEF`` empty): cross-validated it was not a stable gain.
 # today(f): W_LEXICAL x BM25 over file contents (normalized to the best file) + W_DEF per name the
 #   issue uses that f defines + bonuses for dotted names, paths and traceback frames written in the
 #   issue, and for f's own name said in it.
@@ -61,31 +63,35 @@ MAX_FILE_BYTES = 1_000_000
 # T(f): f is the module one of the TEST_SEEDS test files ``today`` ranks highest is named after
 #   (``tests/test_f.py``), each test handing on its score relative to the best test's
 #   (``RepoIndex._tested``): issues describe behaviour the way tests exercise it.
+# Ti(f): BM25 of the issue's title (its first line) alone.
+# P(f): BM25 of the issue without its code blocks (the description, not the pasted output).
 # penalty(f): 0.2 for tests, 0.4 for docs and non-Python files, else 1.
 # W_LEXICAL, W_DEF, DEF_REPEAT, DEF_SPREAD were picked by a small grid on the Lite instances
-# (before history existed). W_HISTORY and W_COCHANGE are the grid point best on all nine
-# repositories; eval.localization_bench reports beside it the recall when each repository is
-# ranked with the point best on the other eight (leave one repository out). Cross-validated, the
-# literal signal did not help (its in-sample gain at rank 1 sits in a few instances, and the folds
-# disagree on its weight): W_LITERAL = 0 gives back the history-only ranking exactly (README,
-# "Localization"). Co-change gets weight 0 in eight folds of nine. A centrality prior (log of how many
-# files import a module) and a change-frequency prior (recency-weighted count of focused commits
-# touching a file) were tried and gained nothing at any weight (dev runs), so they are not used;
-# nor were, in the third pass, the modules the top files import or that import them, the modules
-# the docs' autodoc directives name, or the files defining ``_print_X``-style handlers of the
-# classes the issue names (dev runs over the 140 instances: none moved the cross-validated recall).
-# W_HISTORY and W_TESTS are searched together (eval.localization_bench's GRID); the point best on
-# all rows is shipped and the same point is chosen in eight folds of nine.
+# (before history existed). W_HISTORY, W_TESTS, W_TITLE and W_PROSE are searched together
+# (eval.localization_bench's GRID) and the point best on all nine repositories is shipped;
+# the benchmark reports beside it the recall when each repository is ranked with the point best on
+# the other eight (leave one repository out); every fold chose the shipped point. With the title
+# and the prose in, the history signal gets weight 0: on these
+# instances the files past fixes point at are the files the title already points at (README,
+# "Localization"); it is still computed for the benchmark's ``hist`` column and the re-ranking.
+# Cross-validated, the literal signal did not help (its in-sample gain at rank 1 sits in a few
+# instances, and the folds disagree on its weight). Co-change gets weight 0 in eight folds of nine.
+# A centrality prior (log of how many files import a module) and a change-frequency prior
+# (recency-weighted count of focused commits touching a file) were tried and gained nothing at any
+# weight (dev runs), so they are not used; nor were, in the third pass, the modules the top files
+# import or that import them, the modules the docs' autodoc directives name, or the files defining
+# ``_print_X``-style handlers of the classes the issue names (dev runs over the 140 instances: none
+# moved the cross-validated recall).
 W_LEXICAL = 16.0  # BM25 over file contents, normalized to the best file's score
 W_DEF = 1.5  # a file defines a name the issue uses
 DEF_REPEAT = 0.3  # how much repeating a name in the issue adds (log-damped)
 DEF_SPREAD = 0.5  # names defined in many files count less: weight / files ** DEF_SPREAD
-W_HISTORY = 0.2
+W_HISTORY = 0.0
 W_COCHANGE = 0.0
-# Off: cross-validated, the procedure that also tunes it generalizes worse (0.829 / 0.500 at
-# recall@8 / @1) than the one without it (0.850 / 0.514); 0.2 is the best point in-sample.
 W_LITERAL = 0.0
-W_TESTS = 0.05  # small: it breaks near-ties between a user-facing module and the one under test
+W_TESTS = 0.1  # small: it breaks near-ties between a user-facing module and the one under test
+W_TITLE = 0.8
+W_PROSE = 0.2
 CO_SEEDS = 5
 TEST_SEEDS = 5  # the test files whose subjects get the tests-to-source signal
 INDEX_VERSION = 5
@@ -571,6 +577,16 @@ class RankParts:
     cochange: dict[str, float]
     literal: dict[str, float] = field(default_factory=dict)
     tests: dict[str, float] = field(default_factory=dict)
+    # ``today`` taken apart, and the evidence only the learned re-ranking reads (fixgraph/rerank.py).
+    lexical: dict[str, float] = field(default_factory=dict)  # BM25, relative to the best file
+    defs: dict[str, float] = field(default_factory=dict)  # defines names the issue uses
+    written: dict[str, float] = field(default_factory=dict)  # dotted names, paths, traceback frames
+    named: dict[str, float] = field(default_factory=dict)  # the file's own name said in the issue
+    api: dict[str, float] = field(default_factory=dict)  # defines public API the issue names
+    handler: dict[str, float] = field(default_factory=dict)  # ``_print_X``-style methods of named classes
+    hist_api: dict[str, float] = field(default_factory=dict)  # past fixes whose messages name the same code
+    title: dict[str, float] = field(default_factory=dict)  # BM25 of the issue's title alone
+    prose: dict[str, float] = field(default_factory=dict)  # BM25 of the issue without its code blocks
 
 
 def penalty(path: str) -> float:
@@ -584,12 +600,12 @@ def penalty(path: str) -> float:
 
 
 def combine(parts: RankParts, w_history: float, w_cochange: float, w_literal: float,
-            w_tests: float = 0.0) -> list[Candidate]:
+            w_tests: float = 0.0, w_title: float = 0.0, w_prose: float = 0.0) -> list[Candidate]:
     """The one ranking formula (module header): every signal weighted, then the penalty."""
     score: dict[str, float] = defaultdict(float, parts.today)
     scale = max(parts.today.values(), default=0.0) or 1.0
     for signal, weight in ((parts.history, w_history), (parts.cochange, w_cochange), (parts.literal, w_literal),
-                           (parts.tests, w_tests)):
+                           (parts.tests, w_tests), (parts.title, w_title), (parts.prose, w_prose)):
         best = max(signal.values(), default=0.0)
         if weight and best > 0:
             for path, s in signal.items():
@@ -693,6 +709,8 @@ class RepoIndex:
         self._parts_memo: tuple[str, RankParts] | None = None
         self._messages: tuple[int, dict[str, list[str]]] | None = None  # code files, piece -> files
         self._lengths: np.ndarray | None = None  # terms per file, in the snapshot's file order
+        self._exports: dict[str, list[str]] | None = None  # see ``exports``
+        self._handler_map: dict[str, list[str]] | None = None  # class name -> files with its handlers
         self._read_ahead: dict[str, bytes] = {}  # see ``read_ahead``
         self._prepare()
 
@@ -914,14 +932,28 @@ class RepoIndex:
 
     def rank(self, problem: str, k: int = 30) -> list[Candidate]:
         """Files most likely to need changing for ``problem``, best first (deterministic)."""
-        return combine(self.rank_parts(problem, cochange=W_COCHANGE > 0, literal=W_LITERAL > 0),
-                       W_HISTORY, W_COCHANGE, W_LITERAL,
-                       W_TESTS)[:k]
+        from fixgraph import rerank
 
-    def rank_parts(self, problem: str, cochange: bool = True, literal: bool = True) -> RankParts:
-        """Each signal of the ranking for ``problem``, before weighting (co-change and quoted
-        literals only if asked: a zero weight does not need them, and they cost time)."""
-        memo_key = f"{int(cochange)}{int(literal)}{problem}"
+        learned = bool(rerank.COEF)
+        parts = self.rank_parts(problem, cochange=W_COCHANGE > 0, literal=W_LITERAL > 0 or learned,
+                                history=W_HISTORY > 0 or learned, evidence=learned)
+        ranked = combine(parts, W_HISTORY, W_COCHANGE, W_LITERAL, W_TESTS, W_TITLE, W_PROSE)
+        if learned:
+            pool = rerank.features(parts, [(c.path, c.score) for c in ranked], penalty)
+            by_path = {c.path: c for c in ranked}
+            top = ranked[0].score if ranked else 0.0
+            # The pool above the rest in the model's order, scores still decreasing down the list.
+            head = [Candidate(p, round(top + len(pool) - i, 6), by_path[p].symbols)
+                    for i, p in enumerate(rerank.order(pool, rerank.COEF))]
+            ranked = head + ranked[len(head):]
+        return ranked[:k]
+
+    def rank_parts(self, problem: str, cochange: bool = True, literal: bool = True, history: bool = True,
+                   evidence: bool = True) -> RankParts:
+        """Each signal of the ranking for ``problem``, before weighting (co-change, quoted literals,
+        the history and the re-ranking's own evidence only if asked: a zero weight does not need
+        them, and they cost time)."""
+        memo_key = f"{int(cochange)}{int(literal)}{int(history)}{int(evidence)}{problem}"
         if self._parts_memo is not None and self._parts_memo[0] == memo_key:
             return self._parts_memo[1]
         q = parse_problem(problem)
@@ -930,6 +962,9 @@ class RepoIndex:
 
         lexical = self._bm25(q.terms)
         top = max(lexical.values(), default=0.0) or 1.0
+        defs: dict[str, float] = defaultdict(float)
+        written: dict[str, float] = defaultdict(float)
+        named: dict[str, float] = {}
         for path, s in lexical.items():
             score[path] += W_LEXICAL * s / top
 
@@ -941,7 +976,7 @@ class RepoIndex:
             idf = math.log(1 + self.n_docs / len(files))
             w = idf * (1 + DEF_REPEAT * math.log(count)) / max(1.0, len(files) ** DEF_SPREAD)
             for path in files:
-                score[path] += W_DEF * w
+                defs[path] += W_DEF * w
                 why[path].append(ident)
 
         # Dotted names: a module path or module.attribute.
@@ -949,17 +984,20 @@ class RepoIndex:
             hit = self.module_path(dotted)
             if hit is not None:
                 depth = hit.count("/") + 1
-                score[hit] += 2.0 + 0.5 * min(depth, 4)
+                written[hit] += 2.0 + 0.5 * min(depth, 4)
 
         # Paths written in the issue or its traceback (suffix match: tracebacks hold absolute paths).
         frame_paths = [p for p, _ in q.frames]
-        for written in q.paths + frame_paths:
-            for path in self._match_written_path(written):
+        for written_path in q.paths + frame_paths:
+            for path in self._match_written_path(written_path):
                 bonus = 6.0
-                if written in frame_paths:
+                if written_path in frame_paths:
                     # The deepest frames are nearest the fault.
-                    bonus = 3.0 + 3.0 * (frame_paths.index(written) + 1) / len(frame_paths)
-                score[path] += bonus
+                    bonus = 3.0 + 3.0 * (frame_paths.index(written_path) + 1) / len(frame_paths)
+                written[path] += bonus
+        for signal in (defs, written):
+            for path, s in signal.items():
+                score[path] += s
 
         # The file's own name said in the issue (``autodoc``, ``sessions``).
         for path in list(score):
@@ -969,20 +1007,29 @@ class RepoIndex:
                 stem = parts[-2] if len(parts) > 1 else ""
             if stem.lower() in q.terms and stem.lower() not in STOP and len(stem) > 3:
                 score[path] += 1.0
+                named[path] = 1.0
 
         today = {p: s for p, s in score.items() if self._rankable(p)}
-        history: dict[str, float] = {}
+        fixes: dict[str, float] = {}
         cochanged: dict[str, float] = {}
-        if self.history is not None:
-            history = {p: s for p, s in self.history.similar_fixes(q.terms, self._files).items()
-                       if self._rankable(p)}
+        if self.history is not None and history:
+            fixes = {p: s for p, s in self.history.similar_fixes(q.terms, self._files).items()
+                     if self._rankable(p)}
             seeds = sorted(((-s * penalty(p), p) for p, s in today.items()))[:CO_SEEDS]
             if seeds and cochange:
                 best = -seeds[0][0] or 1.0
                 cochanged = {p: s for p, s in self.history.co_changed(
                     {p: -neg / best for neg, p in seeds}, self._files).items() if self._rankable(p)}
-        parts = RankParts(today, dict(why), history, cochanged, self._literal(problem) if literal else {},
-                          self._tested(today))
+        ok = self._rankable
+        parts = RankParts(today, dict(why), fixes, cochanged, self._literal(problem) if literal else {},
+                          self._tested(today),
+                          lexical={p: s / top for p, s in lexical.items() if ok(p)},
+                          defs={p: s for p, s in defs.items() if ok(p)},
+                          written={p: s for p, s in written.items() if ok(p)},
+                          named=named, title=self._title(problem), prose=self._prose(problem))
+        if evidence:
+            parts.api, parts.handler = self._public_api(q), self._handlers(q)
+            parts.hist_api = self._history_of_names(q) if history else {}
         self._parts_memo = (memo_key, parts)
         return parts
 
@@ -1024,6 +1071,99 @@ class RepoIndex:
             for path in subjects:
                 out[path] += (-neg / best) / len(subjects)
         return dict(out)
+
+    def exports(self) -> dict[str, list[str]]:
+        """Public API name -> the code files that define it at module level, as the packages'
+        ``__init__.py`` re-export it (``from .dense import Matrix``; a module imported whole, or
+        with ``*``, exports its public top-level names). Memoized per index."""
+        if self._exports is not None:
+            return self._exports
+        top_level: dict[str, set[str]] = {}
+        def defined(path: str) -> set[str]:
+            got = top_level.get(path)
+            if got is None:
+                got = top_level[path] = {s.name for s in self.infos[path].symbols if s.qualname == s.name}
+            return got
+        out: dict[str, set[str]] = defaultdict(set)
+        for init in self.by_name.get("__init__.py", []):
+            if is_test_path(init):
+                continue
+            for mod in self.infos[init].imports:
+                target = self.modules.get(mod)
+                if target is not None and not target.endswith("__init__.py"):
+                    # A module imported whole or with ``*``: its public names are the package's.
+                    for name in defined(target):
+                        if not name.startswith("_"):
+                            out[name].add(target)
+                    continue
+                package, _, name = mod.rpartition(".")
+                owner = self.modules.get(package)
+                if owner is None or name.startswith("_"):
+                    continue
+                if owner.endswith("__init__.py"):
+                    prefix = owner[: -len("__init__.py")]
+                    hits = [p for p in self.defs.get(name, ()) if p.startswith(prefix) and not is_test_path(p)
+                            and name in defined(p)]
+                    out[name].update(hits[:3])
+                elif name in defined(owner):
+                    out[name].add(owner)
+        self._exports = {name: sorted(files) for name, files in out.items()}
+        return self._exports
+
+    def _public_api(self, q: Query) -> dict[str, float]:
+        """Files defining the public API the issue names (``latex(...)``, ``Matrix``), each name
+        weighted by how few files export it: ``Symbol`` says little, ``hstack`` much."""
+        exports = self.exports()
+        out: dict[str, float] = defaultdict(float)
+        for ident in q.idents:
+            files = exports.get(ident)
+            if not files:
+                continue
+            idf = math.log(1 + self.n_docs / len(self.defs.get(ident, files)))
+            for path in files:
+                if self._rankable(path):
+                    out[path] += idf / len(files)
+        return dict(out)
+
+    def _handlers(self, q: Query) -> dict[str, float]:
+        """Files with methods dispatched on a class the issue names (``_print_Product``,
+        ``_eval_Mod``, ``visit_Subscript``): printers, visitors and rewriters."""
+        if self._handler_map is None:
+            found: dict[str, set[str]] = defaultdict(set)
+            for path, info in self.infos.items():
+                if path.endswith(PY_SUFFIXES) and not is_test_path(path):
+                    for sym in info.symbols:
+                        suffix = sym.name.rpartition("_")[2]
+                        if suffix[:1].isupper() and "." in sym.qualname and "_" in sym.name.strip("_"):
+                            found[suffix].add(path)
+            self._handler_map = {k: sorted(v) for k, v in found.items()}
+        out: dict[str, float] = defaultdict(float)
+        for ident in q.idents:
+            if ident in self.defs:
+                for path in self._handler_map.get(ident, ()):
+                    if self._rankable(path):
+                        out[path] += 1.0
+        return dict(out)
+
+    def _title(self, problem: str) -> dict[str, float]:
+        """BM25 of the issue's first line alone: the reporter's one-line summary names the
+        feature at fault, while the body's examples, output and environment dilute the words."""
+        title = problem.strip().split("\n", 1)[0]
+        return {p: s for p, s in self._bm25(Counter(terms_of(title))).items() if self._rankable(p)}
+
+    def _prose(self, problem: str) -> dict[str, float]:
+        """BM25 of the issue's words without its code blocks: the reporter's description of the
+        behaviour, which pasted output, logs and long examples otherwise outweigh."""
+        text = _CODE_BLOCK_RE.sub(" ", problem)
+        return {p: s for p, s in self._bm25(Counter(terms_of(text))).items() if self._rankable(p)}
+
+    def _history_of_names(self, q: Query) -> dict[str, float]:
+        """The history signal queried with the code the issue names only: past fixes whose
+        messages name the same functions and classes."""
+        if self.history is None or not q.idents:
+            return {}
+        terms = Counter(t for ident in q.idents for t in terms_of(ident))
+        return {p: s for p, s in self.history.similar_fixes(terms, self._files).items() if self._rankable(p)}
 
     def subjects_of_test(self, test: str) -> list[str]:
         """The code files a test file is named after (``tests/test_x.py``, ``unittest_x.py``,

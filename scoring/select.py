@@ -16,8 +16,11 @@ Signals per candidate (none comes from the evaluation's hidden tests):
   changed source lines with every other candidate. Discounting copies (samples of one model
   repeat their mistakes together): ``medoid``, soft agreement with each other distinct change
   counted once; ``twin``, whether any other candidate makes the same change; ``files``, the
-  overlap of the touched source files. By behaviour: ``same_tests``, the share of the other
-  distinct changes that left every test both ran in the same state.
+  overlap of the touched source files; ``tokens``, the mean Jaccard overlap of the tokens (names,
+  numbers, operators and brackets) of the changed source lines with each other distinct change: two
+  changes that spell one fix differently share its vocabulary where they share no line. By
+  behaviour: ``same_tests``, the share of the other distinct changes that left every test both ran
+  in the same state.
 
 The score is a weighted sum (:class:`Weights`); a signal no candidate has contributes nothing, and a
 candidate missing a signal others have gets the neutral 0.5. Duplicates (equal after
@@ -39,6 +42,9 @@ from scoring.patchinfo import is_scaffold
 from scoring.specs import patch_files
 
 NEUTRAL = 0.5
+# A token of a changed line: a name, a number, or any other single character (as BLEU-style
+# similarities tokenize code: operators and brackets count).
+_TOKEN = re.compile(r"[A-Za-z_]\w*|\d+|\S")
 # A patch this many changed source lines long has size 1.0 (longer ones too).
 SIZE_REF_LINES = 40
 
@@ -68,6 +74,10 @@ class Weights:
     # Agreement by behaviour: the share of the other distinct changes that left every test both
     # ran in the same state.
     same_tests: float = 0.0
+    # Agreement on the vocabulary of the change, each other distinct change counted once: the
+    # consensus (minimum Bayes risk) pick with a token similarity, which sees a shared fix written
+    # in different lines.
+    tokens: float = 0.25
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -153,6 +163,12 @@ def changed_lines(patch: str) -> frozenset[str]:
     return frozenset(line for line in _changed(source_part(patch)) if not line.startswith(("+++", "---")))
 
 
+def change_tokens(patch: str) -> frozenset[str]:
+    """The tokens of the changed source lines (the +/- sign dropped: what a change removes and what
+    it adds are both its vocabulary)."""
+    return frozenset(t for line in changed_lines(patch) for t in _TOKEN.findall(line[1:]))
+
+
 def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     union = a | b
     return len(a & b) / len(union) if union else 0.0
@@ -186,6 +202,7 @@ def features(candidates: Sequence[Candidate]) -> list[dict[str, float | None]]:
     norms = [normalize(c.patch) for c in candidates]
     lines = [changed_lines(c.patch) for c in candidates]
     files = [frozenset(patch_files(source_part(c.patch))) for c in candidates]
+    tokens = [change_tokens(c.patch) for c in candidates]
     # Every candidate that changes the code votes, duplicates included.
     voters = [i for i in range(len(candidates)) if lines[i]]
     # ...and for the agreement copies cannot inflate, each distinct change once (its first).
@@ -211,6 +228,7 @@ def features(candidates: Sequence[Candidate]) -> list[dict[str, float | None]]:
             "twin": float(any(norms[j] == norms[i] for j in others)),
             "files": _mean([_jaccard(files[i], files[j]) for j in apart]) or 0.0,
             "same_tests": _mean(agree),
+            "tokens": _mean([_jaccard(tokens[i], tokens[j]) for j in apart]) or 0.0,
         })
     return out
 

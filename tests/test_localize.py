@@ -198,13 +198,14 @@ def test_localization_bench_on_a_fixture_mirror(wt, tmp_path: Path, capsys: pyte
     assert main(["--dataset", str(dataset), "--repos", str(mirrors), "--cache-dir", str(tmp_path / "c")]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert out[-1] == ("overall recall@8: 1.000 (1 instances, one repository: not cross-validated); "
-                       "recall@1 1.000; today 1.000/1.000; bm25 1.000/1.000")
+                       "recall@1 1.000; before 1.000/1.000; today 1.000/1.000; bm25 1.000/1.000")
     assert any(line.startswith("acme/pkg") for line in out)
     # Recall only: the same recall figures, without the reference and the timed columns.
     assert main(["--dataset", str(dataset), "--repos", str(mirrors), "--cache-dir", str(tmp_path / "c"),
                  "--no-bm25", "--no-timing"]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == (
-        "overall recall@8: 1.000 (1 instances, one repository: not cross-validated); recall@1 1.000; today 1.000/1.000")
+        "overall recall@8: 1.000 (1 instances, one repository: not cross-validated); recall@1 1.000; before 1.000/1.000; "
+        "today 1.000/1.000")
 
 
 def test_localization_bench_resumes_from_its_rows(wt, tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -242,7 +243,8 @@ def test_localization_bench_resumes_from_its_rows(wt, tmp_path: Path, capsys: py
     assert main([*common, "-o", str(out), "--resume"]) == 0
     assert measured == ["acme__pkg-1", "acme__pkg-2"]
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last == "overall recall@8: 1.000 (3 instances, one repository: not cross-validated); recall@1 1.000; today 1.000/1.000"
+    assert last == ("overall recall@8: 1.000 (3 instances, one repository: not cross-validated); recall@1 1.000; "
+                    "before 1.000/1.000; today 1.000/1.000")
     # Every row is in the file, the signals kept for the weight grid included.
     kept = localization_bench.load_rows(out)
     assert sorted(kept) == ["acme__pkg-0", "acme__pkg-1", "acme__pkg-2"]

@@ -113,7 +113,7 @@ def test_tracebacks_as_ipython_and_pytest_print_them_are_frames() -> None:
 
 
 def test_an_ipython_frame_points_at_the_repository_file(index: RepoIndex) -> None:
-    problem = ("Legend fails\n\nFile ~/code/pkg/pkg/palette.py:4, in assign(levels)\n"
+    problem = ("IndexError after upgrading\n\nFile ~/code/pkg/pkg/palette.py:4, in assign(levels)\n"
                "IndexError: list index out of range\n")
     assert index.rank(problem, k=1)[0].path == "pkg/palette.py"
 

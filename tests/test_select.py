@@ -218,3 +218,22 @@ def test_changes_code_sets_docstrings_comments_and_spacing_aside(after: str, cha
     # Any file that is not Python, and a new module, count as a change; a scratch script does not.
     assert changes_code(_diff("a\n", "b\n", "pkg/data.cfg"), {}, {}) is True
     assert changes_code(scratch_patch(), {}, {"reproduce.py": "print(1)\n"}) is False
+
+
+def test_the_change_whose_vocabulary_the_others_share_wins_when_no_line_is_shared():
+    # Three distinct changes of the buggy line: each shares only the removed line with the
+    # others, so line agreement cannot tell them apart; two of them spell the division as the
+    # third does, and "float" shares the most tokens with both.
+    capped = select.Candidate("max", ops_patch((BUGGY_LINE, "    return max(sum(values) / len(values) - 1, 0)\n")))
+    fsum = select.Candidate("fsum", ops_patch((BUGGY_LINE, "    return math.fsum(values) / len(values)\n")))
+    floated = select.Candidate("float", ops_patch((BUGGY_LINE, "    return sum(values) / float(len(values))\n")))
+    f = select.features([capped, fsum, floated])
+    assert len({(x["medoid"], x["soft"], x["size"]) for x in f}) == 1
+    assert (f[2]["tokens"] or 0.0) > (f[0]["tokens"] or 0.0) == (f[1]["tokens"] or 0.0)
+    assert select.change_tokens(floated.patch) >= {"sum", "values", "/", "float", "len", "-", "1"}
+    # Without the token signal the tie-break takes the first; with it, the consensus.
+    assert select.pick([capped, fsum, floated], select.Weights(tokens=0.0)).candidate.name == "max"  # type: ignore[union-attr]
+    assert select.pick([capped, fsum, floated]).candidate.name == "float"  # type: ignore[union-attr]
+    # Each other distinct change counts once: copies of the capped change move nobody's share.
+    copies = [capped, fsum, floated, select.Candidate("max-2", capped.patch), select.Candidate("max-3", capped.patch)]
+    assert [x["tokens"] for x in select.features(copies)[:3]] == [x["tokens"] for x in f]

@@ -113,3 +113,54 @@ def test_bench_skips_the_static_phase_where_no_signal_can_change_the_outcome(tmp
     assert row["behaviour"] == "skipped (contested)"
     assert "static" not in row["signals"]["a"] and row["signals"]["a"]["applies"]
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("selected=0 oracle=0 ")
+
+
+def test_nested_cross_validation_chooses_the_family_without_the_repository_it_counts():
+    from scoring import select
+    from tests.test_select import FIX_BREAKS_CLAMP
+
+    def row(repo: str, n: int, large_resolves: bool) -> select_bench.Prepared:
+        cands = [("small", FIX, not large_resolves), ("large", FIX_BREAKS_CLAMP, large_resolves)]
+        return select_bench.Prepared(f"{repo}-{n}", repo, cands, {"signals": {"small": {"applies": True},
+                                                                              "large": {"applies": True}}})
+
+    # Repository x wants the larger change three times; y and z want the smaller one once each.
+    rows = [row("x", n, True) for n in range(3)] + [row("y", 0, False), row("z", 0, False)]
+    spaces = {"small": [select.Weights(size=1.0, twin=0.0, files=0.0, tokens=0.0)],
+              "large": [select.Weights(size=-1.0, twin=0.0, files=0.0, tokens=0.0)]}
+    matrices = {name: select_bench.resolved_matrix(rows, space) for name, space in spaces.items()}
+    # Compared on all rows, "large" wins (3 against 2) and would be reported as 3...
+    assert {name: int(m.sum()) for name, m in matrices.items()} == {"small": 2, "large": 3}
+    counts, chosen = select_bench.nested_cv(rows, spaces, matrices)
+    # ...while each repository, held out, gets the family the other two prefer: always the wrong one.
+    assert chosen == {"x": "small", "y": "large", "z": "large"}
+    assert counts == {"x": 0, "y": 0, "z": 0}
+
+
+def test_instances_without_a_mirror_are_judged_from_the_patches_alone(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FIXGRAPH_CACHE_DIR", str(tmp_path / "cache"))
+    inst = make_calc_repo(tmp_path / "mirrors")
+    # The same bug in a repository this machine has no mirror of: checking it out would clone from GitHub.
+    elsewhere = inst | {"instance_id": "elsewhere__lib-1", "repo": "elsewhere/lib"}
+    dataset = write_dataset(tmp_path / "lite.jsonl", [inst, elsewhere])
+    runs = []
+    for name, patch, resolved in (("a", WRONG, False), ("b", FIX, True), ("c", FIX_AGAIN, True)):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps({"instance_id": i, "model_patch": patch, "system": name, "resolved": resolved})
+                                + "\n" for i in (inst["instance_id"], elsewhere["instance_id"])))
+        runs.append(str(path))
+    out = tmp_path / "rows.jsonl"
+    args = ["--predictions", *runs, "--dataset", str(dataset), "--repos", str(tmp_path / "mirrors"), "--no-static",
+            "--unmirrored", "only", "-o", str(out)]
+    assert select_bench.main(args) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == \
+        "selected=1 oracle=1 vote=1.0 random=0.67 best_single=1 instances=1"
+    row = json.loads(out.read_text())
+    assert row["instance_id"] == "elsewhere__lib-1" and row["note"] == "cannot check out: no mirror of elsewhere/lib"
+    assert row["signals"]["b"] == {"applies": True, "why": "no checkout"}
+    assert not (tmp_path / "cache" / "repos").exists() or not any((tmp_path / "cache" / "repos").iterdir())
+    # By default only the mirrored instance is judged; with include, both.
+    assert select_bench.main([*args[:-4], "-o", str(tmp_path / "skip.jsonl")]) == 0
+    assert [json.loads(x)["instance_id"] for x in (tmp_path / "skip.jsonl").read_text().splitlines()] == [inst["instance_id"]]
+    assert select_bench.main([*args[:-3], "include", "-o", str(tmp_path / "both.jsonl")]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("instances=2")
