@@ -277,7 +277,10 @@ class SubprocessRunner:
         # A test parametrized with a path under the run's copy (tmp dirs, fixtures) would get a
         # new id every run, and never match its base run: ids name the copy as ".".
         statuses = {_unroot(t, work): s for t, s in parse_log(task.repo, done.output).items()}
-        records = [{**r, "nodeid": _unroot(str(r.get("nodeid", "")), work)} for r in crash.read_records(crash_file)]
+        # A message naming a file of the copy says "./x.py": the Coder sees the repository's paths,
+        # not the run's temporary one.
+        records = [{**r, "nodeid": _unroot(str(r.get("nodeid", "")), work),
+                    "message": _unroot(str(r.get("message", "")), work)} for r in crash.read_records(crash_file)]
         if done.timed_out:
             notes.append(f"tests killed after {limits.timeout_s:g}s; tests not reported are left out")
         return SuiteRun(statuses, pre_log + done.output, done.seconds, done.timed_out, done.isolated_network,

@@ -82,6 +82,15 @@ def test_a_type_error_in_the_patched_code_is_an_unsafe_runtime_finding_with_its_
     assert crashed_tests(outcome, patch) == {"tests/test_calc.py::test_scale"}
 
 
+def test_a_finding_names_the_repository_s_paths_not_the_run_s_copy(tmp_path: Path) -> None:
+    broken = CALC.replace("    return [mul(v, factor) for v in values]\n",
+                          "    raise ValueError('scale is broken in ' + __file__)\n")
+    outcome, patch = _judge(tmp_path, broken)
+    [found] = runtime_findings(outcome, patch)
+    assert "scale is broken in ./calc.py" in found["message"]
+    assert all(str(rec["message"]).count("/") <= 1 for rec in outcome.regression_crashes)
+
+
 def test_a_module_that_no_longer_imports_is_a_runtime_finding_where_it_raised(tmp_path: Path) -> None:
     """pytest reports a test module that fails to import as its own CollectError; the finding
     names the exception under it, in the patched module."""
