@@ -38,6 +38,19 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def read_statuses(path: Path) -> dict[str, str]:
+    """The plugin's ``STATUS nodeid`` lines: each test's last reported outcome (a failed teardown
+    after a passed call makes it ERROR, as pytest's summary says)."""
+    if not path.is_file():
+        return {}
+    out: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        status, _, nodeid = line.partition(" ")
+        if nodeid and status in ("PASSED", "FAILED", "SKIPPED", "ERROR"):
+            out[nodeid] = status if out.get(nodeid) != "FAILED" else "FAILED"
+    return out
+
+
 def format_records(records: list[dict[str, Any]], wanted: list[str]) -> str:
     """Text for the Coder about the failing tests in ``wanted`` (their order), crashes first.
 

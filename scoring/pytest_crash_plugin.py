@@ -1,6 +1,8 @@
 """A pytest plugin (``-p fixgraph_crash``) that records why failing tests crashed, after HealBench.
 
-For each failing test it writes one JSON line to ``$FIXGRAPH_CRASH_FILE``: the exception type and
+Each test's outcome, as it is reported, goes to ``$FIXGRAPH_STATUS_FILE`` (one ``STATUS nodeid``
+line, flushed at once): a run killed by its timeout never prints pytest's summary, and what it
+finished is still known. For each failing test it writes one JSON line to ``$FIXGRAPH_CRASH_FILE``: the exception type and
 message, the traceback frames inside the repository (file, line, function, source line), and the
 local variables of the innermost repository frame with reprs truncated to
 ``$FIXGRAPH_LOCALS_CHARS`` characters. It runs inside the instance's own environment, so it is
@@ -13,6 +15,7 @@ import linecache
 import os
 
 _OUT = os.environ.get("FIXGRAPH_CRASH_FILE", "")
+_STATUS_OUT = os.environ.get("FIXGRAPH_STATUS_FILE", "")
 _CHARS = int(os.environ.get("FIXGRAPH_LOCALS_CHARS", "200") or 200)
 _ROOT = os.path.realpath(os.environ.get("FIXGRAPH_REPO_ROOT", os.getcwd()))
 _MAX_LOCALS = 20
@@ -47,6 +50,25 @@ def _frames(tb):
             out.append((tb, os.path.relpath(os.path.realpath(path), _ROOT)))
         tb = tb.tb_next
     return out
+
+
+def pytest_runtest_logreport(report):
+    if not _STATUS_OUT:
+        return
+    when = getattr(report, "when", "call")
+    if report.passed and when != "call":
+        return  # setup and teardown pass for every test that runs
+    if report.skipped:
+        status = "SKIPPED"
+    elif report.failed:
+        status = "FAILED" if when == "call" else "ERROR"
+    else:
+        status = "PASSED"
+    try:
+        with open(_STATUS_OUT, "a") as fh:
+            fh.write(status + " " + report.nodeid + "\n")
+    except Exception:
+        pass
 
 
 def pytest_exception_interact(node, call, report):

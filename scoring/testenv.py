@@ -35,7 +35,11 @@ class Suite:
       patch cannot make a test pass by editing it;
     - ``extra_patch``: a diff applied last (only the ``oracle-tests`` ablation has one: the
       instance's ``test_patch``);
-    - ``timeout_s``: the run's wall-clock cap (None: the backend's).
+    - ``timeout_s``: the run's wall-clock cap (None: the backend's);
+    - ``finished_on_timeout``: a run killed by its timeout reports the tests pytest saw finish (the
+      crash plugin writes each outcome as it comes). Only the regression check asks: the harness
+      reads pytest's summary, which a killed run never prints, and a reproduction test that hangs
+      is no test.
     """
 
     targets: tuple[str, ...]
@@ -44,6 +48,7 @@ class Suite:
     extra_patch: str = ""
     timeout_s: float | None = None
     label: str = ""
+    finished_on_timeout: bool = False
 
     def key_parts(self) -> list[str]:
         """What identifies the suite's outcome at a given commit (for caching a base run)."""

@@ -268,7 +268,9 @@ class SubprocessRunner:
             argv += ["-p", crash.PLUGIN_MODULE]
             run_env["PYTHONPATH"] = os.pathsep.join([str(plugin_dir), run_env["PYTHONPATH"]])
         run_env.update(cmd_env)
-        run_env.update(FIXGRAPH_CRASH_FILE=str(crash_file), FIXGRAPH_REPO_ROOT=str(work),
+        status_file = run_dir / "status.txt"
+        run_env.update(FIXGRAPH_CRASH_FILE=str(crash_file), FIXGRAPH_STATUS_FILE=str(status_file),
+                       FIXGRAPH_REPO_ROOT=str(work),
                        FIXGRAPH_LOCALS_CHARS=str(self.settings.locals_repr_chars))
         directives = test_directives(task.repo, list(suite.targets))
         limits = self._limits(suite)
@@ -277,8 +279,14 @@ class SubprocessRunner:
         # A test parametrized with a path under the run's copy (tmp dirs, fixtures) would get a
         # new id every run, and never match its base run: ids name the copy as ".".
         statuses = {_unroot(t, work): s for t, s in parse_log(task.repo, done.output).items()}
-        records = [{**r, "nodeid": _unroot(str(r.get("nodeid", "")), work)} for r in crash.read_records(crash_file)]
-        if done.timed_out:
+        # A message naming a file of the copy says "./x.py": the Coder sees the repository's paths,
+        # not the run's temporary one.
+        records = [{**r, "nodeid": _unroot(str(r.get("nodeid", "")), work),
+                    "message": _unroot(str(r.get("message", "")), work)} for r in crash.read_records(crash_file)]
+        if done.timed_out and suite.finished_on_timeout:
+            # Killed before its summary: what the plugin saw finish is what the run reports.
+            for test, status in crash.read_statuses(status_file).items():
+                statuses.setdefault(_unroot(test, work), status)
             notes.append(f"tests killed after {limits.timeout_s:g}s; tests not reported are left out")
         return SuiteRun(statuses, pre_log + done.output, done.seconds, done.timed_out, done.isolated_network,
                         crash_records=records, notes=notes, root=str(work),
@@ -382,7 +390,8 @@ def _first_suite(chosen: Selection, settings: RegressionSettings) -> Suite:
     """The suite of the selection's files and single tests, as its base run first tries it."""
     narrowed = tuple(dict.fromkeys(t.split("::", 1)[0] for t in chosen.tests))
     return Suite(targets=(*chosen.files, *chosen.tests), protected=(*chosen.files, *narrowed),
-                 timeout_s=settings.timeout_s, label="regression")
+                 timeout_s=settings.timeout_s, label="regression",
+                 finished_on_timeout=True)
 
 
 def _unroot(test_id: str, work: Path) -> str:
@@ -545,7 +554,7 @@ def _runnable_files(runner: SuiteRunner, task: Task, wt: Worktree, chosen: Selec
     alive, seconds = [], 0.0
     for f in chosen.files:
         one = baseline(runner, task, wt, Suite(targets=(f,), protected=(f,), timeout_s=settings.timeout_s,
-                                               label="regression"))
+                                               label="regression", finished_on_timeout=True))
         seconds += one.seconds
         if any(st in PASSING for st in one.statuses.values()):
             alive.append(f)
@@ -555,7 +564,8 @@ def _runnable_files(runner: SuiteRunner, task: Task, wt: Worktree, chosen: Selec
     if chosen.tests:  # single tests come back with the next selection; this one has files to sort out
         chosen.left_out.append(f"{len(chosen.tests)} single tests: the files run alone instead")
         chosen.tests = []
-    suite = Suite(targets=tuple(alive), protected=tuple(alive), timeout_s=settings.timeout_s, label="regression")
+    suite = Suite(targets=tuple(alive), protected=tuple(alive), timeout_s=settings.timeout_s, label="regression",
+                 finished_on_timeout=True)
     before = baseline(runner, task, wt, suite, runs=settings.base_runs) if alive else SuiteRun({}, "", 0.0)
     return suite, before, seconds
 

@@ -82,6 +82,15 @@ def test_a_type_error_in_the_patched_code_is_an_unsafe_runtime_finding_with_its_
     assert crashed_tests(outcome, patch) == {"tests/test_calc.py::test_scale"}
 
 
+def test_a_finding_names_the_repository_s_paths_not_the_run_s_copy(tmp_path: Path) -> None:
+    broken = CALC.replace("    return [mul(v, factor) for v in values]\n",
+                          "    raise ValueError('scale is broken in ' + __file__)\n")
+    outcome, patch = _judge(tmp_path, broken)
+    [found] = runtime_findings(outcome, patch)
+    assert "scale is broken in ./calc.py" in dict(found)["message"]
+    assert all(str(rec["message"]).count("/") <= 1 for rec in outcome.regression_crashes)
+
+
 def test_a_module_that_no_longer_imports_is_a_runtime_finding_where_it_raised(tmp_path: Path) -> None:
     """pytest reports a test module that fails to import as its own CollectError; the finding
     names the exception under it, in the patched module."""
@@ -163,12 +172,14 @@ def test_a_base_run_cut_by_its_timeout_runs_once_and_prices_its_files_for_the_ne
     assert not outcome.regression_ran or outcome.timed_out
     assert any("cut by its timeout: run once" in n for n in outcome.notes), outcome.notes
     book = CostBook(tmp_path / "cache", REPO, "").book
-    assert book["tests/test_slow.py"] == {"s": 2.0, "n": 0} and book["tests/test_calc.py"] == {"s": 2.0, "n": 0}
+    # the file the run finished before it was cut is not charged: the timeout is the slow file's
+    assert book["tests/test_slow.py"] == {"s": 4.0, "n": 0} and "tests/test_calc.py" not in book
     commit = git(tmp_path / "mirrors" / REPO.replace("/", "+"), "rev-parse", "HEAD")
     wt = RepoCache(tmp_path / "cache", tmp_path / "mirrors").worktree(REPO, commit, "again")
     again = select_tests(wt, patch, RegressionSettings(max_expected_s=1.0), costs=CostBook(tmp_path / "cache", REPO, ""))
     assert len(again.files) == 1  # the best-ranked file still runs; the other is priced out
-    assert any("measured 2s, over regression.max_expected_s" in why for why in again.left_out), again.left_out
+    assert any("tests/test_slow.py" in why and "measured 4s, over regression.max_expected_s" in why
+               for why in again.left_out), again.left_out
 
 
 def test_tests_a_patched_run_cut_by_its_timeout_did_not_reach_are_not_broken(tmp_path: Path) -> None:
@@ -476,3 +487,23 @@ def test_a_base_run_on_a_busy_machine_is_priced_as_on_an_idle_one(tmp_path: Path
     book = selection.CostBook(tmp_path / "cut" / "cache", REPO, "")
     book.record_timeout(wt, ["tests/test_calc.py"], {}, 300.0, slowed=4.0)
     assert book.book["tests/test_calc.py"] == {"s": 75.0, "n": 0}
+
+
+def test_a_run_killed_by_its_timeout_still_reports_the_tests_it_finished(tmp_path: Path) -> None:
+    """pytest prints its summary at the end: a run killed by its timeout printed none, and every
+    test it had finished was lost. The plugin writes each outcome as it comes."""
+    from scoring.tests import Suite
+
+    hang = "import time\n\n\ndef test_hang():\n    time.sleep(120)\n"
+    mirrors, commit = make_repo(tmp_path, {"calc.py": CALC, "tests/test_calc.py": TESTS, "tests/test_zz_hang.py": hang})
+    wt = RepoCache(tmp_path / "cache", mirrors).worktree(REPO, commit, "rt")
+    task = Task(instance_id="fixture__calc-rt", repo=REPO, base_commit=commit, problem_statement="")
+    run = make_runner(local_settings(), tmp_path / "cache").run_suite(
+        task, wt, None, Suite(targets=("tests/test_calc.py", "tests/test_zz_hang.py"), timeout_s=8,
+                              finished_on_timeout=True))
+    assert run.timed_out
+    assert run.statuses == {"tests/test_calc.py::test_add": "PASSED", "tests/test_calc.py::test_scale": "PASSED"}
+    # the harness's kind of run (pytest's summary only) reports nothing from a killed run
+    same = make_runner(local_settings(), tmp_path / "cache").run_suite(
+        task, wt, None, Suite(targets=("tests/test_calc.py", "tests/test_zz_hang.py"), timeout_s=8))
+    assert same.timed_out and same.statuses == {}
