@@ -14,7 +14,7 @@ from eval.hidden import run_hidden
 from fixgraph import config
 from fixgraph.workspace import Worktree
 from scoring.envs import VenvEnvs, install_differs
-from tests.testrun_helpers import CALC, REPO, calc_instance, git
+from tests.testrun_helpers import CALC, CALC_PYPROJECT, REPO, calc_instance, git
 
 SETUP_PY = """from setuptools import setup
 setup(
@@ -91,19 +91,6 @@ def test_a_commit_the_repository_lacks_is_a_reason_to_reinstall(repo: Path) -> N
     assert install_differs(Worktree(repo, old), old, "0" * 40, []) == f"cannot compare {old[:12]} with 000000000000"
 
 
-PYPROJECT = '''[build-system]
-requires = ["setuptools"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "calc"
-version = "0.1"
-
-[tool.setuptools]
-py-modules = ["calc"]
-'''
-
-
 @pytest.mark.slow
 def test_a_commit_that_changes_only_code_runs_on_the_install_of_another(tmp_path: Path) -> None:
     spec: dict[str, Any] = {
@@ -113,7 +100,7 @@ def test_a_commit_that_changes_only_code_runs_on_the_install_of_another(tmp_path
         "install": "echo install >> ../installs && python -m pip install --no-build-isolation -e .",
         "test_cmd": "pytest -rA",
     }
-    inst, wt, cache = calc_instance(tmp_path, files={"pyproject.toml": PYPROJECT})
+    inst, wt, cache = calc_instance(tmp_path, files={"pyproject.toml": CALC_PYPROJECT})
     inst = inst.model_copy(update={"version": "0.1"})
     mirror = tmp_path / "mirrors" / REPO.replace("/", "+")
 
@@ -143,7 +130,7 @@ def test_a_commit_that_changes_only_code_runs_on_the_install_of_another(tmp_path
     assert meta["installed_commit"] == inst.base_commit and meta["serves"] == [fixed]
 
     # A commit that changes the build configuration is installed anew.
-    bumped = _commit(mirror, {"pyproject.toml": PYPROJECT.replace('"0.1"', '"0.2"')}, "version 0.2")
+    bumped = _commit(mirror, {"pyproject.toml": CALC_PYPROJECT.replace('"0.1"', '"0.2"')}, "version 0.2")
     third = inst.model_copy(update={"base_commit": bumped, "instance_id": "fixture__calc-3"})
     assert run_hidden(runner, third, cache.worktree(REPO, bumped, third.instance_id), "").runnable
     assert installs.read_text().splitlines() == ["install"] * 2

@@ -15,7 +15,7 @@ from fixgraph import config
 from scoring.envs import VenvEnvs, _pointed_at
 from scoring.sandbox import Limits, can_bind
 from scoring.tests import SubprocessRunner
-from tests.testrun_helpers import CALC, apply_to, calc_instance, diff_for
+from tests.testrun_helpers import CALC, CALC_PYPROJECT, apply_to, calc_instance, diff_for
 
 FIXED = CALC.replace("return a - b", "return a + b")
 
@@ -36,19 +36,6 @@ def test_generated_module():
     assert calc_version.V == 1
 '''
 
-PYPROJECT = '''[build-system]
-requires = ["setuptools"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "calc"
-version = "0.1"
-
-[tool.setuptools]
-py-modules = ["calc"]
-'''
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("bind", [True, False], ids=["bind-mount", "repointed-link"])
 def test_venv_backend_builds_once_and_runs_the_patched_code(tmp_path: Path, monkeypatch, bind: bool) -> None:
@@ -62,7 +49,7 @@ def test_venv_backend_builds_once_and_runs_the_patched_code(tmp_path: Path, monk
         "install": "python -m pip install --no-build-isolation -e . && printf 'V = 1\\n' > calc_version.py",
         "test_cmd": "pytest -rA",
     }
-    inst, wt, _ = calc_instance(tmp_path, extra_tests=SUBPROCESS_TEST, files={"pyproject.toml": PYPROJECT})
+    inst, wt, _ = calc_instance(tmp_path, extra_tests=SUBPROCESS_TEST, files={"pyproject.toml": CALC_PYPROJECT})
     inst = inst.model_copy(update={
         "version": "0.1",
         "PASS_TO_PASS": [*inst.PASS_TO_PASS, "tests/test_calc.py::test_installed_package_is_the_working_copy",

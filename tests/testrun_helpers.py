@@ -41,6 +41,20 @@ def git(cwd: Path, *args: str, raw: bool = False) -> str:
     return out if raw else out.strip()
 
 
+# An editable-installable calc (the venv backend's fixture): calc.py as a top-level module.
+CALC_PYPROJECT = '''[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "calc"
+version = "0.1"
+
+[tool.setuptools]
+py-modules = ["calc"]
+'''
+
+
 def make_repo(root: Path, files: dict[str, str], repo: str = REPO) -> tuple[Path, str]:
     """A git repo laid out as a mirror (``<root>/mirrors/<owner>+<name>``); returns (mirrors, commit)."""
     mirrors = root / "mirrors"
