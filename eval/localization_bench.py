@@ -48,14 +48,17 @@ from typing import Any
 
 KS = (1, 3, 5, 8)
 # The weight grid searched by cross-validation: (W_HISTORY, W_COCHANGE, W_LITERAL, W_TESTS, W_TITLE,
-# W_PROSE). Co-change and quoted literals stay at 0: cross-validated, tuning them generalized worse in
-# the earlier passes (README, "Localization"), and every extra knob on 140 rows is one more way to
-# overfit.
-GRID = [(h, 0.0, 0.0, t, title, prose) for h in (0.0, 0.1, 0.2) for t in (0.0, 0.05, 0.1)
-        for title in (0.0, 0.5, 0.8, 1.0) for prose in (0.0, 0.2, 0.5)]
+# W_PROSE, W_LITERAL_TOP). Co-change and quoted literals as a term of the formula stay at 0:
+# cross-validated, tuning them generalized worse in the earlier passes (README, "Localization"), and
+# every extra knob on 140 rows is one more way to overfit. The literals' reordering of the top 8
+# (W_LITERAL_TOP, sixth pass) is searched: it is the last step, so its points share the linear ranking.
+LITERAL_TOP_WEIGHTS = (0.0, 0.2, 0.5, 1.0)
+LINEAR_GRID = [(h, 0.0, 0.0, t, title, prose) for h in (0.0, 0.1, 0.2) for t in (0.0, 0.05, 0.1)
+               for title in (0.0, 0.5, 0.8, 1.0) for prose in (0.0, 0.2, 0.5)]
+GRID = [(*point, lt) for point in LINEAR_GRID for lt in LITERAL_TOP_WEIGHTS]
 Point = tuple[float, ...]
 # The weights shipped before the title signal (issue 18, third pass): the `before` column.
-PREVIOUS: Point = (0.2, 0.0, 0.0, 0.05, 0.0, 0.0)
+PREVIOUS: Point = (0.2, 0.0, 0.0, 0.05, 0.0, 0.0, 0.0)
 
 
 @dataclass
@@ -156,15 +159,16 @@ def history_ranking(parts) -> list[str]:  # noqa: ANN001 - RankParts
 
 def grid_recalls(rows: list[Row]) -> dict[Point, list[tuple[float, float]]]:
     """(recall@1, recall@8) of every row at every grid point."""
-    from fixgraph.localize import combine
+    from fixgraph.localize import combine, literal_first
 
-    out: dict[Point, list[tuple[float, float]]] = {}
-    for point in GRID:
-        vals = []
-        for r in rows:
-            top = [c.path for c in combine(r.parts, *point)[:8]]
-            vals.append((recall(r.gold, top[:1]), recall(r.gold, top)))
-        out[point] = vals
+    out: dict[Point, list[tuple[float, float]]] = {point: [] for point in GRID}
+    for r in rows:
+        for linear in LINEAR_GRID:
+            # The reordering of the top 8 is the formula's last step: one linear ranking serves it all.
+            ranked = combine(r.parts, *linear)
+            for lt in LITERAL_TOP_WEIGHTS:
+                top = [c.path for c in literal_first(r.parts, ranked, lt)[:8]]
+                out[(*linear, lt)].append((recall(r.gold, top[:1]), recall(r.gold, top)))
     return out
 
 
@@ -412,7 +416,7 @@ def run(args: argparse.Namespace) -> int:
     from fixgraph import rerank
 
     shipped = (localize.W_HISTORY, localize.W_COCHANGE, localize.W_LITERAL, localize.W_TESTS, localize.W_TITLE,
-               localize.W_PROSE)
+               localize.W_PROSE, localize.W_LITERAL_TOP)
     coef = rerank.coef_vector(rerank.COEF)
     for r in rows:
         pool = pool_of(r, shipped)
@@ -441,7 +445,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     def weights(point: Point) -> str:
         return ",".join(f"{w:g}" for w in point)
-    print(f"linear weights (W_HISTORY, W_COCHANGE, W_LITERAL, W_TESTS, W_TITLE, W_PROSE): shipped {weights(shipped)}; "
+    print(f"weights (W_HISTORY, W_COCHANGE, W_LITERAL, W_TESTS, W_TITLE, W_PROSE, W_LITERAL_TOP): shipped {weights(shipped)}; "
           f"best on all rows {weights(in_sample)}; chosen without each repository: "
           + ", ".join(f"{repo.split('/')[1]} {weights(point)}" for repo, point in sorted(folds.items())))
     print(f"re-ranking L2: on all rows {l2_all:g}; chosen without each repository: "

@@ -48,6 +48,10 @@ MAX_FILE_BYTES = 1_000_000
 #                                                    + W_TESTS * T(f) / max T + W_TITLE * Ti(f) / max Ti
 #                                                    + W_PROSE * P(f) / max P))
 #
+# then the LITERAL_TOP best files are put in order again with W_LITERAL_TOP * L(f) / max L (scaled
+# and penalized the same way) added to their scores: the quoted literals reorder the files the
+# formula already chose, they never bring one in from below.
+#
 # (each added signal normalized to its best file and scaled to today's best score, so that its
 # weight means the same on every issue). A learned re-ranking of the top 8 (fixgraph/rerank.py)
 # can follow; it is off (``rerank.COEF`` empty): cross-validated it was not a stable gain.
@@ -74,8 +78,10 @@ MAX_FILE_BYTES = 1_000_000
 # and the prose in, the history signal gets weight 0: on these
 # instances the files past fixes point at are the files the title already points at (README,
 # "Localization"); it is still computed for the benchmark's ``hist`` column and the re-ranking.
-# Cross-validated, the literal signal did not help (its in-sample gain at rank 1 sits in a few
-# instances, and the folds disagree on its weight). Co-change gets weight 0 in eight folds of nine.
+# Cross-validated, the literal signal did not help as a term of the formula (it gains at rank 1 and
+# costs at rank 8: a file quoting a common message climbs from far below into the top 8), so
+# W_LITERAL stays 0; applied to the top 8 only (W_LITERAL_TOP) it gains five instances at rank 1
+# and loses none, and every fold chooses it (sixth pass). Co-change gets weight 0 in eight folds of nine.
 # A centrality prior (log of how many files import a module) and a change-frequency prior
 # (recency-weighted count of focused commits touching a file) were tried and gained nothing at any
 # weight (dev runs), so they are not used; nor were, in the third pass, the modules the top files
@@ -92,6 +98,10 @@ W_LITERAL = 0.0
 W_TESTS = 0.1  # small: it breaks near-ties between a user-facing module and the one under test
 W_TITLE = 0.8
 W_PROSE = 0.2
+# The quoted literals as the ranking's last step: they reorder the LITERAL_TOP files (the Explorer's
+# first reads, what recall@8 counts), so they can decide which of them is first but not which are in.
+W_LITERAL_TOP = 0.5
+LITERAL_TOP = 8
 CO_SEEDS = 5
 TEST_SEEDS = 5  # the test files whose subjects get the tests-to-source signal
 INDEX_VERSION = 5
@@ -600,8 +610,10 @@ def penalty(path: str) -> float:
 
 
 def combine(parts: RankParts, w_history: float, w_cochange: float, w_literal: float,
-            w_tests: float = 0.0, w_title: float = 0.0, w_prose: float = 0.0) -> list[Candidate]:
-    """The one ranking formula (module header): every signal weighted, then the penalty."""
+            w_tests: float = 0.0, w_title: float = 0.0, w_prose: float = 0.0,
+            w_literal_top: float = 0.0) -> list[Candidate]:
+    """The one ranking formula (module header): every signal weighted, then the penalty, then the
+    quoted literals reorder the top ``LITERAL_TOP`` (``literal_first``)."""
     score: dict[str, float] = defaultdict(float, parts.today)
     scale = max(parts.today.values(), default=0.0) or 1.0
     for signal, weight in ((parts.history, w_history), (parts.cochange, w_cochange), (parts.literal, w_literal),
@@ -613,7 +625,24 @@ def combine(parts: RankParts, w_history: float, w_cochange: float, w_literal: fl
     ranked = [Candidate(path, round(s * penalty(path), 6), list(dict.fromkeys(parts.why.get(path, [])))[:8])
               for path, s in score.items()]
     ranked.sort(key=lambda c: (-c.score, c.path))
-    return ranked
+    return literal_first(parts, ranked, w_literal_top)
+
+
+def literal_first(parts: RankParts, ranked: list[Candidate], weight: float) -> list[Candidate]:
+    """``ranked`` with its ``LITERAL_TOP`` best files ordered again, each one's score raised by
+    ``weight`` x its quoted-literal score (relative to the best file's, scaled to today's best score,
+    with the penalty). Only their order changes: the set of the top ``LITERAL_TOP`` stays the
+    formula's, since a message quoted in an issue is often said in several files, and pulling one
+    in from far below costs more than it brings (fourth pass)."""
+    best = max(parts.literal.values(), default=0.0)
+    if not weight or best <= 0:
+        return ranked
+    scale = max(parts.today.values(), default=0.0) or 1.0
+    head = [Candidate(c.path, round(c.score + scale * weight * parts.literal.get(c.path, 0.0) / best
+                                    * penalty(c.path), 6), c.symbols)
+            for c in ranked[:LITERAL_TOP]]
+    head.sort(key=lambda c: (-c.score, c.path))
+    return head + ranked[LITERAL_TOP:]
 
 
 @dataclass
@@ -935,9 +964,10 @@ class RepoIndex:
         from fixgraph import rerank
 
         learned = bool(rerank.COEF)
-        parts = self.rank_parts(problem, cochange=W_COCHANGE > 0, literal=W_LITERAL > 0 or learned,
+        parts = self.rank_parts(problem, cochange=W_COCHANGE > 0,
+                                literal=W_LITERAL > 0 or W_LITERAL_TOP > 0 or learned,
                                 history=W_HISTORY > 0 or learned, evidence=learned)
-        ranked = combine(parts, W_HISTORY, W_COCHANGE, W_LITERAL, W_TESTS, W_TITLE, W_PROSE)
+        ranked = combine(parts, W_HISTORY, W_COCHANGE, W_LITERAL, W_TESTS, W_TITLE, W_PROSE, W_LITERAL_TOP)
         if learned:
             pool = rerank.features(parts, [(c.path, c.score) for c in ranked], penalty)
             by_path = {c.path: c for c in ranked}

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fixgraph.localize import RepoIndex, analyze, combine, is_message
+from fixgraph import localize
+from fixgraph.localize import LITERAL_TOP, RepoIndex, analyze, combine, is_message
 from tests.localize_repo import index_without_history
 
 # The words of the issue are all over frames.py (it is the module about frames and merging);
@@ -65,6 +66,44 @@ def test_an_issue_quoting_an_error_message_ranks_the_file_that_says_it_first(ind
     assert set(parts.literal) == {"pkg/checks.py"}
     # With the weight the in-sample grid chose (shipped off: cross-validation did not confirm it).
     assert combine(parts, 0.0, 0.0, 0.2)[0].path == "pkg/checks.py"
+
+
+def test_the_shipped_ranking_puts_the_file_saying_the_quoted_message_first(index: RepoIndex) -> None:
+    # Quoted literals reorder the formula's top files (W_LITERAL_TOP; W_LITERAL stays 0).
+    assert localize.W_LITERAL == 0.0 and localize.W_LITERAL_TOP > 0
+    parts = index.rank_parts(ISSUE)
+    linear = [c.path for c in combine(parts, 0.0, 0.0, 0.0, localize.W_TESTS, localize.W_TITLE, localize.W_PROSE)]
+    assert linear[0] == "pkg/frames.py" and linear.index("pkg/checks.py") < LITERAL_TOP
+    assert index.rank(ISSUE)[0].path == "pkg/checks.py"
+
+
+# Nine modules that talk about merging frames at length (their docstrings even use the message's
+# words, which docstrings may: only string literals count as said), and one long module of other
+# things that says the message once.
+CROWD = {f"pkg/frames_{i}.py": (f'"""Merging frames {i}: merge two frames, align their indexes, merge tables.\n\n'
+                                "Merging cannot combine frames with a different kind of index unless aligned;\n"
+                                'merging frames with different indexes aligns the indexes first."""\n\n'
+                                f"def merge_frames_{i}(frames, tables):\n"
+                                '    """Merge frames and tables whose indexes differ; aligned when merging."""\n'
+                                "    return [merge(frame, table) for frame, table in zip(frames, tables)]\n")
+         for i in range(LITERAL_TOP + 1)}
+CROWD["pkg/late.py"] = ("".join(f"def unrelated_{i}(parser, token):\n    return parser.consume(token, {i})\n\n"
+                                for i in range(40))
+                        + "def check(left, right):\n"
+                        '    raise ValueError("cannot combine %s with a different kind of %s" % (left, right))\n')
+
+
+def test_quoted_literals_reorder_the_top_files_and_never_pull_one_in_from_below(tmp_path: Path) -> None:
+    index = index_without_history(tmp_path, CROWD)
+    parts = index.rank_parts(ISSUE)
+    assert set(parts.literal) == {"pkg/late.py"}
+    linear = [c.path for c in combine(parts, 0.0, 0.0, 0.0)]
+    assert linear.index("pkg/late.py") >= LITERAL_TOP
+    # However strong, the reordering leaves a file below the top LITERAL_TOP where the formula put it...
+    reordered = [c.path for c in combine(parts, 0.0, 0.0, 0.0, w_literal_top=10.0)]
+    assert reordered == linear
+    # ...while as a term of the formula the same signal pulls it into the top (what cost recall@8).
+    assert [c.path for c in combine(parts, 0.0, 0.0, 1.0)].index("pkg/late.py") < LITERAL_TOP
 
 
 def test_an_issue_quoting_nothing_the_code_says_has_no_literal_signal(index: RepoIndex) -> None:
