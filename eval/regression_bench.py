@@ -46,6 +46,7 @@ from eval.rows import parse_shard, run_terminable, sample, written_rows
 from fixgraph.config import load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, find_mirror
+from scoring import expected_change
 from scoring.critic import InputError, load_predictions
 from scoring.runtime import runtime_findings
 from scoring.testenv import PASSING, SuiteRunner
@@ -121,15 +122,15 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         rec["selected"] = own.selection.get("files", [])
         rec["selected_tests"] = own.selection.get("tests", [])
         rec["tests_run"] = len(own.pass_to_pass_before)
-        rec["flagged"] = broken(own)
-        rec["extra"] = [t for t in rec["flagged"] if t not in set(p2p)]
-        # What each flagged test raised ("" when no record says): a crash or a failed assertion.
-        kinds = {str(c.get("test")): str(c.get("type", "")) for c in own.regression_crashes}
-        rec["flag_kinds"] = {t: kinds.get(t, "") for t in rec["flagged"]}
+        rec["broken"] = broken(own)
+        # What each broken test raised ("" when no record says): a crash or a failed assertion.
+        kinds = expected_change.failure_kinds(own)
+        rec["flag_kinds"] = {t: kinds.get(t, "") for t in rec["broken"]}
         # What each said (an assertion's compared values), to study which flags a fix means to cause.
         said = {str(c.get("test")): str(c.get("message", ""))[:400] for c in own.regression_crashes}
-        rec["flag_messages"] = {t: said[t] for t in rec["flagged"][:20] if said.get(t)}
-        rec["edited"] = tests_the_test_patch_edits(inst, wt, rec["flagged"])
+        rec["flag_messages"] = {t: said[t] for t in rec["broken"][:20] if said.get(t)}
+        rec["edited"] = tests_the_test_patch_edits(inst, wt, rec["broken"])
+        apply_expected(rec, inst)
         rec["visible_new"] = tests_the_test_patch_edits(inst, wt, rec["visible"])
         rec["runtime"] = [{k: f.get(k) for k in ("rule", "file", "line", "symbol", "message")}
                           for f in runtime_findings(own, patch)]
@@ -137,6 +138,18 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         return rec | {"status": "judged"}
     finally:
         wt.reset()
+
+
+def apply_expected(rec: dict[str, Any], inst: Instance) -> None:
+    """The loop's verdict on a judged row: its broken tests but the expected behaviour changes
+    (``scoring.expected_change``, from the issue's title and the failures' kinds, nothing hidden).
+    Rows saved before the rule (no ``broken``) are scored again from what they recorded."""
+    if "broken" not in rec:
+        rec["broken"] = list(rec["flagged"])
+    rec["expected_change"] = expected_change.expected_changes(
+        rec["broken"], rec.get("flag_kinds") or {}, inst.problem_statement, inst.repo)
+    rec["flagged"] = [t for t in rec["broken"] if t not in rec["expected_change"]]
+    rec["extra"] = [t for t in rec["flagged"] if t not in set(inst.PASS_TO_PASS)]
 
 
 def select_rows(args: argparse.Namespace, dataset: dict[str, Instance]) -> tuple[list[dict[str, Any]], dict[str, int]]:
@@ -198,12 +211,15 @@ def run(args: argparse.Namespace) -> int:
         print("interrupted: the figures below cover the rows judged so far (rerun with --resume to continue)",
               file=sys.stderr)
     recs = [done[r["instance_id"]] for r in rows if r["instance_id"] in done]
+    for rec in recs:
+        if rec.get("status") == "judged":
+            apply_expected(rec, dataset[rec["instance_id"]])
     for rec in recs:  # rows judged before the fields existed
         if rec.get("status") == "judged" and ("edited" not in rec or "visible_new" not in rec):
             inst = dataset[rec["instance_id"]]
             with contextlib.suppress(WorkspaceError, git.GitCommandError):
                 wt = repos.worktree(inst.repo, inst.base_commit, f"{key}-{inst.repo_slug}")
-                rec["edited"] = tests_the_test_patch_edits(inst, wt, rec["flagged"])
+                rec["edited"] = tests_the_test_patch_edits(inst, wt, rec["broken"])
                 rec["visible_new"] = tests_the_test_patch_edits(inst, wt, rec["visible"])
     print(report(recs, args))
     return 0
@@ -245,6 +261,7 @@ def report(recs: list[dict[str, Any]], args: argparse.Namespace) -> str:
                  + (f" ({sum(not r['visible'] for r in extra)} of those patches have no visible regression)" if extra else ""))
     lines += [f"  {r['instance_id']}: {', '.join(r['extra'][:3])}" for r in extra[:8]]
     lines += false_positives(judged, tally)
+    lines += expected_report(judged)
     runtime = [r for r in judged if r["runtime"]]
     lines.append(f"runtime findings: {len(runtime)} patches")
     lines += [f"  {r['instance_id']}: {f['rule']} at {f['file']}:{f['line']} in {f['symbol']}"
@@ -285,7 +302,7 @@ def false_positives(judged: list[dict[str, Any]], tally: Tally) -> list[str]:
              f"changes what it asserts): {causes.count('rewritten')}; a runtime error in a touched file, in a test "
              f"outside PASS_TO_PASS: {causes.count('crash')}; other: {causes.count('other')}"]
     for r, cause in zip(fps, causes, strict=True):
-        kinds = sorted({k or "assertion" for k in (r.get("flag_kinds") or {}).values()})
+        kinds = sorted({k or "kind unknown" for t, k in (r.get("flag_kinds") or {}).items() if t in r["flagged"]})
         lines.append(f"  {r['instance_id']}: {cause}; {len(r['flagged'])} tests"
                      + (f" ({', '.join(kinds)})" if kinds else "") + f", e.g. {r['flagged'][0]}")
     rewritten = causes.count("rewritten")
@@ -293,6 +310,30 @@ def false_positives(judged: list[dict[str, Any]], tally: Tally) -> list[str]:
         # Evaluation side only: the loop cannot know which tests the fix's own test patch rewrites.
         lines.append(f"precision with the rewritten-test flags set aside (reads the test patch: not the loop's): "
                      f"{tally.tp / (tally.tp + tally.fp - rewritten):.3f}")
+    return lines
+
+
+def expected_report(judged: list[dict[str, Any]]) -> list[str]:
+    """What the expected-change rule set aside, checked against the evaluation's view, and the
+    figures without it."""
+    aside = [r for r in judged if r.get("expected_change")]
+    before = Tally("without the rule")
+    for r in judged:
+        before.add(bool(r["visible"]), bool(r.get("broken", r["flagged"])), r["own_seconds"])
+    tests = [t for r in aside for t in r["expected_change"]]
+    # Evaluation side: a set-aside test the fix's own test patch rewrites was meant to change; one
+    # that is a visible regression was not.
+    rewritten = sum(t in set(r.get("edited") or []) for r in aside for t in r["expected_change"])
+    dropped = sum(t in set(r["visible"]) for r in aside for t in r["expected_change"])
+    lines = [f"expected behaviour changes set aside (every broken test an assertion in a test named after the "
+             f"issue's title): {len(aside)} patches, {len(tests)} tests; of those tests, rewritten by the "
+             f"instance's test patch: {rewritten}; visible regressions: {dropped}"]
+    lines += [f"  {r['instance_id']}: " + ", ".join(f"{t} ({'/'.join(terms)})" for t, terms in
+                                                   list(r["expected_change"].items())[:3])
+              + (f" (+{len(r['expected_change']) - 3})" if len(r["expected_change"]) > 3 else "")
+              + f"; visible regression: {'yes' if r['visible'] else 'no'}" for r in aside]
+    lines.append(f"without that rule: TP {before.tp} FP {before.fp} FN {before.fn} TN {before.tn}; "
+                 f"recall {before.recall:.3f} precision {before.precision:.3f}")
     return lines
 
 
