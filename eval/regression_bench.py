@@ -2,7 +2,7 @@
 
     python -m eval.regression_bench --predictions FILE --dataset ../shared/data/swebench_lite.jsonl \\
         --repos DIR [--only pallets/flask,psf/requests] [--stride K] [--shard I/N] [--limit N] \\
-        [--base-runs N] [-o ROWS.jsonl] [--resume] [--config NAME]
+        [--base-runs N] [-o ROWS.jsonl] [--resume | --rescore] [--config NAME]
 
 For each prediction whose repository has a mirror under DIR, on the evaluation side the instance's
 hidden tests run at the base and with the patch (the configured backend, venv by default, with
@@ -10,7 +10,10 @@ hidden tests run at the base and with the patch (the configured backend, venv by
 *visible regression* when a ``PASS_TO_PASS`` test that passed at the base fails with it. The
 prediction is the loop's own check (``scoring.tests.own_outcome`` with no reproduction test: the
 existing tests ``scoring.selection`` picks from the base tree and the patch, nothing hidden): it
-flags the patch when a selected test that passed at the base fails with it.
+flags the patch when a selected test that passed at the base fails with it, unless every such test
+is an expected behaviour change (``scoring.expected_change``: an assertion failure in a test named
+after the issue's title, as the Critic reads it). The figures without that rule are printed too,
+and ``--rescore`` scores saved rows again by the current rules without running anything.
 
 It prints the patches judged, those with a visible regression, the recall and precision of the
 loop's check on them, the regressions the loop found in tests outside ``PASS_TO_PASS`` (real
@@ -67,6 +70,9 @@ def parser() -> argparse.ArgumentParser:
                    help="runs of the selected tests at the base (flaky ones left out); 0: the config's")
     p.add_argument("-o", "--output", type=Path, default=Path("runs/regression_bench.jsonl"))
     p.add_argument("--resume", action="store_true", help="count the rows already in --output instead of rerunning them")
+    p.add_argument("--rescore", action="store_true",
+                   help="score the rows already in --output by the current rules and judge no new row (safe beside a "
+                        "run still writing them)")
     return p
 
 
@@ -182,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         raise InputError("no predictions with a mirror to judge")
     done: dict[str, dict[str, Any]] = {}
-    if args.resume:
+    if args.resume or args.rescore:
         for rec in written_rows(args.output):
             with contextlib.suppress(KeyError, TypeError):
                 done[rec["instance_id"]] = rec
@@ -193,8 +199,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"judging {len(rows)} predictions (skipped: " + ", ".join(f"{k} {v}" for k, v in skipped.items()) + ")",
           file=sys.stderr)
     key = f"regrbench-{args.shard.replace('/', 'of') or 'all'}"
+    if args.rescore:
+        print(f"--rescore: {sum(r['instance_id'] not in done for r in rows)} rows not judged yet are left out",
+              file=sys.stderr)
+        rows = [r for r in rows if r["instance_id"] in done]
     try:
-        with args.output.open("a" if args.resume else "w", encoding="utf-8") as out:
+        with args.output.open("a" if args.resume or args.rescore else "w", encoding="utf-8") as out:
             for n, row in enumerate(rows, 1):
                 if row["instance_id"] in done:
                     continue

@@ -158,10 +158,25 @@ def test_the_bench_does_not_count_an_expected_change_and_scores_old_rows_again(
 
     old = {k: v for k, v in rec.items() if k not in ("broken", "expected_change")} | {"flagged": [LABEL]}
     rows.write_text(json.dumps(old) + "\n")
-    assert main([*args, "--resume"]) == 0
-    again = capsys.readouterr().out
-    assert "TP 0 FP 0 FN 0 TN 1" in again and "without that rule: TP 0 FP 1" in again
-    assert rows.read_text().count("\n") == 1  # nothing ran again
+    for again in ("--resume", "--rescore"):
+        assert main([*args, again]) == 0
+        text = capsys.readouterr().out
+        assert "TP 0 FP 0 FN 0 TN 1" in text and "without that rule: TP 0 FP 1" in text
+        assert rows.read_text() == json.dumps(old) + "\n"  # nothing ran again
+
+
+def test_rescore_judges_no_new_row(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Beside a run still writing its rows: the rows not yet judged are left out, none is run."""
+    mirrors, commit = make_repo(tmp_path, {"calc.py": CALC, "tests/test_calc.py": TESTS})
+    inst = Instance(instance_id="fixture__calc-ec", repo=REPO, base_commit=commit, problem_statement=ISSUE,
+                    version="", FAIL_TO_PASS=[LABEL], PASS_TO_PASS=["tests/test_calc.py::test_add"])
+    dataset, preds, rows = tmp_path / "lite.jsonl", tmp_path / "preds.jsonl", tmp_path / "rows.jsonl"
+    dataset.write_text(json.dumps(inst.model_dump()) + "\n")
+    preds.write_text(json.dumps({"instance_id": inst.instance_id, "model_patch": "diff --git a/x b/x\n"}) + "\n")
+    assert main(["--predictions", str(preds), "--dataset", str(dataset), "--repos", str(mirrors),
+                 "-o", str(rows), "--rescore"]) == 0
+    assert "1 rows not judged yet are left out" in capsys.readouterr().err
+    assert rows.read_text() == ""
 
 
 def test_the_critic_passes_the_fix_warns_about_the_test_and_the_pull_request_says_to_update_it(
