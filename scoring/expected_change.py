@@ -18,9 +18,10 @@ breaks an unrelated test breaks more than the issue asks: then all stay regressi
 reports each as a warning (update this test with the fix) instead of a regression, and leaves it
 out of ``no_regression``; ``eval.regression_bench`` does not count it as a flag. The conditions
 and the two-term threshold were chosen on the false and true positives of sessions 5-7 of
-``eval.regression_bench`` (AutoCodeRover run 1, docs/benchmarks.md); with one shared term a true
-regression would have gone (sympy-14817's ``test_MatrixSymbol_printing`` against "Error pretty
-printing MatAdd").
+``eval.regression_bench`` (AutoCodeRover run 1, docs/benchmarks.md). There, the 12 assertion
+failures with two shared terms are all tests the fix's test patch rewrites; with one term, 15 of
+16 are, and the 16th is breakage the fix does not intend (sympy-14817's
+``test_MatrixSymbol_printing`` against "Error pretty printing MatAdd").
 """
 
 from __future__ import annotations

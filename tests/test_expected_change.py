@@ -17,6 +17,7 @@ from fixgraph.scripted import ScriptedChatModel
 from fixgraph.workspace import RepoCache
 from graph import run_tasks
 from scoring import expected_change, fix_score
+from scoring.crash import failures_of
 from scoring.runtime import runtime_findings
 from scoring.tests import TestOutcome, make_runner, own_outcome
 from tests.conftest import read_record
@@ -215,3 +216,24 @@ def test_the_critic_passes_the_fix_warns_about_the_test_and_the_pull_request_say
     [body] = recorder.seen
     assert "[tests/expected_change]" in body and "update it with the fix" in body
     assert "`tests/test_ops.py::test_label_format`: FAILED" in body  # listed with its status, not hidden
+
+
+def test_sympy_s_raises_that_did_not_raise_is_a_failed_expectation_not_a_crash() -> None:
+    """sympy's runner prints a failed ``raises()`` as an exception (``E``) of type Failed: read from
+    its log, the kind is Failed (an assertion's), never a runtime finding."""
+    log = ("test_ndim_array_initiation E\n"
+           "___ sympy/tensor/array/tests/test_immutable_ndim_array.py:test_ndim_array_initiation ___\n"
+           "Traceback (most recent call last):\n"
+           '  File "/tmp/run/repo/sympy/tensor/array/tests/test_immutable_ndim_array.py", line 25, '
+           "in test_ndim_array_initiation\n"
+           "    raises(ValueError, lambda: ImmutableDenseNDimArray([], shape=()))\n"
+           '  File "/tmp/run/repo/sympy/testing/pytest.py", line 119, in raises\n'
+           '    raise Failed("DID NOT RAISE")\n'
+           "sympy.testing.pytest.Failed: DID NOT RAISE\n")
+    [rec] = failures_of([], log, "/tmp/run/repo", ["test_ndim_array_initiation"])
+    assert (rec["type"], rec["message"]) == ("Failed", "DID NOT RAISE")
+    outcome = TestOutcome(runnable=True, reason="", pass_to_pass_before={"test_ndim_array_initiation": "PASSED"},
+                          pass_to_pass_after={"test_ndim_array_initiation": "FAILED"}, regression_crashes=[rec])
+    assert runtime_findings(outcome, "") == []
+    assert expected_change.of_outcome(outcome, "Ndim array initiation rejects empty shapes") == {
+        "test_ndim_array_initiation": ["array", "initiation", "ndim"]}
