@@ -318,18 +318,9 @@ def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: 
     """The suite at the base commit, cached per task. With ``runs`` > 1 the suite runs that many
     times and a test whose status differs between runs is flaky: left out, and named in the notes."""
     env_key, path = _baseline_path(runner, task, wt, suite, runs)
-    if env_key and path.is_file():
-        try:
-            data = json.loads(path.read_text())
-            if not data["statuses"]:  # pinned before such runs were left uncached
-                raise KeyError("statuses")
-            return SuiteRun(statuses=data["statuses"], log=data["log"], seconds=0.0,
-                            timed_out=data.get("timed_out", False), error=data.get("error", ""),
-                            network_isolated=data.get("network_isolated", False),
-                            notes=list(data.get("notes", [])), backend=runner.backend,
-                            crash_records=list(data.get("crash_records", [])))
-        except (json.JSONDecodeError, KeyError):
-            pass
+    cached = _cached_baseline(path, runner.backend) if env_key else None
+    if cached is not None:
+        return cached
     first = runner.run_suite(task, wt, None, suite)
     seconds = first.seconds
     for _ in range(runs - 1):
@@ -357,6 +348,22 @@ def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: 
                                        # from a reproduction.
                                        "crash_records": first.crash_records[:BASE_CRASH_RECORDS]}))
     return first
+
+
+def _cached_baseline(path: Path, backend: str) -> SuiteRun | None:
+    """The base run pinned at ``path``; None when there is none to trust: no file, a file cut short,
+    or one pinned with no statuses (written before such runs were left uncached)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(data, dict) or not data.get("statuses") or "log" not in data:
+        return None
+    return SuiteRun(statuses=data["statuses"], log=data["log"], seconds=0.0,
+                    timed_out=data.get("timed_out", False), error=data.get("error", ""),
+                    network_isolated=data.get("network_isolated", False),
+                    notes=list(data.get("notes", [])), backend=backend,
+                    crash_records=list(data.get("crash_records", [])))
 
 
 def _baseline_path(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: int) -> tuple[str, Path]:
