@@ -4,6 +4,7 @@ assertion stays a regression; a flaky test is run twice at the base and left out
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -421,7 +422,16 @@ def test_a_base_run_that_reports_no_test_is_not_cached(tmp_path: Path) -> None:
     assert not baseline(runner, task, wt, Suite(targets=("tests/test_empty.py",), label="x")).statuses
     assert not list(cached.glob("*.json"))
     assert baseline(runner, task, wt, Suite(targets=("tests/test_calc.py",), label="x")).statuses
-    assert len(list(cached.glob("*.json"))) == 1
+    [pinned] = list(cached.glob("*.json"))
+    # A pinned run is read back; one cut short, or pinned with no statuses, is run again and re-pinned.
+    kept = json.loads(pinned.read_text())
+    for bad in ('{"statuses": {"tests/test_calc.py::test_x"', json.dumps({**kept, "statuses": {}})):
+        pinned.write_text(bad)
+        again = baseline(runner, task, wt, Suite(targets=("tests/test_calc.py",), label="x"))
+        assert again.statuses == kept["statuses"] and again.seconds > 0
+        assert json.loads(pinned.read_text())["statuses"] == kept["statuses"]
+    read = baseline(runner, task, wt, Suite(targets=("tests/test_calc.py",), label="x"))
+    assert read.statuses == kept["statuses"] and read.seconds == 0.0
 
 
 def test_the_patched_run_goes_beside_an_uncached_base_run_and_alone_after_a_cached_one(
