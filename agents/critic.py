@@ -151,7 +151,8 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
         outcome = _run_tests(ctx, state, patch)
         # Tests that assert what the issue asks to change: a warning to update them, not a regression.
         expected = (expected_change.of_outcome(outcome, ctx.task.problem_statement, ctx.task.repo)
-                    if outcome is not None and outcome.source == "own" else {})
+                    if outcome is not None and outcome.source == "own" and ctx.cfg.regression.expected_changes
+                    else {})
         scored = expected_change.set_aside(outcome, expected) if outcome is not None else None
         llm_score = None
         if fix_score.needs_judgment(scored):

@@ -70,6 +70,9 @@ def parser() -> argparse.ArgumentParser:
                    help="runs of the selected tests at the base (flaky ones left out); 0: the config's")
     p.add_argument("-o", "--output", type=Path, default=Path("runs/regression_bench.jsonl"))
     p.add_argument("--resume", action="store_true", help="count the rows already in --output instead of rerunning them")
+    p.add_argument("--expected-changes", action="store_true",
+                   help="count no expected behaviour change as a flag (scoring.expected_change); default: the "
+                        "config's regression.expected_changes")
     p.add_argument("--rescore", action="store_true",
                    help="score the rows already in --output by the current rules and judge no new row (safe beside a "
                         "run still writing them)")
@@ -136,7 +139,7 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         said = {str(c.get("test")): str(c.get("message", ""))[:400] for c in own.regression_crashes}
         rec["flag_messages"] = {t: said[t] for t in rec["broken"][:20] if said.get(t)}
         rec["edited"] = tests_the_test_patch_edits(inst, wt, rec["broken"])
-        apply_expected(rec, inst)
+        apply_expected(rec, inst, cfg.regression.expected_changes)
         rec["visible_new"] = tests_the_test_patch_edits(inst, wt, rec["visible"])
         rec["runtime"] = [{k: f.get(k) for k in ("rule", "file", "line", "symbol", "message")}
                           for f in runtime_findings(own, patch)]
@@ -146,15 +149,16 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         wt.reset()
 
 
-def apply_expected(rec: dict[str, Any], inst: Instance) -> None:
-    """The loop's verdict on a judged row: its broken tests but the expected behaviour changes
-    (``scoring.expected_change``, from the issue's title and the failures' kinds, nothing hidden).
-    Rows saved before the rule (no ``broken``) are scored again from what they recorded."""
+def apply_expected(rec: dict[str, Any], inst: Instance, enabled: bool) -> None:
+    """The loop's verdict on a judged row: its broken tests, but, when ``enabled``, the expected
+    behaviour changes (``scoring.expected_change``, from the issue's title and the failures' kinds,
+    nothing hidden; recorded either way). Rows saved before the rule (no ``broken``) are scored
+    again from what they recorded."""
     if "broken" not in rec:
         rec["broken"] = list(rec["flagged"])
     rec["expected_change"] = expected_change.expected_changes(
         rec["broken"], rec.get("flag_kinds") or {}, inst.problem_statement, inst.repo)
-    rec["flagged"] = [t for t in rec["broken"] if t not in rec["expected_change"]]
+    rec["flagged"] = [t for t in rec["broken"] if not enabled or t not in rec["expected_change"]]
     rec["extra"] = [t for t in rec["flagged"] if t not in set(inst.PASS_TO_PASS)]
 
 
@@ -181,6 +185,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     if args.base_runs:
         cfg = cfg.model_copy(update={"regression": cfg.regression.model_copy(update={"base_runs": args.base_runs})})
+    if args.expected_changes:
+        cfg = cfg.model_copy(update={"regression": cfg.regression.model_copy(update={"expected_changes": True})})
+    args.expected_changes = cfg.regression.expected_changes
     dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
     if not args.repos.is_dir():
         raise InputError(f"--repos: not a directory: {args.repos}")
@@ -223,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
     recs = [done[r["instance_id"]] for r in rows if r["instance_id"] in done]
     for rec in recs:
         if rec.get("status") == "judged":
-            apply_expected(rec, dataset[rec["instance_id"]])
+            apply_expected(rec, dataset[rec["instance_id"]], cfg.regression.expected_changes)
     for rec in recs:  # rows judged before the fields existed
         if rec.get("status") == "judged" and ("edited" not in rec or "visible_new" not in rec):
             inst = dataset[rec["instance_id"]]
@@ -271,7 +278,7 @@ def report(recs: list[dict[str, Any]], args: argparse.Namespace) -> str:
                  + (f" ({sum(not r['visible'] for r in extra)} of those patches have no visible regression)" if extra else ""))
     lines += [f"  {r['instance_id']}: {', '.join(r['extra'][:3])}" for r in extra[:8]]
     lines += false_positives(judged, tally)
-    lines += expected_report(judged)
+    lines += expected_report(judged, bool(getattr(args, "expected_changes", False)))
     runtime = [r for r in judged if r["runtime"]]
     lines.append(f"runtime findings: {len(runtime)} patches")
     lines += [f"  {r['instance_id']}: {f['rule']} at {f['file']}:{f['line']} in {f['symbol']}"
@@ -323,27 +330,30 @@ def false_positives(judged: list[dict[str, Any]], tally: Tally) -> list[str]:
     return lines
 
 
-def expected_report(judged: list[dict[str, Any]]) -> list[str]:
-    """What the expected-change rule set aside, checked against the evaluation's view, and the
-    figures without it."""
+def expected_report(judged: list[dict[str, Any]], enabled: bool) -> list[str]:
+    """What the expected-change rule sets aside (``enabled``) or would, checked against the
+    evaluation's view, and the figures of the other setting."""
     aside = [r for r in judged if r.get("expected_change")]
-    before = Tally("without the rule")
+    other = Tally("the other setting")
     for r in judged:
-        before.add(bool(r["visible"]), bool(r.get("broken", r["flagged"])), r["own_seconds"])
+        broken = r.get("broken", r["flagged"])
+        left = broken if enabled else [t for t in broken if t not in (r.get("expected_change") or {})]
+        other.add(bool(r["visible"]), bool(left), r["own_seconds"])
     tests = [t for r in aside for t in r["expected_change"]]
     # Evaluation side: a set-aside test the fix's own test patch rewrites was meant to change; one
     # that is a visible regression was not.
     rewritten = sum(t in set(r.get("edited") or []) for r in aside for t in r["expected_change"])
     dropped = sum(t in set(r["visible"]) for r in aside for t in r["expected_change"])
-    lines = [f"expected behaviour changes set aside (every broken test an assertion in a test named after the "
+    lines = [f"expected behaviour changes {'set aside' if enabled else 'the rule would set aside (off)'} "
+             f"(every broken test an assertion in a test named after the "
              f"issue's title): {len(aside)} patches, {len(tests)} tests; of those tests, rewritten by the "
              f"instance's test patch: {rewritten}; visible regressions: {dropped}"]
     lines += [f"  {r['instance_id']}: " + ", ".join(f"{t} ({'/'.join(terms)})" for t, terms in
                                                    list(r["expected_change"].items())[:3])
               + (f" (+{len(r['expected_change']) - 3})" if len(r["expected_change"]) > 3 else "")
               + f"; visible regression: {'yes' if r['visible'] else 'no'}" for r in aside]
-    lines.append(f"without that rule: TP {before.tp} FP {before.fp} FN {before.fn} TN {before.tn}; "
-                 f"recall {before.recall:.3f} precision {before.precision:.3f}")
+    lines.append(f"{'without' if enabled else 'with'} that rule: TP {other.tp} FP {other.fp} FN {other.fn} "
+                 f"TN {other.tn}; recall {other.recall:.3f} precision {other.precision:.3f}")
     return lines
 
 

@@ -146,10 +146,15 @@ def test_the_bench_does_not_count_an_expected_change_and_scores_old_rows_again(
     rows = tmp_path / "rows.jsonl"
     args = ["--predictions", str(preds), "--dataset", str(dataset), "--repos", str(mirrors),
             "--config", str(config), "-o", str(rows)]
-    assert main(args) == 0
+    assert main(args) == 0  # off by default: counted as a flag, and the figures with the rule beside
+    text = capsys.readouterr().out
+    assert "TP 0 FP 1 FN 0 TN 0" in text and "with that rule: TP 0 FP 0 FN 0 TN 1" in text
+    args.append("--expected-changes")
+    assert main([*args, "--rescore"]) == 0
     text = capsys.readouterr().out
     [rec] = map(json.loads, rows.read_text().splitlines())
-    assert rec["broken"] == [LABEL] and rec["flagged"] == [] and rec["expected_change"] == {LABEL: ["format", "label"]}
+    # The row keeps what the rule reads; --rescore counts it again without writing anything.
+    assert rec["broken"] == [LABEL] and rec["expected_change"] == {LABEL: ["format", "label"]}
     assert rec["visible"] == [] and rec["resolved_here"] is True
     assert "TP 0 FP 0 FN 0 TN 1" in text
     assert ("expected behaviour changes set aside (every broken test an assertion in a test named after the "
@@ -203,7 +208,7 @@ def test_the_critic_passes_the_fix_warns_about_the_test_and_the_pull_request_say
         "RuntimeCheck": [{"verdict": "Safe", "errors": []}] * 3,
         "PatchJudgment": [{"score": 0.9, "reasoning": "Does what the issue asks."}] * 3,
     })
-    cfg = cfg_factory("redo", eval_mode=False)
+    cfg = cfg_factory("redo", eval_mode=False, **{"regression.expected_changes": True})
     recorder = _PRRecorder(cfg)
     run_tasks([inst], cfg, run_id="ec", repos=mirrors, model_factory=lambda role: model, progress=False,
               publisher=recorder)
