@@ -209,6 +209,17 @@ def behaviour_needed(where: str, cands: list[tuple[str, str, bool]], sig: dict[s
     return len({cands[members[0]][2] for members in groups.values()}) == 2
 
 
+NO_TEST_SIGNAL = "no test signal (fell back to the signals that need no test run): "
+
+
+def tests_note(sig: dict[str, dict[str, Any]]) -> str:
+    """Why no candidate has a test signal, when one was sought and none came; "" when some has."""
+    notes = {str(s["tests_note"]) for s in sig.values() if s.get("tests_note")}
+    if not notes or any("no_regression" in s for s in sig.values()):
+        return ""
+    return NO_TEST_SIGNAL + "; ".join(sorted(notes))[:300]
+
+
 def judge_instance(inst: Instance, cands: list[tuple[str, str, bool]], repos: RepoCache, cfg: RunConfig,
                    cache_dir: Path, args: argparse.Namespace, runner: tests.SuiteRunner | None) -> dict[str, Any]:
     start = time.monotonic()
@@ -244,9 +255,8 @@ def judge_instance(inst: Instance, cands: list[tuple[str, str, bool]], repos: Re
             row["behaviour"] = "static" * static_on + "+tests" * (runner is not None)
         else:
             row["behaviour"] = f"skipped ({args.behaviour_where})"
-    notes = {s.get("tests_note") for s in row["signals"].values() if s.get("tests_note")}
-    if args.tests and notes and not any("no_regression" in s for s in row["signals"].values()):
-        row["note"] = "no test signal (fell back to the signals that need no test run): " + "; ".join(sorted(notes))[:300]
+    if args.tests and (note := tests_note(row["signals"])):
+        row["note"] = note
     row["seconds"] = round(time.monotonic() - start, 2)
     return row
 
@@ -497,8 +507,13 @@ def load_rows(path: Path) -> dict[str, dict[str, Any]]:
                 prev["signals"][name] = {**prev["signals"].get(name, {}), **sig}
             prev["seconds"] = round(prev.get("seconds", 0.0) + rec.get("seconds", 0.0), 2)
             prev["behaviour"] = "; ".join(b for b in (prev.get("behaviour"), rec.get("behaviour")) if b)
-            if rec.get("note"):
-                prev["note"] = "; ".join(n for n in (prev.get("note"), rec["note"]) if n)
+            # Notes of a checkout stay; whether a test signal is missing is the merged signals' to say
+            # (a later run that got one takes back an earlier run's "no test signal").
+            notes = [kept for row in (prev, rec)
+                     if (kept := str(row.get("note") or "").split(NO_TEST_SIGNAL)[0].rstrip("; "))]
+            if "+tests" in prev["behaviour"] and (note := tests_note(prev["signals"])):
+                notes.append(note)
+            prev["note"] = "; ".join(dict.fromkeys(notes))
     return rows
 
 
