@@ -45,10 +45,10 @@ import git
 
 from eval.critic_bench import Tally
 from eval.hidden import run_hidden, tests_the_test_patch_edits
-from eval.rows import parse_shard, run_terminable, sample, written_rows
+from eval.rows import add_row_options, mirrored_rows, row_choice, run_terminable, sample, written_rows
 from fixgraph.config import load_config
 from fixgraph.dataset import Instance, load_jsonl
-from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, find_mirror
+from fixgraph.workspace import PatchError, RepoCache, WorkspaceError
 from scoring import expected_change
 from scoring.critic import InputError, load_predictions
 from scoring.runtime import runtime_findings
@@ -58,18 +58,11 @@ from scoring.tests import TestOutcome, make_runner, own_outcome
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m eval.regression_bench", description=(__doc__ or "").split("\n")[0])
-    p.add_argument("--predictions", type=Path, required=True, help="predictions JSONL (lite_predictions/*.jsonl)")
-    p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
-    p.add_argument("--repos", type=Path, required=True, help="folder of repository mirrors (owner+name/repo)")
-    p.add_argument("--only", default="", help="comma-separated owner/name repos (default: every mirrored one)")
-    p.add_argument("--stride", type=int, default=1, help="judge every K-th row")
-    p.add_argument("--shard", default="", metavar="I/N", help="judge only shard I of N (0-based) of the rows")
-    p.add_argument("--limit", type=int, default=0, help="judge only the first N rows (after --stride)")
-    p.add_argument("--config", default="redo", help="config for the test backend and the regression selection")
+    add_row_options(p, rows="rows", predictions="predictions JSONL (lite_predictions/*.jsonl)",
+                    output=Path("runs/regression_bench.jsonl"),
+                    config="config for the test backend and the regression selection")
     p.add_argument("--base-runs", type=int, default=0, choices=(0, 1, 2, 3),
                    help="runs of the selected tests at the base (flaky ones left out); 0: the config's")
-    p.add_argument("-o", "--output", type=Path, default=Path("runs/regression_bench.jsonl"))
-    p.add_argument("--resume", action="store_true", help="count the rows already in --output instead of rerunning them")
     p.add_argument("--expected-changes", action="store_true",
                    help="count no expected behaviour change as a flag (scoring.expected_change); default: the "
                         "config's regression.expected_changes")
@@ -163,25 +156,14 @@ def apply_expected(rec: dict[str, Any], inst: Instance, enabled: bool) -> None:
 
 
 def select_rows(args: argparse.Namespace, dataset: dict[str, Instance]) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    only, shard = row_choice(args)
     skipped = {"not in dataset": 0, "no mirror": 0, "other repo": 0}
-    rows = []
-    for row in load_predictions(args.predictions):
-        inst = dataset.get(row["instance_id"])
-        if inst is None:
-            skipped["not in dataset"] += 1
-        elif only and inst.repo not in only:
-            skipped["other repo"] += 1
-        elif find_mirror(args.repos, inst.repo) is None:
-            skipped["no mirror"] += 1
-        else:
-            rows.append(row)
-    return sample(rows, args.stride, args.limit, parse_shard(args.shard) if args.shard else None), skipped
+    rows = mirrored_rows(load_predictions(args.predictions), dataset, args.repos, only, skipped)
+    return sample(rows, args.stride, args.limit, shard), skipped
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.stride < 1:
-        raise InputError("--stride must be at least 1")
+    row_choice(args)  # a bad option fails before the config and the dataset are read
     cfg = load_config(args.config)
     if args.base_runs:
         cfg = cfg.model_copy(update={"regression": cfg.regression.model_copy(update={"base_runs": args.base_runs})})
@@ -189,8 +171,6 @@ def run(args: argparse.Namespace) -> int:
         cfg = cfg.model_copy(update={"regression": cfg.regression.model_copy(update={"expected_changes": True})})
     args.expected_changes = cfg.regression.expected_changes
     dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
-    if not args.repos.is_dir():
-        raise InputError(f"--repos: not a directory: {args.repos}")
     rows, skipped = select_rows(args, dataset)
     if not rows:
         raise InputError("no predictions with a mirror to judge")

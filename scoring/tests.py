@@ -42,7 +42,7 @@ from fixgraph.config import RegressionSettings, TestSettings
 from fixgraph.dataset import EvaluationData, Task
 from fixgraph.records import atomic_write
 from fixgraph.workspace import Worktree, content_key
-from scoring import crash
+from scoring import crash, testenv
 from scoring.sandbox import Limits, can_bind, prepare_workdir, run_isolated, scrubbed_env
 from scoring.specs import (
     NON_TEST_EXTS,
@@ -68,6 +68,7 @@ from scoring.testenv import (
     materialize,
     owned_by,
     run_root,
+    suite_timeout,
 )
 
 if TYPE_CHECKING:
@@ -201,9 +202,9 @@ class SubprocessRunner:
         self.envs = envs
         self.backend = backend
 
-    def _limits(self, suite: Suite) -> Limits:
-        timeout = min(suite.timeout_s, self.settings.timeout_s) if suite.timeout_s else self.settings.timeout_s
-        return Limits(timeout, self.settings.cpu_s, self.settings.memory_mb, self.settings.network_isolation)
+    def _limits(self, suite: Suite, slowed: float) -> Limits:
+        return Limits(suite_timeout(suite, self.settings.timeout_s, slowed), self.settings.cpu_s,
+                      self.settings.memory_mb, self.settings.network_isolation)
 
     def env_key(self, task: Task, wt: Worktree) -> str:
         try:
@@ -273,7 +274,8 @@ class SubprocessRunner:
                        FIXGRAPH_REPO_ROOT=str(work),
                        FIXGRAPH_LOCALS_CHARS=str(self.settings.locals_repr_chars))
         directives = test_directives(task.repo, list(suite.targets))
-        limits = self._limits(suite)
+        slowed = testenv.slowdown()
+        limits = self._limits(suite, slowed)
         with env.activate(work, can_bind(limits)) if env.activate else contextlib.nullcontext([]) as binds:
             done = run_isolated([*argv, *directives], work, run_env, limits, binds=binds)
         # A test parametrized with a path under the run's copy (tmp dirs, fixtures) would get a
@@ -289,8 +291,8 @@ class SubprocessRunner:
                 statuses.setdefault(_unroot(test, work), status)
             notes.append(f"tests killed after {limits.timeout_s:g}s; tests not reported are left out")
         return SuiteRun(statuses, pre_log + done.output, done.seconds, done.timed_out, done.isolated_network,
-                        crash_records=records, notes=notes, root=str(work),
-                        backend=self.backend)
+                        crash_records=records, notes=notes, root=str(work), backend=self.backend,
+                        timeout_s=limits.timeout_s, slowdown=(slowed + testenv.slowdown()) / 2)
 
     def _prepare(self, env: TestEnv, work: Path, home: Path) -> tuple[dict[str, str], str]:
         """The scrubbed environment for the test process; runs the spec's pre-install edits."""
@@ -455,16 +457,11 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
         why.append("no existing test exercises the changed code" if chosen is not None
                    else "regression tests are off")
     else:
-        slowed = selection.slowdown()
-        # On a busy machine a run takes longer by the load per core, and its timeout stretches with
-        # it (the backend's own cap still holds): else a run cut at 300 s says nothing of the tests.
-        settings = settings.model_copy(update={"timeout_s": settings.timeout_s * slowed})
         first = _first_suite(chosen, settings)
         _, cached = _baseline_path(runner, task, wt, first, settings.base_runs)
         beside = (_Beside(runner, task, wt, patch, first)
                   if settings.patched_beside_base and not cached.is_file() else None)
         suite, narrowed, before = _base_run(runner, task, wt, chosen, settings)
-        slowed = (slowed + selection.slowdown()) / 2  # the load while the base ran, roughly
         out.seconds += before.seconds
         out.base_seconds += before.seconds
         out.selection = chosen.to_dict()
@@ -478,9 +475,10 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
         # says only that the files it did not finish are slow (not 300 s shared by the 8 tests it
         # reached): at least the timeout is theirs, or the next task selects them again.
         if before.seconds and not before.error and not before.timed_out:
-            costs.record(wt, chosen.files, before.statuses, before.seconds / settings.base_runs, slowed)
+            costs.record(wt, chosen.files, before.statuses, before.seconds / settings.base_runs, before.slowdown)
         elif before.timed_out:
-            costs.record_timeout(wt, chosen.files, before.statuses, suite.timeout_s or settings.timeout_s, slowed)
+            costs.record_timeout(wt, chosen.files, before.statuses, before.timeout_s or settings.timeout_s,
+                                 before.slowdown)
         out.notes += before.notes
         if before.error or not before.statuses:
             why.append("existing tests could not run at the base: "
