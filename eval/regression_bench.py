@@ -53,7 +53,7 @@ from scoring import expected_change
 from scoring.critic import InputError, load_predictions
 from scoring.runtime import runtime_findings
 from scoring.testenv import PASSING, SuiteRunner
-from scoring.tests import TestOutcome, make_runner, own_outcome
+from scoring.tests import make_runner, own_outcome
 
 
 def parser() -> argparse.ArgumentParser:
@@ -70,13 +70,6 @@ def parser() -> argparse.ArgumentParser:
                    help="score the rows already in --output by the current rules and judge no new row (safe beside a "
                         "run still writing them)")
     return p
-
-
-def broken(out: TestOutcome, among: list[str] | None = None) -> list[str]:
-    """Tests that passed before and do not after (``among``: only those)."""
-    ids = among if among is not None else list(out.pass_to_pass_before)
-    return sorted(t for t in ids if out.pass_to_pass_before.get(t) in PASSING
-                  and out.pass_to_pass_after.get(t, "MISSING") not in PASSING)
 
 
 def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache, runner: SuiteRunner,
@@ -103,7 +96,7 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         p2p = inst.PASS_TO_PASS
         rec["hidden_timed_out"] = truth.timed_out
         # A run cut by its timeout did not reach the tests it does not report: unknown, not broken.
-        rec["visible"] = [t for t in broken(truth, p2p)
+        rec["visible"] = [t for t in expected_change.broken_tests(truth, p2p)
                           if not truth.timed_out or truth.pass_to_pass_after.get(t, "MISSING") != "MISSING"]
         rec["p2p_passing_at_base"] = sum(truth.pass_to_pass_before.get(t) in PASSING for t in p2p)
         rec["resolved_here"] = (all(s in PASSING for s in truth.fail_to_pass.values())
@@ -124,7 +117,7 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         rec["selected"] = own.selection.get("files", [])
         rec["selected_tests"] = own.selection.get("tests", [])
         rec["tests_run"] = len(own.pass_to_pass_before)
-        rec["broken"] = broken(own)
+        rec["broken"] = expected_change.broken_tests(own)
         # What each broken test raised ("" when no record says): a crash or a failed assertion.
         kinds = expected_change.failure_kinds(own)
         rec["flag_kinds"] = {t: kinds.get(t, "") for t in rec["broken"]}

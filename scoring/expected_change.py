@@ -109,10 +109,11 @@ def expected_changes(broken: Iterable[str], kinds: Mapping[str, str], issue: str
     return out
 
 
-def broken_tests(outcome: TestOutcome) -> list[str]:
-    """Selected tests that passed at the base and do not with the patch."""
-    return sorted(t for t, s in outcome.pass_to_pass_before.items()
-                  if s in PASSING and outcome.pass_to_pass_after.get(t, "MISSING") not in PASSING)
+def broken_tests(outcome: TestOutcome, among: Iterable[str] | None = None) -> list[str]:
+    """Tests that passed at the base and do not with the patch (``among``: only those)."""
+    ids = outcome.pass_to_pass_before if among is None else among
+    return sorted(t for t in ids if outcome.pass_to_pass_before.get(t) in PASSING
+                  and outcome.pass_to_pass_after.get(t, "MISSING") not in PASSING)
 
 
 def failure_kinds(outcome: TestOutcome) -> dict[str, str]:
