@@ -2,8 +2,11 @@
 static analysis misses, then the pipeline's own tests (the reproduction tests the Reproducer
 accepted, and the repository's existing tests for the changed code), and the unsafe-patch guard
 throughout. An existing test that passed at the base and now crashes in the patched code is a
-runtime error like a static one (``scoring/runtime.py``): the verdict is Unsafe. It never sees the evaluation's hidden tests, except under the explicitly labelled
-``oracle-tests`` ablation (``critic.tests = "oracle"``).
+runtime error like a static one (``scoring/runtime.py``): the verdict is Unsafe. One that fails an
+assertion is a regression, unless it asserts what the issue asks to change
+(``scoring/expected_change.py``: a warning to update the test, left out of ``no_regression``). It
+never sees the evaluation's hidden tests, except under the explicitly labelled ``oracle-tests``
+ablation (``critic.tests = "oracle"``).
 
 It yields ``fix_score`` (see scoring/fix_score.py) and, when it rejects a patch, the findings the
 Coder must fix on the next attempt.
@@ -20,7 +23,7 @@ from agents.common import messages, stops_cleanly
 from fixgraph.context import TaskContext
 from fixgraph.llm import BudgetExceeded
 from fixgraph.state import AttemptRecord, Finding, PatchJudgment, ScoreParts, TaskState, Usage, merge_usage
-from scoring import fix_score, guard, harness, llm_check, quality, select, static, tests
+from scoring import expected_change, fix_score, guard, harness, llm_check, quality, select, static, tests
 from scoring.runtime import crashed_tests, runtime_findings
 from scoring.testenv import PASSING
 
@@ -146,13 +149,21 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
                            note="rejected by the Critic before running tests")
     else:
         outcome = _run_tests(ctx, state, patch)
+        # Tests that assert what the issue asks to change: a warning to update them, not a regression.
+        expected = (expected_change.of_outcome(outcome, ctx.task.problem_statement, ctx.task.repo)
+                    if outcome is not None and outcome.source == "own" and ctx.cfg.regression.expected_changes
+                    else {})
+        scored = expected_change.set_aside(outcome, expected) if outcome is not None else None
         llm_score = None
-        if fix_score.needs_judgment(outcome):
+        if fix_score.needs_judgment(scored):
             judgment, delta = ctx.llm.structured("critic", "critic", PatchJudgment, messages(
                 "the Critic", "judge", repo=ctx.task.repo, problem=ctx.task.issue, patch=patch))
             usage = merge_usage(usage, delta)
             llm_score = judgment.score
-        score = fix_score.compute(outcome, code_quality, llm_score)
+        score = fix_score.compute(scored, code_quality, llm_score)
+        if expected and outcome is not None:  # the set-aside tests are still shown, with their status
+            score["pass_to_pass"] = dict(outcome.pass_to_pass_after)
+            score["tests_run"] = len(outcome.fail_to_pass) + len(outcome.pass_to_pass_after)
         if outcome is not None:
             crash = outcome.crash
             score["test_run"] = {
@@ -165,7 +176,8 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
             crashes = runtime_findings(outcome, patch)
             if crashes:
                 verdict = "Unsafe"
-            findings += crashes + _test_findings(outcome, skip=crashed_tests(outcome, patch))
+            findings += crashes + expected_change.findings(outcome, expected) + _test_findings(
+                outcome, skip=crashed_tests(outcome, patch) | set(expected))
     score["quality_detail"] = quality_detail
 
     previous = state.get("attempts", [])

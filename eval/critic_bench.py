@@ -43,11 +43,11 @@ from typing import Any
 import git
 
 from eval.redo_static import redo_static
-from eval.rows import parse_shard, run_terminable, sample, written_rows
+from eval.rows import add_row_options, mirrored_rows, row_choice, run_terminable, sample, written_rows
 from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.llm import RunMeter
-from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree, find_mirror
+from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree
 from scoring import llm_check, static
 from scoring.critic import InputError, load_predictions, make_llm
 from scoring.runtime import runtime_findings
@@ -124,30 +124,18 @@ class Tally:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m eval.critic_bench", description=(__doc__ or "").split("\n")[0])
-    p.add_argument("--predictions", type=Path, nargs="+", required=True, help="labelled predictions JSONL file(s)")
-    p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
-    p.add_argument("--repos", type=Path, required=True, help="folder of repository mirrors (owner+name/repo)")
-    p.add_argument("--limit", type=int, default=0, help="judge only the first N labelled rows")
-    p.add_argument("--only", default="", help="comma-separated owner/name repos (default: every mirrored one)")
-    p.add_argument("--stride", type=int, default=1,
-                   help="judge every K-th labelled row (a spread sample across repos and runs)")
-    p.add_argument("--shard", default="", metavar="I/N",
-                   help="judge only shard I of N (0-based) of the labelled rows: run N shards side by side with "
-                        "separate --output files, then concatenate them and count them with --resume")
+    add_row_options(p, rows="labelled rows", predictions="labelled predictions JSONL file(s)", many=True,
+                    config="config for the Critic settings and the LLM")
     p.add_argument("--llm", action="store_true", help="add the LLM check (needs an OpenAI-compatible endpoint)")
     p.add_argument("--runtime", action="store_true",
                    help="add ours_static+runtime: the selected existing tests run on patches the static phase passes")
-    p.add_argument("--config", default="redo", help="config for the Critic settings and the LLM")
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="worktrees (default: a temporary folder); the static cache always starts empty")
-    p.add_argument("-o", "--output", type=Path, default=None, help="per-row results, JSON Lines")
-    p.add_argument("--resume", action="store_true",
-                   help="count the rows already in --output (from an interrupted run) instead of judging them again")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    shard = parse_shard(args.shard) if args.shard else None
+    only, shard = row_choice(args)
     cfg = load_config(args.config)
     settings = cfg.critic
     if args.llm:
@@ -155,26 +143,18 @@ def run(args: argparse.Namespace) -> int:
     cmd = static.pyright_command(settings)
     static.pyright_version(cmd)
     dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
-    if not args.repos.is_dir():
-        raise InputError(f"--repos: not a directory: {args.repos}")
     rows: list[dict[str, Any]] = []
     skipped = {"unlabelled": 0, "no mirror": 0, "not in dataset": 0, "other repo": 0}
-    only = {r.strip() for r in args.only.split(",") if r.strip()}
     for path in args.predictions:
+        labelled = []
         for row in load_predictions(path):
-            inst = dataset.get(row["instance_id"])
             if "failure_kind" not in row:
                 raise InputError(f"{path}: rows have no failure_kind label (use the labelled lite_predictions files)")
             if label(row) is None:
                 skipped["unlabelled"] += 1
-            elif inst is None:
-                skipped["not in dataset"] += 1
-            elif only and inst.repo not in only:
-                skipped["other repo"] += 1
-            elif find_mirror(args.repos, inst.repo) is None:
-                skipped["no mirror"] += 1
             else:
-                rows.append(row)
+                labelled.append(row)
+        rows += mirrored_rows(labelled, dataset, args.repos, only, skipped)
     rows = sample(rows, args.stride, args.limit, shard)
     if not rows:
         raise InputError("no labelled rows with a mirror to judge")

@@ -2,7 +2,7 @@
 
     python -m eval.regression_bench --predictions FILE --dataset ../shared/data/swebench_lite.jsonl \\
         --repos DIR [--only pallets/flask,psf/requests] [--stride K] [--shard I/N] [--limit N] \\
-        [--base-runs N] [-o ROWS.jsonl] [--resume] [--config NAME]
+        [--base-runs N] [-o ROWS.jsonl] [--resume | --rescore] [--config NAME]
 
 For each prediction whose repository has a mirror under DIR, on the evaluation side the instance's
 hidden tests run at the base and with the patch (the configured backend, venv by default, with
@@ -10,7 +10,10 @@ hidden tests run at the base and with the patch (the configured backend, venv by
 *visible regression* when a ``PASS_TO_PASS`` test that passed at the base fails with it. The
 prediction is the loop's own check (``scoring.tests.own_outcome`` with no reproduction test: the
 existing tests ``scoring.selection`` picks from the base tree and the patch, nothing hidden): it
-flags the patch when a selected test that passed at the base fails with it.
+flags the patch when a selected test that passed at the base fails with it, unless every such test
+is an expected behaviour change (``scoring.expected_change``: an assertion failure in a test named
+after the issue's title, as the Critic reads it). The figures without that rule are printed too,
+and ``--rescore`` scores saved rows again by the current rules without running anything.
 
 It prints the patches judged, those with a visible regression, the recall and precision of the
 loop's check on them, the regressions the loop found in tests outside ``PASS_TO_PASS`` (real
@@ -42,38 +45,31 @@ import git
 
 from eval.critic_bench import Tally
 from eval.hidden import run_hidden, tests_the_test_patch_edits
-from eval.rows import parse_shard, run_terminable, sample, written_rows
+from eval.rows import add_row_options, mirrored_rows, row_choice, run_terminable, sample, written_rows
 from fixgraph.config import load_config
 from fixgraph.dataset import Instance, load_jsonl
-from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, find_mirror
+from fixgraph.workspace import PatchError, RepoCache, WorkspaceError
+from scoring import expected_change
 from scoring.critic import InputError, load_predictions
 from scoring.runtime import runtime_findings
 from scoring.testenv import PASSING, SuiteRunner
-from scoring.tests import TestOutcome, make_runner, own_outcome
+from scoring.tests import make_runner, own_outcome
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m eval.regression_bench", description=(__doc__ or "").split("\n")[0])
-    p.add_argument("--predictions", type=Path, required=True, help="predictions JSONL (lite_predictions/*.jsonl)")
-    p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
-    p.add_argument("--repos", type=Path, required=True, help="folder of repository mirrors (owner+name/repo)")
-    p.add_argument("--only", default="", help="comma-separated owner/name repos (default: every mirrored one)")
-    p.add_argument("--stride", type=int, default=1, help="judge every K-th row")
-    p.add_argument("--shard", default="", metavar="I/N", help="judge only shard I of N (0-based) of the rows")
-    p.add_argument("--limit", type=int, default=0, help="judge only the first N rows (after --stride)")
-    p.add_argument("--config", default="redo", help="config for the test backend and the regression selection")
+    add_row_options(p, rows="rows", predictions="predictions JSONL (lite_predictions/*.jsonl)",
+                    output=Path("runs/regression_bench.jsonl"),
+                    config="config for the test backend and the regression selection")
     p.add_argument("--base-runs", type=int, default=0, choices=(0, 1, 2, 3),
                    help="runs of the selected tests at the base (flaky ones left out); 0: the config's")
-    p.add_argument("-o", "--output", type=Path, default=Path("runs/regression_bench.jsonl"))
-    p.add_argument("--resume", action="store_true", help="count the rows already in --output instead of rerunning them")
+    p.add_argument("--expected-changes", action="store_true",
+                   help="count no expected behaviour change as a flag (scoring.expected_change); default: the "
+                        "config's regression.expected_changes")
+    p.add_argument("--rescore", action="store_true",
+                   help="score the rows already in --output by the current rules and judge no new row (safe beside a "
+                        "run still writing them)")
     return p
-
-
-def broken(out: TestOutcome, among: list[str] | None = None) -> list[str]:
-    """Tests that passed before and do not after (``among``: only those)."""
-    ids = among if among is not None else list(out.pass_to_pass_before)
-    return sorted(t for t in ids if out.pass_to_pass_before.get(t) in PASSING
-                  and out.pass_to_pass_after.get(t, "MISSING") not in PASSING)
 
 
 def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache, runner: SuiteRunner,
@@ -100,7 +96,7 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         p2p = inst.PASS_TO_PASS
         rec["hidden_timed_out"] = truth.timed_out
         # A run cut by its timeout did not reach the tests it does not report: unknown, not broken.
-        rec["visible"] = [t for t in broken(truth, p2p)
+        rec["visible"] = [t for t in expected_change.broken_tests(truth, p2p)
                           if not truth.timed_out or truth.pass_to_pass_after.get(t, "MISSING") != "MISSING"]
         rec["p2p_passing_at_base"] = sum(truth.pass_to_pass_before.get(t) in PASSING for t in p2p)
         rec["resolved_here"] = (all(s in PASSING for s in truth.fail_to_pass.values())
@@ -121,15 +117,15 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         rec["selected"] = own.selection.get("files", [])
         rec["selected_tests"] = own.selection.get("tests", [])
         rec["tests_run"] = len(own.pass_to_pass_before)
-        rec["flagged"] = broken(own)
-        rec["extra"] = [t for t in rec["flagged"] if t not in set(p2p)]
-        # What each flagged test raised ("" when no record says): a crash or a failed assertion.
-        kinds = {str(c.get("test")): str(c.get("type", "")) for c in own.regression_crashes}
-        rec["flag_kinds"] = {t: kinds.get(t, "") for t in rec["flagged"]}
+        rec["broken"] = expected_change.broken_tests(own)
+        # What each broken test raised ("" when no record says): a crash or a failed assertion.
+        kinds = expected_change.failure_kinds(own)
+        rec["flag_kinds"] = {t: kinds.get(t, "") for t in rec["broken"]}
         # What each said (an assertion's compared values), to study which flags a fix means to cause.
         said = {str(c.get("test")): str(c.get("message", ""))[:400] for c in own.regression_crashes}
-        rec["flag_messages"] = {t: said[t] for t in rec["flagged"][:20] if said.get(t)}
-        rec["edited"] = tests_the_test_patch_edits(inst, wt, rec["flagged"])
+        rec["flag_messages"] = {t: said[t] for t in rec["broken"][:20] if said.get(t)}
+        rec["edited"] = tests_the_test_patch_edits(inst, wt, rec["broken"])
+        apply_expected(rec, inst, cfg.regression.expected_changes)
         rec["visible_new"] = tests_the_test_patch_edits(inst, wt, rec["visible"])
         rec["runtime"] = [{k: f.get(k) for k in ("rule", "file", "line", "symbol", "message")}
                           for f in runtime_findings(own, patch)]
@@ -139,37 +135,40 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         wt.reset()
 
 
+def apply_expected(rec: dict[str, Any], inst: Instance, enabled: bool) -> None:
+    """The loop's verdict on a judged row: its broken tests, but, when ``enabled``, the expected
+    behaviour changes (``scoring.expected_change``, from the issue's title and the failures' kinds,
+    nothing hidden; recorded either way). Rows saved before the rule (no ``broken``) are scored
+    again from what they recorded."""
+    if "broken" not in rec:
+        rec["broken"] = list(rec["flagged"])
+    rec["expected_change"] = expected_change.expected_changes(
+        rec["broken"], rec.get("flag_kinds") or {}, inst.problem_statement, inst.repo)
+    rec["flagged"] = [t for t in rec["broken"] if not enabled or t not in rec["expected_change"]]
+    rec["extra"] = [t for t in rec["flagged"] if t not in set(inst.PASS_TO_PASS)]
+
+
 def select_rows(args: argparse.Namespace, dataset: dict[str, Instance]) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    only, shard = row_choice(args)
     skipped = {"not in dataset": 0, "no mirror": 0, "other repo": 0}
-    rows = []
-    for row in load_predictions(args.predictions):
-        inst = dataset.get(row["instance_id"])
-        if inst is None:
-            skipped["not in dataset"] += 1
-        elif only and inst.repo not in only:
-            skipped["other repo"] += 1
-        elif find_mirror(args.repos, inst.repo) is None:
-            skipped["no mirror"] += 1
-        else:
-            rows.append(row)
-    return sample(rows, args.stride, args.limit, parse_shard(args.shard) if args.shard else None), skipped
+    rows = mirrored_rows(load_predictions(args.predictions), dataset, args.repos, only, skipped)
+    return sample(rows, args.stride, args.limit, shard), skipped
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.stride < 1:
-        raise InputError("--stride must be at least 1")
+    row_choice(args)  # a bad option fails before the config and the dataset are read
     cfg = load_config(args.config)
     if args.base_runs:
         cfg = cfg.model_copy(update={"regression": cfg.regression.model_copy(update={"base_runs": args.base_runs})})
+    if args.expected_changes:
+        cfg = cfg.model_copy(update={"regression": cfg.regression.model_copy(update={"expected_changes": True})})
+    args.expected_changes = cfg.regression.expected_changes
     dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
-    if not args.repos.is_dir():
-        raise InputError(f"--repos: not a directory: {args.repos}")
     rows, skipped = select_rows(args, dataset)
     if not rows:
         raise InputError("no predictions with a mirror to judge")
     done: dict[str, dict[str, Any]] = {}
-    if args.resume:
+    if args.resume or args.rescore:
         for rec in written_rows(args.output):
             with contextlib.suppress(KeyError, TypeError):
                 done[rec["instance_id"]] = rec
@@ -180,8 +179,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"judging {len(rows)} predictions (skipped: " + ", ".join(f"{k} {v}" for k, v in skipped.items()) + ")",
           file=sys.stderr)
     key = f"regrbench-{args.shard.replace('/', 'of') or 'all'}"
+    if args.rescore:
+        print(f"--rescore: {sum(r['instance_id'] not in done for r in rows)} rows not judged yet are left out",
+              file=sys.stderr)
+        rows = [r for r in rows if r["instance_id"] in done]
     try:
-        with args.output.open("a" if args.resume else "w", encoding="utf-8") as out:
+        with args.output.open("a" if args.resume or args.rescore else "w", encoding="utf-8") as out:
             for n, row in enumerate(rows, 1):
                 if row["instance_id"] in done:
                     continue
@@ -198,12 +201,15 @@ def run(args: argparse.Namespace) -> int:
         print("interrupted: the figures below cover the rows judged so far (rerun with --resume to continue)",
               file=sys.stderr)
     recs = [done[r["instance_id"]] for r in rows if r["instance_id"] in done]
+    for rec in recs:
+        if rec.get("status") == "judged":
+            apply_expected(rec, dataset[rec["instance_id"]], cfg.regression.expected_changes)
     for rec in recs:  # rows judged before the fields existed
         if rec.get("status") == "judged" and ("edited" not in rec or "visible_new" not in rec):
             inst = dataset[rec["instance_id"]]
             with contextlib.suppress(WorkspaceError, git.GitCommandError):
                 wt = repos.worktree(inst.repo, inst.base_commit, f"{key}-{inst.repo_slug}")
-                rec["edited"] = tests_the_test_patch_edits(inst, wt, rec["flagged"])
+                rec["edited"] = tests_the_test_patch_edits(inst, wt, rec["broken"])
                 rec["visible_new"] = tests_the_test_patch_edits(inst, wt, rec["visible"])
     print(report(recs, args))
     return 0
@@ -245,6 +251,7 @@ def report(recs: list[dict[str, Any]], args: argparse.Namespace) -> str:
                  + (f" ({sum(not r['visible'] for r in extra)} of those patches have no visible regression)" if extra else ""))
     lines += [f"  {r['instance_id']}: {', '.join(r['extra'][:3])}" for r in extra[:8]]
     lines += false_positives(judged, tally)
+    lines += expected_report(judged, bool(getattr(args, "expected_changes", False)))
     runtime = [r for r in judged if r["runtime"]]
     lines.append(f"runtime findings: {len(runtime)} patches")
     lines += [f"  {r['instance_id']}: {f['rule']} at {f['file']}:{f['line']} in {f['symbol']}"
@@ -285,7 +292,7 @@ def false_positives(judged: list[dict[str, Any]], tally: Tally) -> list[str]:
              f"changes what it asserts): {causes.count('rewritten')}; a runtime error in a touched file, in a test "
              f"outside PASS_TO_PASS: {causes.count('crash')}; other: {causes.count('other')}"]
     for r, cause in zip(fps, causes, strict=True):
-        kinds = sorted({k or "assertion" for k in (r.get("flag_kinds") or {}).values()})
+        kinds = sorted({k or "kind unknown" for t, k in (r.get("flag_kinds") or {}).items() if t in r["flagged"]})
         lines.append(f"  {r['instance_id']}: {cause}; {len(r['flagged'])} tests"
                      + (f" ({', '.join(kinds)})" if kinds else "") + f", e.g. {r['flagged'][0]}")
     rewritten = causes.count("rewritten")
@@ -293,6 +300,33 @@ def false_positives(judged: list[dict[str, Any]], tally: Tally) -> list[str]:
         # Evaluation side only: the loop cannot know which tests the fix's own test patch rewrites.
         lines.append(f"precision with the rewritten-test flags set aside (reads the test patch: not the loop's): "
                      f"{tally.tp / (tally.tp + tally.fp - rewritten):.3f}")
+    return lines
+
+
+def expected_report(judged: list[dict[str, Any]], enabled: bool) -> list[str]:
+    """What the expected-change rule sets aside (``enabled``) or would, checked against the
+    evaluation's view, and the figures of the other setting."""
+    aside = [r for r in judged if r.get("expected_change")]
+    other = Tally("the other setting")
+    for r in judged:
+        broken = r.get("broken", r["flagged"])
+        left = broken if enabled else [t for t in broken if t not in (r.get("expected_change") or {})]
+        other.add(bool(r["visible"]), bool(left), r["own_seconds"])
+    tests = [t for r in aside for t in r["expected_change"]]
+    # Evaluation side: a set-aside test the fix's own test patch rewrites was meant to change; one
+    # that is a visible regression was not.
+    rewritten = sum(t in set(r.get("edited") or []) for r in aside for t in r["expected_change"])
+    dropped = sum(t in set(r["visible"]) for r in aside for t in r["expected_change"])
+    lines = [f"expected behaviour changes {'set aside' if enabled else 'the rule would set aside (off)'} "
+             f"(every broken test an assertion in a test named after the "
+             f"issue's title): {len(aside)} patches, {len(tests)} tests; of those tests, rewritten by the "
+             f"instance's test patch: {rewritten}; visible regressions: {dropped}"]
+    lines += [f"  {r['instance_id']}: " + ", ".join(f"{t} ({'/'.join(terms)})" for t, terms in
+                                                   list(r["expected_change"].items())[:3])
+              + (f" (+{len(r['expected_change']) - 3})" if len(r["expected_change"]) > 3 else "")
+              + f"; visible regression: {'yes' if r['visible'] else 'no'}" for r in aside]
+    lines.append(f"{'without' if enabled else 'with'} that rule: TP {other.tp} FP {other.fp} FN {other.fn} "
+                 f"TN {other.tn}; recall {other.recall:.3f} precision {other.precision:.3f}")
     return lines
 
 

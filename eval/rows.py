@@ -8,10 +8,12 @@ import argparse
 import contextlib
 import json
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from fixgraph.dataset import Instance
+from fixgraph.workspace import find_mirror
 from scoring.critic import InputError, run_reporting_errors
 
 T = TypeVar("T")
@@ -33,6 +35,57 @@ def parse_shard(text: str) -> tuple[int, int]:
     if count < 1 or not 0 <= index < count:
         raise InputError(f"--shard: need 0 <= I < N, got {text!r}")
     return index, count
+
+
+def add_row_options(p: argparse.ArgumentParser, *, rows: str, predictions: str, many: bool = False,
+                    output: Path | None = None, config: str = "") -> None:
+    """The options every benchmark over real agents' predictions takes, worded for its ``rows``
+    ("labelled rows", "instances"): which predictions, dataset and mirrors, which rows of them
+    (``--only``, ``--stride``, ``--limit``, ``--shard``), the config, and where rows go and resume.
+    Read them back with :func:`row_choice`."""
+    p.add_argument("--predictions", type=Path, nargs="+" if many else None, required=True, help=predictions)
+    p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
+    p.add_argument("--repos", type=Path, required=True, help="folder of repository mirrors (owner+name/repo)")
+    p.add_argument("--only", default="", help="comma-separated owner/name repos (default: every mirrored one)")
+    p.add_argument("--stride", type=int, default=1, help=f"judge every K-th of the {rows} (a spread across repos)")
+    p.add_argument("--limit", type=int, default=0, help=f"judge only the first N {rows} (after --stride)")
+    p.add_argument("--shard", default="", metavar="I/N",
+                   help=f"judge only shard I of N (0-based) of the {rows}: run N shards side by side with separate "
+                        "--output files, then concatenate them and count them with --resume")
+    p.add_argument("--config", default="redo", help=config or "the run config (configs/NAME.toml)")
+    p.add_argument("-o", "--output", type=Path, default=output, help="per-row results, JSON Lines"
+                   + (" (default: %(default)s)" if output else ""))
+    p.add_argument("--resume", action="store_true",
+                   help="count the rows already in --output (from an interrupted run) instead of judging them again")
+
+
+def row_choice(args: argparse.Namespace) -> tuple[set[str], tuple[int, int] | None]:
+    """The repositories ``--only`` names and the ``--shard``, with one-line errors for a bad
+    ``--stride``, ``--limit``, ``--shard`` or ``--repos``, before any work."""
+    if args.stride < 1:
+        raise InputError("--stride must be at least 1")
+    if args.limit < 0:
+        raise InputError("--limit must not be negative")
+    shard = parse_shard(args.shard) if args.shard else None
+    if not args.repos.is_dir():
+        raise InputError(f"--repos: not a directory: {args.repos}")
+    return {r.strip() for r in args.only.split(",") if r.strip()}, shard
+
+
+def mirrored_rows(rows: Iterable[dict[str, Any]], dataset: dict[str, Instance], repos: Path, only: set[str],
+                  skipped: dict[str, int]) -> list[dict[str, Any]]:
+    """The prediction rows of a dataset instance whose repository ``--only`` keeps and ``repos``
+    mirrors; the others are counted in ``skipped`` by why."""
+    kept = []
+    for row in rows:
+        inst = dataset.get(row["instance_id"])
+        why = ("not in dataset" if inst is None else "other repo" if only and inst.repo not in only
+               else "no mirror" if find_mirror(repos, inst.repo) is None else "")
+        if why:
+            skipped[why] = skipped.get(why, 0) + 1
+        else:
+            kept.append(row)
+    return kept
 
 
 def written_rows(path: Path | None) -> Iterator[dict[str, Any]]:

@@ -1,9 +1,9 @@
 """How well the selection rule (scoring/select.py) picks among several agents' patches.
 
     python -m eval.select_bench --predictions FILE [FILE ...] --dataset ../shared/data/swebench_lite.jsonl \\
-        --repos DIR [--stride K] [--shard I/N] [--instances FILE] [--resume] [--tests] [--no-static] \\
-        [--behaviour-where all|distinct|contested] [--unmirrored skip|only|include] [--config NAME|PATH] \\
-        [-o ROWS.jsonl]
+        --repos DIR [--only R,...] [--stride K] [--limit N] [--shard I/N] [--instances FILE] [--resume] \\
+        [--tests] [--no-static] [--behaviour-where all|distinct|contested] [--unmirrored skip|only|include] \\
+        [--config NAME|PATH] [-o ROWS.jsonl]
 
 For each instance whose repository has a mirror under ``--repos`` (with ``--unmirrored``, also or
 only the others, from the signals a patch alone gives), the candidates are the given runs' patches
@@ -39,7 +39,6 @@ import dataclasses
 import hashlib
 import itertools
 import json
-import signal
 import statistics
 import subprocess
 import sys
@@ -52,12 +51,12 @@ from typing import Any
 import git
 import numpy as np
 
-from eval.rows import interrupt, parse_shard, written_rows
+from eval.rows import add_row_options, row_choice, run_terminable, sample, written_rows
 from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree, find_mirror
 from scoring import fix_score, guard, quality, select, static, tests
-from scoring.critic import InputError, judge, load_predictions, run_reporting_errors
+from scoring.critic import InputError, judge, load_predictions
 from scoring.testenv import PASSING
 
 # The weights tried when tuning: every combination (the test signals' only with --tests).
@@ -86,12 +85,9 @@ BEHAVIOUR_WHERE = ("all", "distinct", "contested")
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m eval.select_bench", description=(__doc__ or "").split("\n")[0])
-    p.add_argument("--predictions", type=Path, nargs="+", required=True, help="predictions JSONL with `resolved`")
-    p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
-    p.add_argument("--repos", type=Path, required=True, help="folder of repository mirrors (owner+name/repo)")
-    p.add_argument("--stride", type=int, default=1, help="every K-th instance")
-    p.add_argument("--shard", default="", metavar="I/N", help="only shard I of N (0-based) of the instances")
-    p.add_argument("--resume", action="store_true", help="reuse the rows already in --output")
+    add_row_options(p, rows="instances", predictions="predictions JSONL with `resolved` (one file a run)", many=True,
+                    output=Path("runs/select_bench/rows.jsonl"),
+                    config="config for the Critic, regression and test settings")
     p.add_argument("--tests", action="store_true", help="also run the selected existing tests per candidate (slow)")
     p.add_argument("--no-static", action="store_true", help="skip the static phase (guard and quality still run)")
     p.add_argument("--behaviour-where", choices=BEHAVIOUR_WHERE, default="all", help=(
@@ -104,10 +100,7 @@ def parser() -> argparse.ArgumentParser:
         "others (include), judged from the signals a patch alone gives (agreement, size; a non-empty patch "
         "counts as applying). Default: %(default)s"))
     p.add_argument("--instances", type=Path, default=None, help="only the instance ids listed in FILE (one a line)")
-    p.add_argument("--config", default="redo", help="config for the Critic, regression and test settings")
     p.add_argument("--cache-dir", type=Path, default=None, help="worktrees, static and test caches (default: config's)")
-    p.add_argument("-o", "--output", type=Path, default=Path("runs/select_bench/rows.jsonl"),
-                   help="per-instance signals, JSON Lines (default: %(default)s)")
     p.add_argument("--show-wrong", type=int, default=30, help="list at most this many wrong picks")
     return p
 
@@ -216,6 +209,17 @@ def behaviour_needed(where: str, cands: list[tuple[str, str, bool]], sig: dict[s
     return len({cands[members[0]][2] for members in groups.values()}) == 2
 
 
+NO_TEST_SIGNAL = "no test signal (fell back to the signals that need no test run): "
+
+
+def tests_note(sig: dict[str, dict[str, Any]]) -> str:
+    """Why no candidate has a test signal, when one was sought and none came; "" when some has."""
+    notes = {str(s["tests_note"]) for s in sig.values() if s.get("tests_note")}
+    if not notes or any("no_regression" in s for s in sig.values()):
+        return ""
+    return NO_TEST_SIGNAL + "; ".join(sorted(notes))[:300]
+
+
 def judge_instance(inst: Instance, cands: list[tuple[str, str, bool]], repos: RepoCache, cfg: RunConfig,
                    cache_dir: Path, args: argparse.Namespace, runner: tests.SuiteRunner | None) -> dict[str, Any]:
     start = time.monotonic()
@@ -251,9 +255,8 @@ def judge_instance(inst: Instance, cands: list[tuple[str, str, bool]], repos: Re
             row["behaviour"] = "static" * static_on + "+tests" * (runner is not None)
         else:
             row["behaviour"] = f"skipped ({args.behaviour_where})"
-    notes = {s.get("tests_note") for s in row["signals"].values() if s.get("tests_note")}
-    if args.tests and notes and not any("no_regression" in s for s in row["signals"].values()):
-        row["note"] = "no test signal (fell back to the signals that need no test run): " + "; ".join(sorted(notes))[:300]
+    if args.tests and (note := tests_note(row["signals"])):
+        row["note"] = note
     row["seconds"] = round(time.monotonic() - start, 2)
     return row
 
@@ -504,22 +507,23 @@ def load_rows(path: Path) -> dict[str, dict[str, Any]]:
                 prev["signals"][name] = {**prev["signals"].get(name, {}), **sig}
             prev["seconds"] = round(prev.get("seconds", 0.0) + rec.get("seconds", 0.0), 2)
             prev["behaviour"] = "; ".join(b for b in (prev.get("behaviour"), rec.get("behaviour")) if b)
-            if rec.get("note"):
-                prev["note"] = "; ".join(n for n in (prev.get("note"), rec["note"]) if n)
+            # Notes of a checkout stay; whether a test signal is missing is the merged signals' to say
+            # (a later run that got one takes back an earlier run's "no test signal").
+            notes = [kept for row in (prev, rec)
+                     if (kept := str(row.get("note") or "").split(NO_TEST_SIGNAL)[0].rstrip("; "))]
+            if "+tests" in prev["behaviour"] and (note := tests_note(prev["signals"])):
+                notes.append(note)
+            prev["note"] = "; ".join(dict.fromkeys(notes))
     return rows
 
 
 def run(args: argparse.Namespace) -> int:
-    shard = parse_shard(args.shard) if args.shard else None
-    if args.stride < 1:
-        raise InputError("--stride must be at least 1")
+    only, shard = row_choice(args)
     cfg = load_config(args.config)
     if not args.no_static:
         static.pyright_version(static.pyright_command(cfg.critic))  # fail before any work
     runs = load_runs(args.predictions)
     dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
-    if not args.repos.is_dir():
-        raise InputError(f"--repos: not a directory: {args.repos}")
     wanted_mirror = {"skip": {True}, "only": {False}, "include": {True, False}}[args.unmirrored]
     ids = sorted({i for rows in runs.values() for i in rows if i in dataset
                   and (find_mirror(args.repos, dataset[i].repo) is not None) in wanted_mirror})
@@ -529,9 +533,7 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise InputError(f"--instances: {exc.strerror or exc}: {args.instances}") from None
         ids = [i for i in ids if i in wanted]
-    ids = ids[:: args.stride]
-    if shard:
-        ids = ids[shard[0]::shard[1]]
+    ids = sample([i for i in ids if not only or dataset[i].repo in only], args.stride, args.limit, shard)
     if not ids:
         raise InputError("no instance of the predictions is left (mirrors under --repos, --unmirrored, --instances, "
                          "--stride, --shard)")
@@ -568,9 +570,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, interrupt)
-    return run_reporting_errors(run, args)
+    return run_terminable(run, parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -89,7 +89,9 @@ _CONFTEST = "ImportError while loading conftest"
 # sympy's bin/test prints each failure under "____ sympy/x/tests/test_y.py:test_z ____", short form.
 _SYMPY_HEADER = re.compile(r"^_{3,} (\S+?\.py):(\S+) _{3,}$", re.M)
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
-_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure)\w*)(?::\s?(.*))?$")
+# sympy's raises() that did not raise ends in "sympy.testing.pytest.Failed: DID NOT RAISE" (or
+# _pytest.outcomes.Failed): a failed expectation, as pytest says, not a crash of the code.
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Failed)\w*)(?::\s?(.*))?$")
 
 
 def records_from_log(log: str, repo_root: Path, wanted: list[str] | None = None) -> list[dict[str, Any]]:

@@ -25,8 +25,9 @@ from pathlib import Path
 from fixgraph.config import TestSettings
 from fixgraph.dataset import Task
 from fixgraph.workspace import Worktree
+from scoring import testenv
 from scoring.specs import SpecsError, parse_log, repo_specs, test_directives
-from scoring.testenv import Suite, SuiteRun, UnavailableRunner, run_root
+from scoring.testenv import Suite, SuiteRun, UnavailableRunner, run_root, suite_timeout
 
 START, END = ">>>>> Start Test Output", ">>>>> End Test Output"
 
@@ -105,7 +106,8 @@ class DockerRunner:
             for n, (_, content) in enumerate(suite.added):
                 (work / "added" / str(n)).write_text(content)
             (work / "eval.sh").write_text(eval_script(task, spec, suite, bool(patch and patch.strip())))
-            timeout = min(suite.timeout_s or self.settings.timeout_s, self.settings.timeout_s)
+            slowed = testenv.slowdown()
+            timeout = suite_timeout(suite, self.settings.timeout_s, slowed)
             name = f"fixgraph-{uuid.uuid4().hex[:10]}"
             argv = ["docker", "run", "--rm", "--name", name, "--network", "none",
                     "--memory", f"{self.settings.memory_mb}m", "--ulimit", f"cpu={self.settings.cpu_s}",
@@ -126,7 +128,8 @@ class DockerRunner:
         seconds = time.monotonic() - start
         body = out.split(START, 1)[-1].split(END, 1)[0] if START in out else out
         run = SuiteRun(parse_log(task.repo, body), out, seconds, timed_out=timed_out, network_isolated=True,
-                       root="/testbed", backend="docker")
+                       root="/testbed", backend="docker", timeout_s=timeout,
+                       slowdown=(slowed + testenv.slowdown()) / 2)
         if rc == 98:
             run.error = "test_patch does not apply"
         elif rc == 97:

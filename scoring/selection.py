@@ -37,7 +37,6 @@ import configparser
 import contextlib
 import fnmatch
 import json
-import os
 import re
 import subprocess
 from collections.abc import Iterable
@@ -264,12 +263,6 @@ def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
     return sel
 
 
-def slowdown() -> float:
-    """How many times slower than on an idle machine a test process runs now: the runnable
-    processes per core (the 1-minute load average), at least 1."""
-    return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
-
-
 class CostBook:
     """Seconds each test file takes at the base on an idle machine, measured, per (repository,
     version).
@@ -278,7 +271,7 @@ class CostBook:
     that version (and, for the rate per test, of the repository), so the cost of a file is paid once
     before a selection can leave it out. A file's seconds are the base run's, shared among its
     files by the number of tests each reported (the process start-up included), and divided by the
-    machine's :func:`slowdown` during the run: a file measured at a load of 8 per core would
+    machine's slowdown during the run (``SuiteRun.slowdown``): a file measured at a load of 8 per core would
     otherwise be priced out of every later selection, and, being left out, never measured again."""
 
     def __init__(self, cache_dir: Path, repo: str, version: str):

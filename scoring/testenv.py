@@ -71,6 +71,10 @@ class SuiteRun:
     notes: list[str] = field(default_factory=list)
     root: str = ""  # where the working copy was, to read paths in the log
     backend: str = ""
+    # The limit the run had, and how many times slower than an idle machine it ran (the mean of
+    # :func:`slowdown` at its start and end): what a cost measured on it is worth on an idle one.
+    timeout_s: float = 0.0
+    slowdown: float = 1.0
 
     def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
         """The end of the log, with the run's temporary working copy written as ``.``: what a
@@ -79,6 +83,19 @@ class SuiteRun:
         if self.root:
             text = text.replace(self.root + "/", "").replace(self.root, ".")
         return text[-chars:]
+
+
+def slowdown() -> float:
+    """How many times slower than on an idle machine a test process runs now: the runnable
+    processes per core (the 1-minute load average), at least 1."""
+    return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
+def suite_timeout(suite: Suite, cap: float, slowed: float) -> float:
+    """The seconds a run of ``suite`` may take. A suite's own timeout is an idle machine's: on a
+    busy one the same tests take longer, and it stretches by ``slowed`` (else a run cut at 300 s
+    says nothing of the tests), never past the backend's ``cap``."""
+    return min(suite.timeout_s * slowed, cap) if suite.timeout_s else cap
 
 
 def owned_by(test_id: str, files: tuple[str, ...] | list[str], names: set[str] | None = None) -> bool:

@@ -42,7 +42,7 @@ from fixgraph.config import RegressionSettings, TestSettings
 from fixgraph.dataset import EvaluationData, Task
 from fixgraph.records import atomic_write
 from fixgraph.workspace import Worktree, content_key
-from scoring import crash
+from scoring import crash, testenv
 from scoring.sandbox import Limits, can_bind, prepare_workdir, run_isolated, scrubbed_env
 from scoring.specs import (
     NON_TEST_EXTS,
@@ -68,6 +68,7 @@ from scoring.testenv import (
     materialize,
     owned_by,
     run_root,
+    suite_timeout,
 )
 
 if TYPE_CHECKING:
@@ -201,9 +202,9 @@ class SubprocessRunner:
         self.envs = envs
         self.backend = backend
 
-    def _limits(self, suite: Suite) -> Limits:
-        timeout = min(suite.timeout_s, self.settings.timeout_s) if suite.timeout_s else self.settings.timeout_s
-        return Limits(timeout, self.settings.cpu_s, self.settings.memory_mb, self.settings.network_isolation)
+    def _limits(self, suite: Suite, slowed: float) -> Limits:
+        return Limits(suite_timeout(suite, self.settings.timeout_s, slowed), self.settings.cpu_s,
+                      self.settings.memory_mb, self.settings.network_isolation)
 
     def env_key(self, task: Task, wt: Worktree) -> str:
         try:
@@ -273,7 +274,8 @@ class SubprocessRunner:
                        FIXGRAPH_REPO_ROOT=str(work),
                        FIXGRAPH_LOCALS_CHARS=str(self.settings.locals_repr_chars))
         directives = test_directives(task.repo, list(suite.targets))
-        limits = self._limits(suite)
+        slowed = testenv.slowdown()
+        limits = self._limits(suite, slowed)
         with env.activate(work, can_bind(limits)) if env.activate else contextlib.nullcontext([]) as binds:
             done = run_isolated([*argv, *directives], work, run_env, limits, binds=binds)
         # A test parametrized with a path under the run's copy (tmp dirs, fixtures) would get a
@@ -289,8 +291,8 @@ class SubprocessRunner:
                 statuses.setdefault(_unroot(test, work), status)
             notes.append(f"tests killed after {limits.timeout_s:g}s; tests not reported are left out")
         return SuiteRun(statuses, pre_log + done.output, done.seconds, done.timed_out, done.isolated_network,
-                        crash_records=records, notes=notes, root=str(work),
-                        backend=self.backend)
+                        crash_records=records, notes=notes, root=str(work), backend=self.backend,
+                        timeout_s=limits.timeout_s, slowdown=(slowed + testenv.slowdown()) / 2)
 
     def _prepare(self, env: TestEnv, work: Path, home: Path) -> tuple[dict[str, str], str]:
         """The scrubbed environment for the test process; runs the spec's pre-install edits."""
@@ -318,18 +320,9 @@ def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: 
     """The suite at the base commit, cached per task. With ``runs`` > 1 the suite runs that many
     times and a test whose status differs between runs is flaky: left out, and named in the notes."""
     env_key, path = _baseline_path(runner, task, wt, suite, runs)
-    if env_key and path.is_file():
-        try:
-            data = json.loads(path.read_text())
-            if not data["statuses"]:  # pinned before such runs were left uncached
-                raise KeyError("statuses")
-            return SuiteRun(statuses=data["statuses"], log=data["log"], seconds=0.0,
-                            timed_out=data.get("timed_out", False), error=data.get("error", ""),
-                            network_isolated=data.get("network_isolated", False),
-                            notes=list(data.get("notes", [])), backend=runner.backend,
-                            crash_records=list(data.get("crash_records", [])))
-        except (json.JSONDecodeError, KeyError):
-            pass
+    cached = _cached_baseline(path, runner.backend) if env_key else None
+    if cached is not None:
+        return cached
     first = runner.run_suite(task, wt, None, suite)
     seconds = first.seconds
     for _ in range(runs - 1):
@@ -357,6 +350,22 @@ def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: 
                                        # from a reproduction.
                                        "crash_records": first.crash_records[:BASE_CRASH_RECORDS]}))
     return first
+
+
+def _cached_baseline(path: Path, backend: str) -> SuiteRun | None:
+    """The base run pinned at ``path``; None when there is none to trust: no file, a file cut short,
+    or one pinned with no statuses (written before such runs were left uncached)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(data, dict) or not data.get("statuses") or "log" not in data:
+        return None
+    return SuiteRun(statuses=data["statuses"], log=data["log"], seconds=0.0,
+                    timed_out=data.get("timed_out", False), error=data.get("error", ""),
+                    network_isolated=data.get("network_isolated", False),
+                    notes=list(data.get("notes", [])), backend=backend,
+                    crash_records=list(data.get("crash_records", [])))
 
 
 def _baseline_path(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: int) -> tuple[str, Path]:
@@ -448,16 +457,11 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
         why.append("no existing test exercises the changed code" if chosen is not None
                    else "regression tests are off")
     else:
-        slowed = selection.slowdown()
-        # On a busy machine a run takes longer by the load per core, and its timeout stretches with
-        # it (the backend's own cap still holds): else a run cut at 300 s says nothing of the tests.
-        settings = settings.model_copy(update={"timeout_s": settings.timeout_s * slowed})
         first = _first_suite(chosen, settings)
         _, cached = _baseline_path(runner, task, wt, first, settings.base_runs)
         beside = (_Beside(runner, task, wt, patch, first)
                   if settings.patched_beside_base and not cached.is_file() else None)
         suite, narrowed, before = _base_run(runner, task, wt, chosen, settings)
-        slowed = (slowed + selection.slowdown()) / 2  # the load while the base ran, roughly
         out.seconds += before.seconds
         out.base_seconds += before.seconds
         out.selection = chosen.to_dict()
@@ -471,9 +475,10 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
         # says only that the files it did not finish are slow (not 300 s shared by the 8 tests it
         # reached): at least the timeout is theirs, or the next task selects them again.
         if before.seconds and not before.error and not before.timed_out:
-            costs.record(wt, chosen.files, before.statuses, before.seconds / settings.base_runs, slowed)
+            costs.record(wt, chosen.files, before.statuses, before.seconds / settings.base_runs, before.slowdown)
         elif before.timed_out:
-            costs.record_timeout(wt, chosen.files, before.statuses, suite.timeout_s or settings.timeout_s, slowed)
+            costs.record_timeout(wt, chosen.files, before.statuses, before.timeout_s or settings.timeout_s,
+                                 before.slowdown)
         out.notes += before.notes
         if before.error or not before.statuses:
             why.append("existing tests could not run at the base: "
@@ -614,6 +619,22 @@ def hidden_suite(task: Task, evaluation: EvaluationData) -> Suite:
                  label="hidden")
 
 
+def as_listed(statuses: dict[str, str], ids: list[str]) -> dict[str, str]:
+    """The status of each of a dataset's test ids in a run's ``statuses`` ("MISSING": not reported).
+
+    SWE-bench's lists were made by a parser that split a summary line at its spaces, so a
+    parametrized id with a space is listed cut there (``test_f[x,`` for ``test_f[x, y-z]``), and
+    today's parser reports the whole id. A cut id takes the status of the ids it is the head of,
+    the last one reported as that parser kept it: else a test that passes reads as missing, and a
+    patch the harness resolved reads as failing (sphinx-8713, 188 ids of 13 matplotlib instances)."""
+    heads: dict[str, str] = {}
+    for full, status in statuses.items():
+        head = full.split(maxsplit=1)[0] if full.strip() else full
+        if head != full:
+            heads[head] = status
+    return {t: statuses.get(t, heads.get(t, "MISSING")) for t in ids}
+
+
 def hidden_outcome(runner: SuiteRunner, task: Task, evaluation: EvaluationData, wt: Worktree,
                    patch: str) -> TestOutcome:
     """The instance's hidden tests, before and after ``patch``: eval/ benchmarks and the
@@ -625,7 +646,7 @@ def hidden_outcome(runner: SuiteRunner, task: Task, evaluation: EvaluationData, 
     suite = hidden_suite(task, evaluation)
     before = baseline(runner, task, wt, suite)
     out.seconds += before.seconds
-    out.pass_to_pass_before = {t: before.statuses.get(t, "MISSING") for t in evaluation.PASS_TO_PASS}
+    out.pass_to_pass_before = as_listed(before.statuses, evaluation.PASS_TO_PASS)
     if before.error:
         out.reason = before.error
         out.log_tail = before.log_tail()
@@ -633,7 +654,7 @@ def hidden_outcome(runner: SuiteRunner, task: Task, evaluation: EvaluationData, 
     after = runner.run_suite(task, wt, patch, suite) if patch.strip() else before
     out.seconds += after.seconds if after is not before else 0.0
     ids = evaluation.FAIL_TO_PASS + evaluation.PASS_TO_PASS
-    if not any(t in before.statuses or t in after.statuses for t in ids):
+    if all(s == "MISSING" for run in (before, after) for s in as_listed(run.statuses, ids).values()):
         # None of the instance's tests was reported, with or without the patch: a collection
         # error, an environment that cannot import the package, a hang. (Without the patch alone
         # is not enough: some bugs crash the test runner itself, pytest-dev__pytest-7168.)
@@ -649,8 +670,8 @@ def hidden_outcome(runner: SuiteRunner, task: Task, evaluation: EvaluationData, 
         out.reason = after.error
         return out
     out.runnable = True
-    out.fail_to_pass = {t: after.statuses.get(t, "MISSING") for t in evaluation.FAIL_TO_PASS}
-    out.pass_to_pass_after = {t: after.statuses.get(t, "MISSING") for t in evaluation.PASS_TO_PASS}
+    out.fail_to_pass = as_listed(after.statuses, evaluation.FAIL_TO_PASS)
+    out.pass_to_pass_after = as_listed(after.statuses, evaluation.PASS_TO_PASS)
     failing = [t for t, s in out.fail_to_pass.items() if s not in PASSING]
     failing += [t for t, s in out.pass_to_pass_after.items()
                 if s not in PASSING and out.pass_to_pass_before.get(t) in PASSING]

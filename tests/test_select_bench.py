@@ -94,6 +94,21 @@ def test_rows_of_one_instance_from_two_runs_are_merged(tmp_path):
     assert (merged["seconds"], merged["behaviour"]) == (15.0, "static; +tests")
 
 
+def test_a_later_run_with_a_test_signal_takes_back_an_earlier_no_test_signal_note(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    note = select_bench.NO_TEST_SIGNAL + "env could not be built"
+    failed = {"instance_id": "x", "repo": "o/r", "behaviour": "+tests", "note": note,
+              "signals": {"a": {"applies": True, "tests_note": "env could not be built"}}}
+    later = {"instance_id": "x", "repo": "o/r", "behaviour": "+tests",
+             "signals": {"a": {"applies": True, "no_regression": 1.0, "tests_note": ""}}}
+    rows.write_text(json.dumps(failed) + "\n" + json.dumps(later) + "\n")
+    assert select_bench.load_rows(rows)["x"]["note"] == ""
+    # Without a later signal the note stays, once; a checkout's note stays beside it.
+    checkout = {"instance_id": "x", "repo": "o/r", "behaviour": "", "note": "cannot check out: gone", "signals": {}}
+    rows.write_text("".join(json.dumps(r) + "\n" for r in (checkout, failed, failed)))
+    assert select_bench.load_rows(rows)["x"]["note"] == "cannot check out: gone; " + note
+
+
 def test_bench_skips_the_static_phase_where_no_signal_can_change_the_outcome(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("FIXGRAPH_CACHE_DIR", str(tmp_path / "cache"))
     inst = make_calc_repo(tmp_path / "mirrors")

@@ -50,3 +50,21 @@ def test_empty_patch_fails_fail_to_pass(tmp_path: Path) -> None:
     assert out.runnable
     assert out.fail_to_pass == {"tests/test_calc.py::test_add": "FAILED"}
     assert fix_score.compute(out, 1.0, None)["test_pass_rate"] == 0.0
+
+
+def test_an_id_the_dataset_lists_cut_at_a_space_reads_the_status_of_the_test_it_names(tmp_path: Path) -> None:
+    # SWE-bench's lists hold ``test_pair[x,`` for the test pytest reports as ``test_pair[x, y]``
+    # (its old parser split at spaces); read as missing, a patch the harness resolved would fail.
+    pairs = ('\n\nimport pytest\n\n\n@pytest.mark.parametrize("pair", ["x, y", "a, b"])\n'
+             'def test_pair(pair):\n    assert calc.mul(2, 3) == 6 or pair == "a, b"\n')
+    inst, wt, _ = calc_instance(tmp_path, extra_tests=pairs)
+    cut = ["tests/test_calc.py::test_pair[x,", "tests/test_calc.py::test_pair[a,"]
+    inst = inst.model_copy(update={"PASS_TO_PASS": [*inst.PASS_TO_PASS, *cut]})
+    breaks_mul = CALC.replace("return a * b", "return a * b + 1")
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, breaks_mul.replace("return a - b", "return a + b")))
+    out = run_hidden(make_runner(local_settings(), tmp_path / "cache"), inst, wt, patch)
+    assert out.runnable, out.reason
+    assert {t: out.pass_to_pass_before[t] for t in cut} == {t: "PASSED" for t in cut}
+    # The patch breaks mul: the first id fails, the second passes whatever mul does.
+    assert {t: out.pass_to_pass_after[t] for t in cut} == {cut[0]: "FAILED", cut[1]: "PASSED"}
+    assert out.fail_to_pass == {"tests/test_calc.py::test_add": "PASSED"}

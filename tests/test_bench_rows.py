@@ -1,0 +1,43 @@
+"""The options the benchmarks over agents' predictions share (eval.rows): the same words, and the
+same one-line error for a bad choice of rows, before any work."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from eval import critic_bench, regression_bench, select_bench
+from eval.rows import row_choice, sample
+
+BENCHES: dict[str, Callable[[list[str]], int]] = {
+    "critic_bench": critic_bench.main, "regression_bench": regression_bench.main, "select_bench": select_bench.main}
+
+
+@pytest.mark.parametrize("bench", sorted(BENCHES))
+@pytest.mark.parametrize(("extra", "error"), [
+    (["--stride", "0"], "error: --stride must be at least 1"),
+    (["--limit", "-1"], "error: --limit must not be negative"),
+    (["--shard", "2/2"], "error: --shard: need 0 <= I < N, got '2/2'"),
+    (["--shard", "half"], "error: --shard: expected I/N, e.g. 0/2, got 'half'"),
+    (["--repos", "no-such-folder"], "error: --repos: not a directory: no-such-folder"),
+])
+def test_a_bad_choice_of_rows_is_one_line_and_exit_2(bench: str, extra: list[str], error: str, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # The predictions file does not exist either: the choice of rows is checked first.
+    argv = ["--predictions", str(tmp_path / "preds.jsonl"), "--repos", str(tmp_path), "-o", str(tmp_path / "o.jsonl")]
+    assert BENCHES[bench]([*argv, *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(error) and "\n" not in err, err
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_only_and_limit_pick_the_same_rows_in_every_bench(tmp_path: Path) -> None:
+    """--only keeps a repository's rows and --limit the first N after --stride, in each bench's parser."""
+    for bench in (critic_bench, regression_bench, select_bench):
+        args = bench.parser().parse_args(["--predictions", "p.jsonl", "--repos", str(tmp_path), "--only",
+                                          "a/b, c/d", "--limit", "3", "--stride", "2", "--shard", "1/2"])
+        only, shard = row_choice(args)
+        assert only == {"a/b", "c/d"} and shard == (1, 2)
+        assert sample(list(range(20)), args.stride, args.limit, shard) == [2]
