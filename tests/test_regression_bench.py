@@ -37,19 +37,22 @@ def test_bench_finds_the_visible_regression_and_records_what_it_cannot_judge(
             "--config", str(config), "-o", str(out_rows)]
     assert main(args) == 0
     out = capsys.readouterr().out.strip().splitlines()
-    assert out[-1].startswith("regression_recall=1.000 regression_precision=1.000 median_s=")
     text = "\n".join(out)
-    assert "patches judged: 3; with a visible regression (PASS_TO_PASS): 1; flagged by the loop's check: 1" in text
-    assert "not_applied: 1" in text and "fixture__calc-3" in text
-    assert "loop's check could not run on 1" in text  # notes.py: no existing test exercises it
-    assert "fixture__calc-2: TypeError at calc.py:6 in mul" in text
-    assert "fixture/calc" in text and "3/3 agree" in text
+    # Each check says what it saw: this test failed twice in about fifteen runs, uncaptured.
+    assert out[-1].startswith("regression_recall=1.000 regression_precision=1.000 median_s="), text
+    assert "patches judged: 3; with a visible regression (PASS_TO_PASS): 1; flagged by the loop's check: 1" in text, text
+    assert "not_applied: 1" in text and "fixture__calc-3" in text, text
+    assert "loop's check could not run on 1" in text, text  # notes.py: no existing test exercises it
+    assert "fixture__calc-2: TypeError at calc.py:6 in mul" in text, text
+    assert "fixture/calc" in text and "3/3 agree" in text, text
     recs = {r["instance_id"]: r for r in map(json.loads, out_rows.read_text().splitlines())}
-    assert recs["fixture__calc-2"]["visible"] == [f"tests/test_calc.py::test_mul_{i}" for i in range(10)]
-    assert recs["fixture__calc-1"]["resolved_here"] is True and recs["fixture__calc-1"]["flagged"] == []
+    assert recs["fixture__calc-2"]["visible"] == [f"tests/test_calc.py::test_mul_{i}" for i in range(10)], recs
+    assert recs["fixture__calc-1"]["resolved_here"] is True and recs["fixture__calc-1"]["flagged"] == [], recs
     # Each patch here is its task's first: it pays the base run, which a later attempt finds cached.
-    assert 0 < recs["fixture__calc-2"]["own_base_seconds"] < recs["fixture__calc-2"]["own_seconds"]
-    assert "seconds per later attempt (base run cached): median" in text
+    # The patched run goes beside the base one, so the check can end within the 0.1 s the record
+    # rounds to of its base run: part of it, not less.
+    assert 0 < recs["fixture__calc-2"]["own_base_seconds"] <= recs["fixture__calc-2"]["own_seconds"], recs
+    assert "seconds per later attempt (base run cached): median" in text, text
 
     # --resume counts what is recorded; nothing runs again.
     assert main([*args, "--resume"]) == 0
