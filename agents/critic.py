@@ -215,8 +215,7 @@ def _test_findings(outcome: tests.TestOutcome, skip: set[str] | frozenset[str] =
     found = [Finding(source="tests", rule="reproduction" if own else "fail_to_pass", severity="error",
                      message=f"{t}: {outcome.fail_to_pass[t]}" + (" (the reproduction test still fails)" if own else ""))
              for t in failing[:10]]
-    broken = [t for t, s in outcome.pass_to_pass_after.items()
-              if s not in PASSING and outcome.pass_to_pass_before.get(t) in PASSING and t not in skip]
+    broken = [t for t in outcome.broken() if t not in skip]
     found += [Finding(source="tests", rule="regression", message=f"{t} passed before the patch and now fails",
                       severity="error") for t in broken[:10]]
     return found

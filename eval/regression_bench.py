@@ -96,7 +96,7 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         p2p = inst.PASS_TO_PASS
         rec["hidden_timed_out"] = truth.timed_out
         # A run cut by its timeout did not reach the tests it does not report: unknown, not broken.
-        rec["visible"] = [t for t in expected_change.broken_tests(truth, p2p)
+        rec["visible"] = [t for t in sorted(truth.broken(p2p))
                           if not truth.timed_out or truth.pass_to_pass_after.get(t, "MISSING") != "MISSING"]
         rec["p2p_passing_at_base"] = sum(truth.pass_to_pass_before.get(t) in PASSING for t in p2p)
         rec["resolved_here"] = (all(s in PASSING for s in truth.fail_to_pass.values())
@@ -117,7 +117,7 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         rec["selected"] = own.selection.get("files", [])
         rec["selected_tests"] = own.selection.get("tests", [])
         rec["tests_run"] = len(own.pass_to_pass_before)
-        rec["broken"] = expected_change.broken_tests(own)
+        rec["broken"] = sorted(own.broken())
         # What each broken test raised ("" when no record says): a crash or a failed assertion.
         kinds = expected_change.failure_kinds(own)
         rec["flag_kinds"] = {t: kinds.get(t, "") for t in rec["broken"]}

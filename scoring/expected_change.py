@@ -36,7 +36,6 @@ import re
 from collections.abc import Iterable, Mapping
 
 from fixgraph.state import Finding
-from scoring.testenv import PASSING
 from scoring.tests import TestOutcome
 
 # What a test raises to say "wrong result" (pytest's fail() and fnmatch_lines raise Failed).
@@ -109,13 +108,6 @@ def expected_changes(broken: Iterable[str], kinds: Mapping[str, str], issue: str
     return out
 
 
-def broken_tests(outcome: TestOutcome, among: Iterable[str] | None = None) -> list[str]:
-    """Tests that passed at the base and do not with the patch (``among``: only those)."""
-    ids = outcome.pass_to_pass_before if among is None else among
-    return sorted(t for t in ids if outcome.pass_to_pass_before.get(t) in PASSING
-                  and outcome.pass_to_pass_after.get(t, "MISSING") not in PASSING)
-
-
 def failure_kinds(outcome: TestOutcome) -> dict[str, str]:
     """What each broken test raised, where a crash record says ("" otherwise)."""
     return {str(c.get("test")): str(c.get("type", "")) for c in outcome.regression_crashes}
@@ -123,7 +115,7 @@ def failure_kinds(outcome: TestOutcome) -> dict[str, str]:
 
 def of_outcome(outcome: TestOutcome, issue: str, repo: str = "") -> dict[str, list[str]]:
     """The expected behaviour changes among the regressions of ``outcome``."""
-    return expected_changes(broken_tests(outcome), failure_kinds(outcome), issue, repo)
+    return expected_changes(outcome.broken(), failure_kinds(outcome), issue, repo)
 
 
 def set_aside(outcome: TestOutcome, expected: Mapping[str, list[str]]) -> TestOutcome:

@@ -34,6 +34,7 @@ import shutil
 import sys
 import threading
 import uuid
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -172,6 +173,13 @@ class TestOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def broken(self, among: Iterable[str] | None = None) -> list[str]:
+        """The tests that passed at the base and do not with the patch (``among``: only those), in
+        the base run's order."""
+        ids = self.pass_to_pass_before if among is None else among
+        return [t for t in ids if self.pass_to_pass_before.get(t) in PASSING
+                and self.pass_to_pass_after.get(t, "MISSING") not in PASSING]
 
 
 class LocalEnvs:
@@ -506,8 +514,7 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
                     owned = {t: s for t, s in owned.items() if t in after.statuses}
                 out.pass_to_pass_before = owned
                 out.pass_to_pass_after = {t: after.statuses.get(t, "MISSING") for t in owned}
-                broken = [t for t, s in out.pass_to_pass_after.items()
-                          if s not in PASSING and out.pass_to_pass_before.get(t) in PASSING]
+                broken = out.broken()
                 if broken:
                     failing_runs.append((after, broken))
                     # Tests a run that ended early never reached (not one cut by its timeout).
@@ -673,8 +680,7 @@ def hidden_outcome(runner: SuiteRunner, task: Task, evaluation: EvaluationData, 
     out.fail_to_pass = as_listed(after.statuses, evaluation.FAIL_TO_PASS)
     out.pass_to_pass_after = as_listed(after.statuses, evaluation.PASS_TO_PASS)
     failing = [t for t, s in out.fail_to_pass.items() if s not in PASSING]
-    failing += [t for t, s in out.pass_to_pass_after.items()
-                if s not in PASSING and out.pass_to_pass_before.get(t) in PASSING]
+    failing += out.broken()
     out.crash = _failure_context(after, failing) if failing else ""
     return out
 
