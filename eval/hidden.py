@@ -18,13 +18,74 @@ from unidiff.patch import PatchSet
 from fixgraph.dataset import Instance
 from fixgraph.workspace import Worktree
 from scoring.specs import NON_TEST_EXTS, patch_files
-from scoring.testenv import SuiteRunner, git, git_apply
-from scoring.tests import TestOutcome, hidden_outcome
+from scoring.testenv import PASSING, Suite, SuiteRunner, git, git_apply
+from scoring.tests import TestOutcome, as_listed, hidden_outcome, listed_among
 
 
 def run_hidden(runner: SuiteRunner, inst: Instance, wt: Worktree, patch: str) -> TestOutcome:
     """The instance's FAIL_TO_PASS and PASS_TO_PASS tests before and after ``patch``."""
     return hidden_outcome(runner, inst.task(), inst.evaluation_data(), wt, patch)
+
+
+# What a flag outside PASS_TO_PASS turns out to be once the fix's own patches are applied.
+VERIFIED = "verified"  # passes with the gold patch, fails with the candidate: breakage the harness does not count
+SHARED = "fails_with_gold"  # fails (or is gone) with the gold patch too: an intended or shared change
+REWRITTEN = "passes_with_test_patch"  # the candidate passes the test patch's version: it changed what the fix changed
+TARGET = "fail_to_pass"  # the candidate fails the fix's target test: the harness counts it (unresolved), as no regression
+UNCHECKED = "unchecked"  # a run could not say (no environment, not reported by either run)
+
+
+def gold_check(runner: SuiteRunner, inst: Instance, wt: Worktree, patch: str, tests: list[str],
+               selected: list[str] | None = None, timeout_s: float | None = None) -> dict[str, Any]:
+    """Evaluation side: the loop's flags ``tests`` (passed at the base, fail with ``patch``) run
+    again with the instance's gold ``patch`` and with the candidate, each with ``test_patch``
+    applied as the harness does. {"tests": {test: {"gold", "candidate", "verdict"}}, "seconds",
+    "reason"}; a verdict is one of this module's VERIFIED, SHARED, REWRITTEN, TARGET, UNCHECKED.
+
+    The runs take the flagged tests' files whole (sympy's runner takes no single test; a bare name
+    is looked up in the files the loop selected, as the base commit has them)."""
+    files = _files_of(inst, wt, tests, selected)
+    out: dict[str, Any] = {"tests": {}, "seconds": 0.0, "reason": ""}
+    if not files:
+        out["reason"] = "no test file defines the flagged tests"
+        out["tests"] = {t: {"gold": "MISSING", "candidate": "MISSING", "verdict": UNCHECKED} for t in tests}
+        return out
+    protected = tuple(dict.fromkeys([*files, *(f for f in patch_files(inst.test_patch) if f.endswith(".py"))]))
+    suite = Suite(targets=tuple(files), protected=protected, extra_patch=inst.test_patch, timeout_s=timeout_s,
+                  label="gold-check", finished_on_timeout=True)
+    task = inst.task()
+    gold = runner.run_suite(task, wt, inst.patch, suite)
+    cand = runner.run_suite(task, wt, patch, suite)
+    out["seconds"] = round(gold.seconds + cand.seconds, 1)
+    out["reason"] = "; ".join(f"{name}: {run.error[:200]}" for name, run in (("gold", gold), ("candidate", cand))
+                              if run.error)
+    g, c = as_listed(gold.statuses, tests), as_listed(cand.statuses, tests)
+    targets = set(listed_among(tests, inst.FAIL_TO_PASS))
+    for t in tests:
+        if gold.error or cand.error or (g[t] == "MISSING" and c[t] == "MISSING"):
+            verdict = UNCHECKED
+        elif g[t] not in PASSING:
+            verdict = SHARED
+        elif c[t] in PASSING:
+            verdict = REWRITTEN
+        else:
+            verdict = TARGET if t in targets else VERIFIED
+        out["tests"][t] = {"gold": g[t], "candidate": c[t], "verdict": verdict}
+    return out
+
+
+def _files_of(inst: Instance, wt: Worktree, tests: list[str], selected: list[str] | None = None) -> list[str]:
+    """The test files holding ``tests``: a node id's own file; for a bare name (sympy), the
+    ``selected`` files (else the test patch's) that define it at the base commit."""
+    files = [t.split("::", 1)[0] for t in tests if "::" in t]
+    bare = {t.split("[", 1)[0] for t in tests if "::" not in t}
+    if bare:
+        for path in selected or [f for f in patch_files(inst.test_patch) if f.endswith(".py")]:
+            proc = git(wt.path, "show", f"{inst.base_commit}:{path}")
+            text = proc.stdout.decode("utf-8", "replace") if proc.returncode == 0 else ""
+            if any(re.search(rf"^\s*(?:async\s+)?def {re.escape(name)}\b", text, re.M) for name in bare):
+                files.append(path)
+    return list(dict.fromkeys(files))
 
 
 def test_file_from_test_patch(inst: Instance, wt: Worktree, only_changed: bool = True) -> dict[str, Any] | None:

@@ -43,17 +43,18 @@ from typing import Any
 
 import git
 
+from eval import hidden
 from eval.critic_bench import Tally
-from eval.hidden import run_hidden, tests_the_test_patch_edits
+from eval.hidden import gold_check, run_hidden, tests_the_test_patch_edits
 from eval.rows import add_row_options, mirrored_rows, row_choice, run_terminable, sample, written_rows
 from fixgraph.config import load_config
 from fixgraph.dataset import Instance, load_jsonl
-from fixgraph.workspace import PatchError, RepoCache, WorkspaceError
+from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree
 from scoring import expected_change
 from scoring.critic import InputError, load_predictions
 from scoring.runtime import runtime_findings
 from scoring.testenv import PASSING, SuiteRunner
-from scoring.tests import make_runner, own_outcome
+from scoring.tests import listed_among, make_runner, own_outcome
 
 
 def parser() -> argparse.ArgumentParser:
@@ -69,6 +70,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rescore", action="store_true",
                    help="score the rows already in --output by the current rules and judge no new row (safe beside a "
                         "run still writing them)")
+    p.add_argument("--check-extra", action="store_true",
+                   help="with --rescore: run the gold check (evaluation side) on saved false positives flagged outside "
+                        "PASS_TO_PASS that lack it, and append the rows so checked to --output")
     return p
 
 
@@ -127,6 +131,7 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         rec["edited"] = tests_the_test_patch_edits(inst, wt, rec["broken"])
         apply_expected(rec, inst, cfg.regression.expected_changes)
         rec["visible_new"] = tests_the_test_patch_edits(inst, wt, rec["visible"])
+        check_extra(rec, inst, wt, patch, runner, cfg)
         rec["runtime"] = [{k: f.get(k) for k in ("rule", "file", "line", "symbol", "message")}
                           for f in runtime_findings(own, patch)]
         rec["notes"] = own.notes[:5]
@@ -145,7 +150,21 @@ def apply_expected(rec: dict[str, Any], inst: Instance, enabled: bool) -> None:
     rec["expected_change"] = expected_change.expected_changes(
         rec["broken"], rec.get("flag_kinds") or {}, inst.problem_statement, inst.repo)
     rec["flagged"] = [t for t in rec["broken"] if not enabled or t not in rec["expected_change"]]
-    rec["extra"] = [t for t in rec["flagged"] if t not in set(inst.PASS_TO_PASS)]
+    # The loop's ids are whole; the dataset lists some cut at a space (scoring.tests.as_listed).
+    listed = set(listed_among(rec["flagged"], inst.PASS_TO_PASS))
+    rec["extra"] = [t for t in rec["flagged"] if t not in listed]
+
+
+def check_extra(rec: dict[str, Any], inst: Instance, wt: Worktree, patch: str, runner: SuiteRunner, cfg: Any) -> bool:
+    """Evaluation side: a false positive's flags outside PASS_TO_PASS, run with the instance's gold
+    patch and with the candidate, each with its test patch (``eval.hidden.gold_check``): is the flag
+    breakage the harness does not count, or a change the fix makes too? Only flags that count
+    against precision are checked (a patch with no visible regression). Whether it ran."""
+    if not rec["extra"] or rec["visible"] or "extra_check" in rec:
+        return False
+    rec["extra_check"] = gold_check(runner, inst, wt, patch, rec["extra"], rec.get("selected") or [],
+                                    cfg.regression.timeout_s)
+    return True
 
 
 def select_rows(args: argparse.Namespace, dataset: dict[str, Instance]) -> tuple[list[dict[str, Any]], dict[str, int]]:
@@ -204,13 +223,26 @@ def run(args: argparse.Namespace) -> int:
     for rec in recs:
         if rec.get("status") == "judged":
             apply_expected(rec, dataset[rec["instance_id"]], cfg.regression.expected_changes)
+    patches = {r["instance_id"]: r.get("model_patch") or "" for r in rows}
     for rec in recs:  # rows judged before the fields existed
-        if rec.get("status") == "judged" and ("edited" not in rec or "visible_new" not in rec):
-            inst = dataset[rec["instance_id"]]
-            with contextlib.suppress(WorkspaceError, git.GitCommandError):
-                wt = repos.worktree(inst.repo, inst.base_commit, f"{key}-{inst.repo_slug}")
+        if rec.get("status") != "judged":
+            continue
+        inst = dataset[rec["instance_id"]]
+        old = "edited" not in rec or "visible_new" not in rec
+        unchecked = args.check_extra and rec["extra"] and not rec["visible"] and "extra_check" not in rec
+        if not (old or unchecked):
+            continue
+        with contextlib.suppress(WorkspaceError, git.GitCommandError):
+            wt = repos.worktree(inst.repo, inst.base_commit, f"{key}-{inst.repo_slug}")
+            if old:
                 rec["edited"] = tests_the_test_patch_edits(inst, wt, rec["broken"])
                 rec["visible_new"] = tests_the_test_patch_edits(inst, wt, rec["visible"])
+            if unchecked and check_extra(rec, inst, wt, patches[rec["instance_id"]], runner, cfg):
+                print(f"gold check {inst.instance_id}: " + ", ".join(
+                    f"{t} {v['verdict']}" for t, v in list(rec["extra_check"]["tests"].items())[:5])
+                    + f" ({rec['extra_check']['seconds']}s) {rec['extra_check']['reason']}"[:400], file=sys.stderr)
+                with args.output.open("a", encoding="utf-8") as out:  # a later row of an id wins on reading
+                    out.write(json.dumps(rec) + "\n")
     print(report(recs, args))
     return 0
 
@@ -251,6 +283,7 @@ def report(recs: list[dict[str, Any]], args: argparse.Namespace) -> str:
                  + (f" ({sum(not r['visible'] for r in extra)} of those patches have no visible regression)" if extra else ""))
     lines += [f"  {r['instance_id']}: {', '.join(r['extra'][:3])}" for r in extra[:8]]
     lines += false_positives(judged, tally)
+    lines += gold_report(judged, tally)
     lines += expected_report(judged, bool(getattr(args, "expected_changes", False)))
     runtime = [r for r in judged if r["runtime"]]
     lines.append(f"runtime findings: {len(runtime)} patches")
@@ -300,6 +333,42 @@ def false_positives(judged: list[dict[str, Any]], tally: Tally) -> list[str]:
         # Evaluation side only: the loop cannot know which tests the fix's own test patch rewrites.
         lines.append(f"precision with the rewritten-test flags set aside (reads the test patch: not the loop's): "
                      f"{tally.tp / (tally.tp + tally.fp - rewritten):.3f}")
+    return lines
+
+
+def gold_report(judged: list[dict[str, Any]], tally: Tally) -> list[str]:
+    """The gold check of the false positives' flags outside PASS_TO_PASS (``check_extra``), and
+    precision counting a flag the check verifies as breakage as true: beside the strict figure,
+    never instead of it (it reads the gold patch, which the loop cannot)."""
+    fps = [r for r in judged if r["flagged"] and not r["visible"] and r["extra"]]
+    if not fps:
+        return []
+    checked = [r for r in fps if "extra_check" in r]
+    verdicts = [(r, t, v) for r in checked for t, v in r["extra_check"]["tests"].items()]
+    lines = [f"flags outside PASS_TO_PASS on patches with no visible regression: {len(fps)} patches; run again with "
+             f"the instance's gold patch and with the candidate, each with its test patch (evaluation side): "
+             f"{len(checked)} patches, {len(verdicts)} tests"]
+    words = {hidden.VERIFIED: "verified breakage (passes with the gold patch, fails with the candidate)",
+             hidden.SHARED: "fails or is gone with the gold patch too (an intended or shared change)",
+             hidden.REWRITTEN: "passes with the candidate once the test patch rewrites it",
+             hidden.TARGET: "a FAIL_TO_PASS test (the fix's target: counted by the harness as unresolved)",
+             hidden.UNCHECKED: "not checked (a run could not say)"}
+    for verdict, text in words.items():
+        these = [(r, t, v) for r, t, v in verdicts if v["verdict"] == verdict]
+        if these:
+            lines.append(f"  {text}: {len(these)} tests on {len({r['instance_id'] for r, _, _ in these})} patches, "
+                         "e.g. " + "; ".join(f"{r['instance_id']} {t} (gold {v['gold']}, candidate {v['candidate']})"
+                                            for r, t, v in these[:3]))
+    for r in checked:
+        if r["extra_check"]["reason"]:
+            lines.append(f"  {r['instance_id']}: {r['extra_check']['reason'][:200]}")
+    if len(checked) < len(fps):
+        lines.append(f"  not run yet on {len(fps) - len(checked)} patches (--rescore --check-extra): "
+                     + ", ".join(r["instance_id"] for r in fps if "extra_check" not in r))
+    verified = sum(any(v["verdict"] == hidden.VERIFIED for v in r["extra_check"]["tests"].values()) for r in checked)
+    if tally.tp + tally.fp:
+        lines.append(f"precision counting verified breakage as true (reads the gold patch: not the loop's; "
+                     f"{verified} false positives verified): {(tally.tp + verified) / (tally.tp + tally.fp):.3f}")
     return lines
 
 

@@ -636,10 +636,22 @@ def as_listed(statuses: dict[str, str], ids: list[str]) -> dict[str, str]:
     patch the harness resolved reads as failing (sphinx-8713, 188 ids of 13 matplotlib instances)."""
     heads: dict[str, str] = {}
     for full, status in statuses.items():
-        head = full.split(maxsplit=1)[0] if full.strip() else full
+        head = _listed_head(full)
         if head != full:
             heads[head] = status
     return {t: statuses.get(t, heads.get(t, "MISSING")) for t in ids}
+
+
+def listed_among(tests: Iterable[str], ids: Iterable[str]) -> list[str]:
+    """Of ``tests`` (full ids, as a run reports them), those a dataset's list ``ids`` holds, read
+    as :func:`as_listed` reads it: listed whole, or cut at its first space."""
+    listed = set(ids)
+    return [t for t in tests if t in listed or _listed_head(t) in listed]
+
+
+def _listed_head(full: str) -> str:
+    """A full test id as SWE-bench's old parser listed it: cut at its first space."""
+    return full.split(maxsplit=1)[0] if full.strip() else full
 
 
 def hidden_outcome(runner: SuiteRunner, task: Task, evaluation: EvaluationData, wt: Worktree,

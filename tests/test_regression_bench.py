@@ -115,3 +115,101 @@ def test_the_tests_a_fix_s_own_test_patch_rewrites_are_named(tmp_path: Path) -> 
     assert fp_cause(flagged) == "rewritten"
     assert fp_cause({**flagged, "flagged": ids[:2]}) == "other"  # test_mul_4 is the repository's, unchanged
     assert fp_cause({**flagged, "flagged": ids[:2], "runtime": [{"rule": "TypeError"}]}) == "crash"
+
+
+SCALE_TEST = "\n\ndef test_scale():\n    assert calc.scale([1, 2], 3) == [3, 6]\n"
+
+
+def test_flags_outside_pass_to_pass_are_checked_with_the_gold_patch(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A flag on a test the harness does not run (``test_scale``, outside PASS_TO_PASS) is run
+    again with the gold patch and with the candidate, each with the test patch: breakage the gold
+    patch does not make is verified, one it makes too is a shared change, and a test the test
+    patch rewrites that the candidate then passes is the fix's own change. The strict precision
+    stays the last line; the one counting verified breakage is printed beside it."""
+    from tests.testrun_helpers import TEST_FILE, make_repo
+
+    base_tests = TEST_FILE + SCALE_TEST
+    mirrors, commit = make_repo(tmp_path, {"calc.py": CALC, "tests/test_calc.py": base_tests})
+    fixed = CALC.replace("return a - b", "return a + b")
+    reversed_scale = fixed.replace("    return out\n", "    return out[::-1]\n")
+    tuple_scale = fixed.replace("    return out\n", "    return tuple(out)\n")
+    add_test = "\n\ndef test_add():\n    assert calc.add(2, 3) == 5\n"
+    adds_test_add = diff_for(tmp_path, "tests/test_calc.py", base_tests, base_tests + add_test)
+    rewrites_scale = diff_for(tmp_path, "tests/test_calc.py", base_tests,
+                              base_tests.replace("== [3, 6]", "== (3, 6)") + add_test)
+    # (instance, gold patch, test patch, FAIL_TO_PASS, candidate)
+    rows = [
+        ("fixture__calc-1", fixed, adds_test_add, [], reversed_scale),  # breaks scale; the fix does not
+        ("fixture__calc-2", tuple_scale, adds_test_add, [], reversed_scale),  # the fix breaks test_scale too
+        ("fixture__calc-3", tuple_scale, rewrites_scale, ["tests/test_calc.py::test_scale"], tuple_scale),
+        ("fixture__calc-4", fixed, adds_test_add, [], fixed.replace("return a * b", "return a * b + 1")),  # visible
+    ]
+    diffs: dict[str, str] = {}  # diff_for makes one scratch repo per content
+
+    def diff(new: str) -> str:
+        if new not in diffs:
+            diffs[new] = diff_for(tmp_path, "calc.py", CALC, new)
+        return diffs[new]
+
+    dataset, preds = tmp_path / "lite.jsonl", tmp_path / "preds.jsonl"
+    with dataset.open("w") as ds, preds.open("w") as pr:
+        for iid, gold, test_patch, f2p, cand in rows:
+            ds.write(json.dumps({
+                "instance_id": iid, "repo": "fixture/calc", "base_commit": commit, "problem_statement": "add subtracts",
+                "version": "", "patch": diff(gold), "test_patch": test_patch,
+                "FAIL_TO_PASS": ["tests/test_calc.py::test_add", *f2p],
+                "PASS_TO_PASS": [f"tests/test_calc.py::test_mul_{i}" for i in range(10)]}) + "\n")
+            pr.write(json.dumps({"instance_id": iid, "system": "agent",
+                                 "model_patch": diff(cand)}) + "\n")
+    config = tmp_path / "local.toml"
+    config.write_text(f'name = "local"\ncache_dir = "{tmp_path / "cache"}"\n\n[tests]\nbackend = "local"\n')
+    out_rows = tmp_path / "rows.jsonl"
+    args = ["--predictions", str(preds), "--dataset", str(dataset), "--repos", str(mirrors),
+            "--config", str(config), "-o", str(out_rows)]
+    assert main(args) == 0
+    text = capsys.readouterr().out.strip()
+    lines = text.splitlines()
+    recs = {r["instance_id"]: r for r in map(json.loads, out_rows.read_text().splitlines())}
+    verdicts = {iid: {t: v["verdict"] for t, v in r.get("extra_check", {}).get("tests", {}).items()}
+                for iid, r in recs.items()}
+    scale = "tests/test_calc.py::test_scale"
+    assert verdicts == {"fixture__calc-1": {scale: "verified"}, "fixture__calc-2": {scale: "fails_with_gold"},
+                        "fixture__calc-3": {scale: "passes_with_test_patch"}, "fixture__calc-4": {}}, recs
+    assert recs["fixture__calc-1"]["extra_check"]["tests"][scale] == {
+        "gold": "PASSED", "candidate": "FAILED", "verdict": "verified"}, recs
+    assert "TP 1 FP 3 FN 0 TN 0" in text, text
+    assert "verified breakage (passes with the gold patch, fails with the candidate): 1 tests on 1 patches, " \
+           "e.g. fixture__calc-1 tests/test_calc.py::test_scale (gold PASSED, candidate FAILED)" in text, text
+    assert "fails or is gone with the gold patch too (an intended or shared change): 1 tests on 1 patches" in text, text
+    assert "precision counting verified breakage as true (reads the gold patch: not the loop's; 1 false " \
+           "positives verified): 0.500" in text, text
+    assert lines[-1].startswith("regression_recall=1.000 regression_precision=0.250 median_s="), text
+
+    # Rows saved before the check: --rescore says so, and --check-extra runs it on them alone.
+    saved = [{k: v for k, v in r.items() if k != "extra_check"} for r in recs.values()]
+    out_rows.write_text("".join(json.dumps(r) + "\n" for r in saved))
+    assert main([*args, "--rescore"]) == 0
+    text = capsys.readouterr().out
+    assert "not run yet on 3 patches (--rescore --check-extra)" in text, text
+    assert "0 false positives verified): 0.250" in text, text
+    assert main([*args, "--rescore", "--check-extra"]) == 0
+    assert "1 false positives verified): 0.500" in capsys.readouterr().out
+    assert main([*args, "--rescore"]) == 0  # the checked rows were appended: a later row of an id wins
+    assert "1 false positives verified): 0.500" in capsys.readouterr().out
+    assert len(out_rows.read_text().splitlines()) == 4 + 3
+
+
+def test_extra_reads_pass_to_pass_ids_cut_at_a_space(tmp_path: Path) -> None:
+    """SWE-bench lists a parametrized id with a space cut there; the loop's flag of the whole id
+    is inside PASS_TO_PASS, not an extra regression."""
+    from eval.regression_bench import apply_expected
+    from scoring.tests import listed_among
+
+    inst, _, _ = calc_instance(tmp_path)
+    whole, other = "tests/test_calc.py::test_word[a b-c]", "tests/test_calc.py::test_other[x]"
+    inst = inst.model_copy(update={"PASS_TO_PASS": ["tests/test_calc.py::test_word[a"]})
+    assert listed_among([whole, other], inst.PASS_TO_PASS) == [whole]
+    rec: dict[str, object] = {"broken": [whole, other], "flag_kinds": {}}
+    apply_expected(rec, inst, False)
+    assert rec["extra"] == [other], rec
