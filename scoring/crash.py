@@ -87,7 +87,8 @@ def _format_one(rec: dict[str, Any]) -> str:
 _TB_START = "Traceback (most recent call last):"
 _CONFTEST = "ImportError while loading conftest"
 # sympy's bin/test prints each failure under "____ sympy/x/tests/test_y.py:test_z ____", short form.
-_SYMPY_HEADER = re.compile(r"^_{3,} (\S+?\.py):(\S+) _{3,}$", re.M)
+# sympy centres "path.py:test" in 80 columns of "_": a long name leaves two, or none.
+_SYMPY_HEADER = re.compile(r"^_* (\S+?\.py):(\S+) _*$", re.M)
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 # sympy's raises() that did not raise ends in "sympy.testing.pytest.Failed: DID NOT RAISE" (or
 # _pytest.outcomes.Failed): a failed expectation, as pytest says, not a crash of the code.
@@ -263,3 +264,16 @@ def failures_of(records: list[dict[str, Any]], log: str, repo_root: str, wanted:
         if test:
             out.append({**rec, "test": test})
     return out
+
+
+def assertions_by_status(statuses: dict[str, str], wanted: Iterable[str],
+                         known: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Records for the tests in ``wanted`` that ``known`` does not explain and that ``statuses``
+    says FAILED, for runners that tell a failed assertion from an error as each test ends (sympy's
+    ``bin/test`` prints ``F`` only for an AssertionError and ``E`` for any other exception; Django's
+    unittest runner FAIL and ERROR): their tracebacks come only at the end of the run, which a run
+    killed by its timeout never prints. Not for pytest, whose FAILED is any exception."""
+    seen = {str(r.get("test")) for r in known}
+    return [{"test": t, "nodeid": t, "type": "AssertionError", "message": "", "frames": [],
+             "exc_line": "AssertionError (the runner reported F; no traceback printed)"}
+            for t in wanted if t not in seen and statuses.get(t) == "FAILED"]

@@ -521,6 +521,9 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
                     unreported = [] if after.timed_out else [t for t in broken if t not in after.statuses]
                     out.regression_crashes = crash.failures_of(after.crash_records, after.log, after.root, broken,
                                                                unreported)
+                    if not node_ids:  # sympy's and Django's runners: F is an assertion, traceback or not
+                        out.regression_crashes += crash.assertions_by_status(after.statuses, broken,
+                                                                             out.regression_crashes)
                 out.log_tail = after.log_tail()
     if beside is not None:  # unused when the base run changed the suite: it must not outlive the check
         beside.result()

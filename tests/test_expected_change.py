@@ -242,3 +242,56 @@ def test_sympy_s_raises_that_did_not_raise_is_a_failed_expectation_not_a_crash()
     assert runtime_findings(outcome, "") == []
     assert expected_change.of_outcome(outcome, "Ndim array initiation rejects empty shapes") == {
         "test_ndim_array_initiation": ["array", "initiation", "ndim"]}
+
+
+# sympy-24102's log as this machine's sympy 1.12 runner printed it: the name is long, so the header
+# centred in 80 columns keeps two underscores on the left.
+LONG_NAME_LOG = """\
+sympy/parsing/tests/test_mathematica.py[3]
+test_mathematica ok
+test_parser_mathematica_tokenizer F
+test_parser_mathematica_exp_alt ok                                        [FAIL]
+
+
+________________________________________________________________________________
+__ sympy/parsing/tests/test_mathematica.py:test_parser_mathematica_tokenizer ___
+Traceback (most recent call last):
+  File "/tmp/run/repo/sympy/parsing/tests/test_mathematica.py", line 92, in test_parser_mathematica_tokenizer
+    assert chain("42") == "42"
+AssertionError
+
+============= tests finished: 2 passed, 1 failed, in 1.25 seconds ==============
+"""
+
+
+def test_sympy_s_header_of_a_long_test_name_is_read() -> None:
+    [rec] = failures_of([], LONG_NAME_LOG, "/tmp/run/repo", ["test_parser_mathematica_tokenizer"])
+    assert rec["type"] == "AssertionError" and rec["test"] == "test_parser_mathematica_tokenizer", rec
+    assert rec["frames"][-1]["line"] == 92, rec
+    # Longer still, the header has no underscore left at all.
+    bare = LONG_NAME_LOG.replace("__ sympy/parsing/tests/test_mathematica.py:test_parser_mathematica_tokenizer ___",
+                                 " sympy/parsing/tests/test_mathematica.py:test_parser_mathematica_tokenizer ")
+    [rec] = failures_of([], bare, "/tmp/run/repo", ["test_parser_mathematica_tokenizer"])
+    assert rec["type"] == "AssertionError", rec
+
+
+def test_a_sympy_run_killed_by_its_timeout_keeps_the_kinds_its_f_and_e_say() -> None:
+    """sympy's runner prints its tracebacks only at the end, which a run killed by its timeout never
+    reaches; but it says F (an AssertionError, nothing else) or E (any other exception) as each test
+    ends. F is a failed assertion; E stays unknown."""
+    from scoring.crash import assertions_by_status
+    from scoring.specs import parse_log
+
+    killed = LONG_NAME_LOG.split("\n\n\n", 1)[0].replace("test_mathematica ok", "test_mathematica E")
+    statuses = parse_log("sympy/sympy", killed)
+    wanted = ["test_mathematica", "test_parser_mathematica_tokenizer"]
+    assert failures_of([], killed, "/tmp/run/repo", wanted) == []  # no traceback to read
+    recs = assertions_by_status(statuses, wanted, [])
+    assert [(r["test"], r["type"]) for r in recs] == [("test_parser_mathematica_tokenizer", "AssertionError")]
+    outcome = TestOutcome(runnable=True, reason="", pass_to_pass_before=dict.fromkeys(wanted, "PASSED"),
+                          pass_to_pass_after={t: statuses[t] for t in wanted}, regression_crashes=recs)
+    assert expected_change.failure_kinds(outcome) == {"test_parser_mathematica_tokenizer": "AssertionError"}
+    assert runtime_findings(outcome, "") == []  # an assertion is never a runtime finding
+    # A record read from the log already explains its test: no second one.
+    [known] = failures_of([], LONG_NAME_LOG, "/tmp/run/repo", wanted)
+    assert assertions_by_status(parse_log("sympy/sympy", LONG_NAME_LOG), wanted, [known]) == []
