@@ -31,7 +31,9 @@ def run_hidden(runner: SuiteRunner, inst: Instance, wt: Worktree, patch: str) ->
 VERIFIED = "verified"  # passes with the gold patch, fails with the candidate: breakage the harness does not count
 SHARED = "fails_with_gold"  # fails (or is gone) with the gold patch too: an intended or shared change
 REWRITTEN = "passes_with_test_patch"  # the candidate passes the test patch's version: it changed what the fix changed
-TARGET = "fail_to_pass"  # the candidate fails the fix's target test: the harness counts it (unresolved), as no regression
+# The candidate fails the fix's target test (the harness counts it as unresolved, not as a regression),
+TARGET = "fail_to_pass"  # and the gold patch fails the test's base version too: the fix changes what it asserts;
+TARGET_KEPT = "fail_to_pass_base_kept"  # or the gold patch passes the base version: the candidate broke what the fix keeps
 UNCHECKED = "unchecked"  # a run could not say (no environment, not reported by either run)
 
 
@@ -40,7 +42,9 @@ def gold_check(runner: SuiteRunner, inst: Instance, wt: Worktree, patch: str, te
     """Evaluation side: the loop's flags ``tests`` (passed at the base, fail with ``patch``) run
     again with the instance's gold ``patch`` and with the candidate, each with ``test_patch``
     applied as the harness does. {"tests": {test: {"gold", "candidate", "verdict"}}, "seconds",
-    "reason"}; a verdict is one of this module's VERIFIED, SHARED, REWRITTEN, TARGET, UNCHECKED.
+    "reason"}; a verdict is one of this module's VERIFIED, SHARED, REWRITTEN, TARGET, TARGET_KEPT,
+    UNCHECKED. A FAIL_TO_PASS test the candidate fails is run a third time, the gold patch with the
+    test's base version (``gold_base``), as the loop ran it: does the fix keep what it asserted?
 
     The runs take the flagged tests' files whole (sympy's runner takes no single test; a bare name
     is looked up in the files the loop selected, as the base commit has them)."""
@@ -71,6 +75,17 @@ def gold_check(runner: SuiteRunner, inst: Instance, wt: Worktree, patch: str, te
         else:
             verdict = TARGET if t in targets else VERIFIED
         out["tests"][t] = {"gold": g[t], "candidate": c[t], "verdict": verdict}
+    aimed = [t for t, v in out["tests"].items() if v["verdict"] == TARGET]
+    if aimed:
+        files = _files_of(inst, wt, aimed, selected)
+        base = runner.run_suite(task, wt, inst.patch, Suite(targets=tuple(files), protected=tuple(files),
+                                                            timeout_s=timeout_s, label="gold-check",
+                                                            finished_on_timeout=True))
+        out["seconds"] = round(out["seconds"] + base.seconds, 1)
+        for t, status in as_listed(base.statuses, aimed).items():
+            out["tests"][t]["gold_base"] = status
+            if status in PASSING:
+                out["tests"][t]["verdict"] = TARGET_KEPT
     return out
 
 

@@ -160,11 +160,18 @@ def check_extra(rec: dict[str, Any], inst: Instance, wt: Worktree, patch: str, r
     patch and with the candidate, each with its test patch (``eval.hidden.gold_check``): is the flag
     breakage the harness does not count, or a change the fix makes too? Only flags that count
     against precision are checked (a patch with no visible regression). Whether it ran."""
-    if not rec["extra"] or rec["visible"] or "extra_check" in rec:
+    if not rec["extra"] or rec["visible"] or gold_checked(rec):
         return False
     rec["extra_check"] = gold_check(runner, inst, wt, patch, rec["extra"], rec.get("selected") or [],
                                     cfg.regression.timeout_s)
     return True
+
+
+def gold_checked(rec: dict[str, Any]) -> bool:
+    """Whether ``rec`` holds a gold check as ``check_extra`` makes it now (rows checked before the
+    third run of FAIL_TO_PASS tests lack it)."""
+    return "extra_check" in rec and all("gold_base" in v for v in rec["extra_check"]["tests"].values()
+                                        if v["verdict"] == hidden.TARGET)
 
 
 def select_rows(args: argparse.Namespace, dataset: dict[str, Instance]) -> tuple[list[dict[str, Any]], dict[str, int]]:
@@ -229,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         inst = dataset[rec["instance_id"]]
         old = "edited" not in rec or "visible_new" not in rec
-        unchecked = args.check_extra and rec["extra"] and not rec["visible"] and "extra_check" not in rec
+        unchecked = args.check_extra and rec["extra"] and not rec["visible"] and not gold_checked(rec)
         if not (old or unchecked):
             continue
         with contextlib.suppress(WorkspaceError, git.GitCommandError):
@@ -343,7 +350,7 @@ def gold_report(judged: list[dict[str, Any]], tally: Tally) -> list[str]:
     fps = [r for r in judged if r["flagged"] and not r["visible"] and r["extra"]]
     if not fps:
         return []
-    checked = [r for r in fps if "extra_check" in r]
+    checked = [r for r in fps if gold_checked(r)]
     verdicts = [(r, t, v) for r in checked for t, v in r["extra_check"]["tests"].items()]
     lines = [f"flags outside PASS_TO_PASS on patches with no visible regression: {len(fps)} patches; run again with "
              f"the instance's gold patch and with the candidate, each with its test patch (evaluation side): "
@@ -351,7 +358,11 @@ def gold_report(judged: list[dict[str, Any]], tally: Tally) -> list[str]:
     words = {hidden.VERIFIED: "verified breakage (passes with the gold patch, fails with the candidate)",
              hidden.SHARED: "fails or is gone with the gold patch too (an intended or shared change)",
              hidden.REWRITTEN: "passes with the candidate once the test patch rewrites it",
-             hidden.TARGET: "a FAIL_TO_PASS test (the fix's target: counted by the harness as unresolved)",
+             hidden.TARGET: "a FAIL_TO_PASS test the candidate fails, whose base version the gold patch fails too "
+                            "(the fix changes what it asserts)",
+             hidden.TARGET_KEPT: "a FAIL_TO_PASS test the candidate fails, whose base version the gold patch passes "
+                                 "(the candidate broke what the fix keeps; the harness says unresolved, not "
+                                 "regression)",
              hidden.UNCHECKED: "not checked (a run could not say)"}
     for verdict, text in words.items():
         these = [(r, t, v) for r, t, v in verdicts if v["verdict"] == verdict]
@@ -364,11 +375,18 @@ def gold_report(judged: list[dict[str, Any]], tally: Tally) -> list[str]:
             lines.append(f"  {r['instance_id']}: {r['extra_check']['reason'][:200]}")
     if len(checked) < len(fps):
         lines.append(f"  not run yet on {len(fps) - len(checked)} patches (--rescore --check-extra): "
-                     + ", ".join(r["instance_id"] for r in fps if "extra_check" not in r))
-    verified = sum(any(v["verdict"] == hidden.VERIFIED for v in r["extra_check"]["tests"].values()) for r in checked)
+                     + ", ".join(r["instance_id"] for r in fps if not gold_checked(r)))
+    def some(r: dict[str, Any], kinds: set[str]) -> bool:
+        return any(v["verdict"] in kinds for v in r["extra_check"]["tests"].values())
+
+    verified = sum(some(r, {hidden.VERIFIED}) for r in checked)
+    kept = sum(some(r, {hidden.VERIFIED, hidden.TARGET_KEPT}) for r in checked)
     if tally.tp + tally.fp:
         lines.append(f"precision counting verified breakage as true (reads the gold patch: not the loop's; "
                      f"{verified} false positives verified): {(tally.tp + verified) / (tally.tp + tally.fp):.3f}")
+        if kept > verified:
+            lines.append(f"  and counting breakage of a FAIL_TO_PASS test's base version that the gold patch keeps "
+                         f"({kept} false positives): {(tally.tp + kept) / (tally.tp + tally.fp):.3f}")
     return lines
 
 

@@ -138,12 +138,19 @@ def test_flags_outside_pass_to_pass_are_checked_with_the_gold_patch(
     adds_test_add = diff_for(tmp_path, "tests/test_calc.py", base_tests, base_tests + add_test)
     rewrites_scale = diff_for(tmp_path, "tests/test_calc.py", base_tests,
                               base_tests.replace("== [3, 6]", "== (3, 6)") + add_test)
+    extends_scale = diff_for(tmp_path, "tests/test_calc.py", base_tests,
+                             base_tests.replace("== [3, 6]\n", "== [3, 6]\n    assert calc.scale([], 3) == []\n")
+                             + add_test)
     # (instance, gold patch, test patch, FAIL_TO_PASS, candidate)
     rows = [
         ("fixture__calc-1", fixed, adds_test_add, [], reversed_scale),  # breaks scale; the fix does not
         ("fixture__calc-2", tuple_scale, adds_test_add, [], reversed_scale),  # the fix breaks test_scale too
         ("fixture__calc-3", tuple_scale, rewrites_scale, ["tests/test_calc.py::test_scale"], tuple_scale),
         ("fixture__calc-4", fixed, adds_test_add, [], fixed.replace("return a * b", "return a * b + 1")),  # visible
+        # The candidate fails the fix's target test: the fix changed what its base version asserts ...
+        ("fixture__calc-5", tuple_scale, rewrites_scale, ["tests/test_calc.py::test_scale"], reversed_scale),
+        # ... or it kept it, and the candidate broke that.
+        ("fixture__calc-6", fixed, extends_scale, ["tests/test_calc.py::test_scale"], reversed_scale),
     ]
     diffs: dict[str, str] = {}  # diff_for makes one scratch repo per content
 
@@ -175,29 +182,34 @@ def test_flags_outside_pass_to_pass_are_checked_with_the_gold_patch(
                 for iid, r in recs.items()}
     scale = "tests/test_calc.py::test_scale"
     assert verdicts == {"fixture__calc-1": {scale: "verified"}, "fixture__calc-2": {scale: "fails_with_gold"},
-                        "fixture__calc-3": {scale: "passes_with_test_patch"}, "fixture__calc-4": {}}, recs
+                        "fixture__calc-3": {scale: "passes_with_test_patch"}, "fixture__calc-4": {},
+                        "fixture__calc-5": {scale: "fail_to_pass"}, "fixture__calc-6": {scale: "fail_to_pass_base_kept"}}, recs
     assert recs["fixture__calc-1"]["extra_check"]["tests"][scale] == {
         "gold": "PASSED", "candidate": "FAILED", "verdict": "verified"}, recs
-    assert "TP 1 FP 3 FN 0 TN 0" in text, text
+    assert recs["fixture__calc-6"]["extra_check"]["tests"][scale]["gold_base"] == "PASSED", recs
+    assert recs["fixture__calc-5"]["extra_check"]["tests"][scale]["gold_base"] == "FAILED", recs
+    assert "TP 1 FP 5 FN 0 TN 0" in text, text
     assert "verified breakage (passes with the gold patch, fails with the candidate): 1 tests on 1 patches, " \
            "e.g. fixture__calc-1 tests/test_calc.py::test_scale (gold PASSED, candidate FAILED)" in text, text
     assert "fails or is gone with the gold patch too (an intended or shared change): 1 tests on 1 patches" in text, text
     assert "precision counting verified breakage as true (reads the gold patch: not the loop's; 1 false " \
-           "positives verified): 0.500" in text, text
-    assert lines[-1].startswith("regression_recall=1.000 regression_precision=0.250 median_s="), text
+           "positives verified): 0.333" in text, text
+    assert "and counting breakage of a FAIL_TO_PASS test's base version that the gold patch keeps (2 false " \
+           "positives): 0.500" in text, text
+    assert lines[-1].startswith("regression_recall=1.000 regression_precision=0.167 median_s="), text
 
     # Rows saved before the check: --rescore says so, and --check-extra runs it on them alone.
     saved = [{k: v for k, v in r.items() if k != "extra_check"} for r in recs.values()]
     out_rows.write_text("".join(json.dumps(r) + "\n" for r in saved))
     assert main([*args, "--rescore"]) == 0
     text = capsys.readouterr().out
-    assert "not run yet on 3 patches (--rescore --check-extra)" in text, text
-    assert "0 false positives verified): 0.250" in text, text
+    assert "not run yet on 5 patches (--rescore --check-extra)" in text, text
+    assert "0 false positives verified): 0.167" in text, text
     assert main([*args, "--rescore", "--check-extra"]) == 0
-    assert "1 false positives verified): 0.500" in capsys.readouterr().out
+    assert "1 false positives verified): 0.333" in capsys.readouterr().out
     assert main([*args, "--rescore"]) == 0  # the checked rows were appended: a later row of an id wins
-    assert "1 false positives verified): 0.500" in capsys.readouterr().out
-    assert len(out_rows.read_text().splitlines()) == 4 + 3
+    assert "1 false positives verified): 0.333" in capsys.readouterr().out
+    assert len(out_rows.read_text().splitlines()) == 6 + 5
 
 
 def test_extra_reads_pass_to_pass_ids_cut_at_a_space(tmp_path: Path) -> None:
