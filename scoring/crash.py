@@ -86,6 +86,8 @@ def _format_one(rec: dict[str, Any]) -> str:
 
 _TB_START = "Traceback (most recent call last):"
 _CONFTEST = "ImportError while loading conftest"
+_CHAINED = ("During handling of the above exception, another exception occurred:",
+            "The above exception was the direct cause of the following exception:")
 # sympy's bin/test prints each failure under "____ sympy/x/tests/test_y.py:test_z ____", short form.
 # sympy centres "path.py:test" in 80 columns of "_": a long name leaves two, or none.
 _SYMPY_HEADER = re.compile(r"^_* (\S+?\.py):(\S+) _*$", re.M)
@@ -119,6 +121,15 @@ def records_from_log(log: str, repo_root: Path, wanted: list[str] | None = None)
         start = log.rfind(_TB_START)
         if start >= 0:
             blocks.append(("", log[start + len(_TB_START):]))
+        # A chain: the last traceback may be the runner's own error while it handled the test's
+        # (sympy 1.0's bin/test on a test module that no longer imports dies of its reporter's
+        # AttributeError); the exceptions before it in the chain are read too.
+        while start > 0:
+            prev = log.rfind(_TB_START, 0, start)
+            if prev < 0 or not any(link in log[prev:start] for link in _CHAINED):
+                break
+            blocks.insert(0, ("", log[prev + len(_TB_START):start]))
+            start = prev
     return [r for r in (_parse_block(name, text, str(repo_root)) for name, text in blocks) if r]
 
 

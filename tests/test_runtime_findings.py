@@ -526,3 +526,58 @@ def test_a_run_killed_by_its_timeout_still_reports_the_tests_it_finished(tmp_pat
     same = make_runner(local_settings(), tmp_path / "cache").run_suite(
         task, wt, None, Suite(targets=("tests/test_calc.py", "tests/test_zz_hang.py"), timeout_s=8))
     assert same.timed_out and same.statuses == {}
+
+
+# sympy 1.0's bin/test on Python 3.7 (AutoCodeRover run 2's sympy-12481): a test module that no
+# longer imports makes the runner's reporter die of its own AttributeError while handling the
+# ValueError the patched permutations.py raised; the last traceback is the runner's.
+RUNNER_CHAINED = """\
+sympy/combinatorics/tests/test_generators.py[0] Traceback (most recent call last):
+  File "/tmp/run/repo/sympy/utilities/runtests.py", line 1079, in test_file
+    exec_(code, gl)
+  File "/tmp/run/repo/sympy/combinatorics/tests/test_generators.py", line 1, in <module>
+    from sympy.combinatorics.generators import symmetric, cyclic, alternating, dihedral
+  File "/tmp/run/repo/sympy/combinatorics/polyhedron.py", line 703, in _pgroup_calcs
+    Perm([[1, 2, 3], [0]]),  # cw from top
+  File "/tmp/run/repo/sympy/combinatorics/permutations.py", line 906, in __new__
+    max(temp))
+ValueError: Integers 0 through 3 must be present.
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "<string>", line 1, in <module>
+  File "/tmp/run/repo/sympy/utilities/runtests.py", line 1086, in test_file
+    reporter.test_exception(sys.exc_info())
+  File "/tmp/run/repo/sympy/utilities/runtests.py", line 2217, in test_exception
+    self._exceptions.append((self._active_file, self._active_f, exc_info))
+AttributeError: 'PyTestReporter' object has no attribute '_active_file'
+"""
+
+PERMUTATIONS_PATCH = """\
+diff --git a/sympy/combinatorics/permutations.py b/sympy/combinatorics/permutations.py
+--- a/sympy/combinatorics/permutations.py
++++ b/sympy/combinatorics/permutations.py
+@@ -900,1 +900,1 @@
+-        temp = flatten(args)
++        temp = flatten(args)  # changed
+"""
+
+
+def test_a_chained_traceback_is_read_to_the_patched_frame_before_the_runner_s_own_error() -> None:
+    from scoring.tests import TestOutcome
+
+    wanted = ["test_Permutation", "test_josephus"]
+    recs = failures_of([], RUNNER_CHAINED, "/tmp/run/repo", wanted, unreported=wanted)
+    assert [(r["test"], r["type"]) for r in recs] == [
+        ("test_Permutation", "ValueError"), ("test_josephus", "ValueError"),
+        ("test_Permutation", "AttributeError"), ("test_josephus", "AttributeError")], recs
+    outcome = TestOutcome(runnable=True, reason="", source="own", regression_crashes=recs)
+    [found] = runtime_findings(outcome, PERMUTATIONS_PATCH)
+    finding: dict[str, Any] = dict(found)
+    assert (finding["rule"], finding["file"], finding["line"], finding["symbol"]) == (
+        "ValueError", "sympy/combinatorics/permutations.py", 906, "__new__"), finding
+    # Without the chain's link, only the last traceback is the run's.
+    unlinked = RUNNER_CHAINED.replace("During handling of the above exception, another exception occurred:", "")
+    assert {r["type"] for r in failures_of([], unlinked, "/tmp/run/repo", wanted, unreported=wanted)} == {
+        "AttributeError"}
