@@ -80,9 +80,11 @@ MAX_FILE_BYTES = 1_000_000
 # (before history existed). W_HISTORY, W_TESTS, W_TITLE, W_PROSE, W_TEST_COCHANGE and W_LITERAL_TOP
 # are searched together (eval.localization_bench's GRID) and the point best on all nine repositories
 # is shipped; the benchmark reports beside it the recall when each repository is ranked with the
-# point best on the other eight (leave one repository out); eight folds of nine chose the shipped
-# point (seventh pass; the fold without pytest a test co-change weight of 0.1). The test co-change
-# replaces the tests-to-source names (W_TESTS 0 in every fold once it is in). With the title
+# point best on the other eight (leave one repository out; ties to the better mean recall@1..10,
+# then to the smaller weights); seven folds of nine chose the shipped point (seventh pass; the fold
+# without pytest a test co-change weight of 0.1, the one without flask a history weight of 0.2).
+# The test co-change replaces the tests-to-source names (W_TESTS 0 in every fold once it is in).
+# With the title
 # and the prose in, the history signal gets weight 0: on these
 # instances the files past fixes point at are the files the title already points at (README,
 # "Localization"); it is still computed for the benchmark's ``hist`` column and the re-ranking.
@@ -1126,8 +1128,8 @@ class RepoIndex:
         """The code files that changed together with the test files the issue matches best.
 
         The subjects a test is named after (``_tested``) miss the module a behaviour lives in when
-        its tests are organized by feature (``testing/test_collection.py`` for ``nodes.py``); the
-        commits that fixed that behaviour changed the test and the module together. Each of the
+        its tests are organized by feature rather than by module; the commits that fixed that
+        behaviour changed the test and the module together. Each of the
         TEST_SEEDS best test files hands its score (relative to the best one's) to the code files
         that changed with it in focused commits before the base (``HistoryView.co_changed``)."""
         if self.history is None:

@@ -5,7 +5,8 @@ The issue describes a behaviour the way a test exercises it: ``tests/test_displa
 issue's words, ``pkg/screen.py`` says some of them, and ``pkg/paths.py`` (where the fix goes) says
 none. The test is named after a feature, not a module, so the tests-to-source names cannot reach
 ``paths.py``; the history can: two past fixes changed ``test_display.py`` and ``paths.py`` together.
-A commit after the base changes the test with ``pkg/later.py``.
+A commit after the base changes the test with ``pkg/later.py``. Last, the benchmark grid's tie-break,
+which chose the signal's weight (session 9).
 """
 
 from __future__ import annotations
@@ -109,3 +110,19 @@ def test_without_history_there_is_no_test_cochange(repo: CoRepo, tmp_path: Path)
     index = RepoIndex.build_from_git(repo.git_dir, repo.base, tmp_path / "c", history=False)
     assert index.rank_parts(ISSUE).test_cochange == {}
     assert [c.path for c in index.rank(ISSUE)][0] != "pkg/paths.py"
+
+
+def test_the_grid_breaks_ties_by_the_mean_recall_over_the_first_ten_ranks() -> None:
+    from eval.localization_bench import GRID, best_point
+
+    low, high = GRID[0], GRID[1]  # high has a larger weight somewhere, all else equal
+    assert tuple(-w for w in low) > tuple(-w for w in high)
+    # Same recall@1 + recall@8 on both training rows; ``high`` moves a gold file from rank 10 to 9.
+    recalls = {point: [(1.0, 1.0, 1.0), (0.0, 0.0, 0.1)] for point in GRID}
+    recalls[high] = [(1.0, 1.0, 1.0), (0.0, 0.0, 0.2)]
+    assert best_point(recalls, [0, 1]) == high
+    # The procedure before session 9: ties straight to the smaller weights.
+    assert best_point(recalls, [0, 1], smooth=False) == low
+    # The objective itself still comes first: a point better at rank 1 wins over any tie-break.
+    recalls[GRID[2]] = [(1.0, 1.0, 1.0), (1.0, 1.0, 0.5)]
+    assert best_point(recalls, [0, 1]) == GRID[2]
