@@ -153,17 +153,14 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
         expected = (expected_change.of_outcome(outcome, ctx.task.problem_statement, ctx.task.repo)
                     if outcome is not None and outcome.source == "own" and ctx.cfg.regression.expected_changes
                     else {})
-        scored = expected_change.set_aside(outcome, expected) if outcome is not None else None
         llm_score = None
-        if fix_score.needs_judgment(scored):
+        if fix_score.needs_judgment(outcome):
             judgment, delta = ctx.llm.structured("critic", "critic", PatchJudgment, messages(
                 "the Critic", "judge", repo=ctx.task.repo, problem=ctx.task.issue, patch=patch))
             usage = merge_usage(usage, delta)
             llm_score = judgment.score
-        score = fix_score.compute(scored, code_quality, llm_score)
-        if expected and outcome is not None:  # the set-aside tests are still shown, with their status
-            score["pass_to_pass"] = dict(outcome.pass_to_pass_after)
-            score["tests_run"] = len(outcome.fail_to_pass) + len(outcome.pass_to_pass_after)
+        score = fix_score.compute(outcome, code_quality, llm_score, leave_out=expected.keys(),
+                                  why_left_out=expected_change.WHY)
         if outcome is not None:
             crash = outcome.crash
             score["test_run"] = {

@@ -17,16 +17,9 @@ class DatasetError(Exception):
     """Bad dataset input; the message is one line meant for the user."""
 
 
-class Task(BaseModel):
-    """What the pipeline may know of an issue: the task side of the information boundary.
-
-    A SWE-bench row also carries the evaluation's ground truth (:class:`EvaluationData`); this type
-    has no field for it, so code typed against ``Task`` (the graph, its state and context, the
-    Critic, the test runner, records, prompts) cannot read it, and pyright says so if it tries.
-    ``hints_text`` is empty unless the run's config allows it (``task.hints``).
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _TaskFields(BaseModel):
+    """The fields of a dataset row the pipeline may know: a :class:`Task`'s, and an :class:`Instance`'s
+    beside its ground truth."""
 
     instance_id: str
     repo: str
@@ -40,6 +33,18 @@ class Task(BaseModel):
     @property
     def repo_slug(self) -> str:
         return self.repo.replace("/", "+")
+
+
+class Task(_TaskFields):
+    """What the pipeline may know of an issue: the task side of the information boundary.
+
+    A SWE-bench row also carries the evaluation's ground truth (:class:`EvaluationData`); this type
+    has no field for it, so code typed against ``Task`` (the graph, its state and context, the
+    Critic, the test runner, records, prompts) cannot read it, and pyright says so if it tries.
+    ``hints_text`` is empty unless the run's config allows it (``task.hints``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     @property
     def issue(self) -> str:
@@ -60,27 +65,6 @@ class EvaluationData(BaseModel):
     FAIL_TO_PASS: list[str] = []
     PASS_TO_PASS: list[str] = []
 
-
-class Instance(BaseModel):
-    """A dataset row as published: the task and the evaluation data together. The pipeline never
-    receives one: :meth:`task` is what crosses into it, :meth:`evaluation_data` is the visible act
-    of reading the ground truth."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    instance_id: str
-    repo: str
-    base_commit: str
-    problem_statement: str
-    version: str = ""
-    hints_text: str = ""
-    created_at: str = ""
-    environment_setup_commit: str = ""
-    patch: str = ""
-    test_patch: str = ""
-    FAIL_TO_PASS: list[str] = []
-    PASS_TO_PASS: list[str] = []
-
     @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
     @classmethod
     def _decode(cls, value: object) -> object:
@@ -89,21 +73,22 @@ class Instance(BaseModel):
             return json.loads(value) if value.strip() else []
         return value
 
-    @property
-    def repo_slug(self) -> str:
-        return self.repo.replace("/", "+")
+
+class Instance(_TaskFields, EvaluationData):
+    """A dataset row as published: the task and the evaluation data together. The pipeline never
+    receives one (it is no :class:`Task`): :meth:`task` is what crosses into it,
+    :meth:`evaluation_data` is the visible act of reading the ground truth."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
     def task(self, *, hints: bool = False) -> Task:
         """The task side only; ``hints_text`` only when ``hints`` (off in the usual SWE-bench setting)."""
-        return Task(instance_id=self.instance_id, repo=self.repo, base_commit=self.base_commit,
-                    problem_statement=self.problem_statement, version=self.version,
-                    hints_text=self.hints_text if hints else "", created_at=self.created_at,
-                    environment_setup_commit=self.environment_setup_commit)
+        fields = self.model_dump(include=set(_TaskFields.model_fields))
+        return Task(**{**fields, "hints_text": self.hints_text if hints else ""})
 
     def evaluation_data(self) -> EvaluationData:
         """The ground truth. Reading it inside the pipeline makes a run not a SWE-bench result."""
-        return EvaluationData(patch=self.patch, test_patch=self.test_patch,
-                              FAIL_TO_PASS=list(self.FAIL_TO_PASS), PASS_TO_PASS=list(self.PASS_TO_PASS))
+        return EvaluationData(**self.model_dump(include=set(EvaluationData.model_fields)))
 
 
 def load_jsonl(path: Path) -> list[Instance]:

@@ -129,7 +129,7 @@ class DockerRunner:
         body = out.split(START, 1)[-1].split(END, 1)[0] if START in out else out
         run = SuiteRun(parse_log(task.repo, body), out, seconds, timed_out=timed_out, network_isolated=True,
                        root="/testbed", backend="docker", timeout_s=timeout,
-                       slowdown=(slowed + testenv.slowdown()) / 2)
+                       slowdown=testenv.slowdown_over(slowed))
         if rc == 98:
             run.error = "test_patch does not apply"
         elif rc == 97:

@@ -31,7 +31,6 @@ asks for the old behaviour to be fixed, not replaced; telling the two apart need
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 
@@ -118,17 +117,8 @@ def of_outcome(outcome: TestOutcome, issue: str, repo: str = "") -> dict[str, li
     return expected_changes(outcome.broken(), failure_kinds(outcome), issue, repo)
 
 
-def set_aside(outcome: TestOutcome, expected: Mapping[str, list[str]]) -> TestOutcome:
-    """``outcome`` without the expected changes among its existing tests, for ``no_regression``."""
-    if not expected:
-        return outcome
-    note = (f"{len(expected)} existing tests assert what the issue asks to change; left out of no_regression: "
-            + ", ".join(list(expected)[:3]) + (" ..." if len(expected) > 3 else ""))
-    return dataclasses.replace(
-        outcome,
-        pass_to_pass_before={t: s for t, s in outcome.pass_to_pass_before.items() if t not in expected},
-        pass_to_pass_after={t: s for t, s in outcome.pass_to_pass_after.items() if t not in expected},
-        notes=[*outcome.notes, note])
+WHY = "assert what the issue asks to change"
+"""How ``fix_score.compute``'s note says why the expected changes are left out of ``no_regression``."""
 
 
 def findings(outcome: TestOutcome, expected: Mapping[str, list[str]]) -> list[Finding]:

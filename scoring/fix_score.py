@@ -18,6 +18,8 @@ from the output counts as not passing.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from fixgraph.state import ScoreParts
 from scoring.testenv import PASSING
 from scoring.tests import TestOutcome
@@ -35,8 +37,9 @@ def test_pass_rate(outcome: TestOutcome) -> float:
     return sum(s in PASSING for s in outcome.fail_to_pass.values()) / total if total else 0.0
 
 
-def no_regression(outcome: TestOutcome) -> float:
-    passed_before = [t for t, s in outcome.pass_to_pass_before.items() if s in PASSING]
+def no_regression(outcome: TestOutcome, leave_out: Collection[str] = ()) -> float:
+    """The rate over the existing tests that passed at the base, but those in ``leave_out``."""
+    passed_before = [t for t, s in outcome.pass_to_pass_before.items() if s in PASSING and t not in leave_out]
     if not passed_before:
         return 1.0
     still = sum(outcome.pass_to_pass_after.get(t) in PASSING for t in passed_before)
@@ -48,15 +51,22 @@ def needs_judgment(outcome: TestOutcome | None) -> bool:
     return outcome is None or not outcome.runnable or not (outcome.repro_ran and outcome.regression_ran)
 
 
-def compute(outcome: TestOutcome | None, code_quality: float, llm_score: float | None) -> ScoreParts:
+def compute(outcome: TestOutcome | None, code_quality: float, llm_score: float | None, *,
+            leave_out: Collection[str] = (), why_left_out: str = "") -> ScoreParts:
+    """The score parts; ``leave_out`` names existing tests kept out of ``no_regression`` (and
+    ``why_left_out`` says why, in the note) yet still shown with their status."""
     quality = _clamp(code_quality)
     if outcome is not None and outcome.runnable and (outcome.repro_ran or outcome.regression_ran):
         tpr = test_pass_rate(outcome) if outcome.repro_ran else None
-        nr = no_regression(outcome) if outcome.regression_ran else None
+        nr = no_regression(outcome, leave_out) if outcome.regression_ran else None
         stand_in = _clamp(llm_score) if llm_score is not None else 0.0
         score = W_TESTS * (stand_in if tpr is None else tpr) + W_REGRESSION * (stand_in if nr is None else nr) \
             + W_QUALITY * quality
         notes = list(outcome.notes)
+        if leave_out:
+            names = sorted(leave_out)
+            notes.append(f"{len(names)} existing tests {why_left_out or 'set aside'}; left out of no_regression: "
+                         + ", ".join(names[:3]) + (" ..." if len(names) > 3 else ""))
         kind = "tests"
         if tpr is None or nr is None:
             kind = "partial"

@@ -91,6 +91,11 @@ def slowdown() -> float:
     return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
 
 
+def slowdown_over(at_start: float) -> float:
+    """A run's slowdown: the mean of :func:`slowdown` at its start (``at_start``) and now, its end."""
+    return (at_start + slowdown()) / 2
+
+
 def suite_timeout(suite: Suite, cap: float, slowed: float) -> float:
     """The seconds a run of ``suite`` may take. A suite's own timeout is an idle machine's: on a
     busy one the same tests take longer, and it stretches by ``slowed`` (else a run cut at 300 s

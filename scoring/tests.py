@@ -300,7 +300,7 @@ class SubprocessRunner:
             notes.append(f"tests killed after {limits.timeout_s:g}s; tests not reported are left out")
         return SuiteRun(statuses, pre_log + done.output, done.seconds, done.timed_out, done.isolated_network,
                         crash_records=records, notes=notes, root=str(work), backend=self.backend,
-                        timeout_s=limits.timeout_s, slowdown=(slowed + testenv.slowdown()) / 2)
+                        timeout_s=limits.timeout_s, slowdown=testenv.slowdown_over(slowed))
 
     def _prepare(self, env: TestEnv, work: Path, home: Path) -> tuple[dict[str, str], str]:
         """The scrubbed environment for the test process; runs the spec's pre-install edits."""

@@ -72,9 +72,10 @@ def test_a_test_asserting_what_the_issue_changes_is_an_expected_change_not_a_reg
     assert fix_score.no_regression(outcome) == 0.5  # test_add still passes
     expected = expected_change.of_outcome(outcome, task.problem_statement, task.repo)
     assert expected == {LABEL: ["format", "label"]}
-    scored = expected_change.set_aside(outcome, expected)
-    assert fix_score.no_regression(scored) == 1.0 and LABEL not in scored.pass_to_pass_after
-    assert "assert what the issue asks to change" in scored.notes[-1]
+    parts = fix_score.compute(outcome, 1.0, None, leave_out=expected.keys(), why_left_out=expected_change.WHY)
+    assert parts["no_regression"] == 1.0 and fix_score.no_regression(outcome, expected) == 1.0
+    assert parts["pass_to_pass"][LABEL] == "FAILED"  # left out of the rate, still shown with its status
+    assert "assert what the issue asks to change; left out of no_regression: " + LABEL in parts["note"]
     [warning] = expected_change.findings(outcome, expected)
     assert (warning["source"], warning["rule"], warning["severity"]) == ("tests", "expected_change", "warning")
     assert LABEL in warning["message"] and "update it with the fix" in warning["message"]
@@ -85,7 +86,7 @@ def test_the_same_assertion_failure_in_a_test_the_issue_does_not_name_stays_a_re
     outcome, _, task = _judge(tmp_path, COLON, OTHER_ISSUE)
     assert [r["type"] for r in outcome.regression_crashes] == ["AssertionError"]
     assert expected_change.of_outcome(outcome, task.problem_statement, task.repo) == {}
-    assert expected_change.set_aside(outcome, {}) is outcome
+    assert fix_score.no_regression(outcome, {}) == fix_score.no_regression(outcome) < 1.0
 
 
 def test_a_crash_in_a_test_about_the_issue_stays_an_unsafe_runtime_finding(tmp_path: Path) -> None:
