@@ -104,6 +104,11 @@ def test_quoted_literals_reorder_the_top_files_and_never_pull_one_in_from_below(
     assert reordered == linear
     # ...while as a term of the formula the same signal pulls it into the top (what cost recall@8).
     assert [c.path for c in combine(parts, 0.0, 0.0, 1.0)].index("pkg/late.py") < LITERAL_TOP
+    # The benchmark's grid asks only for the head: the same files, the same order, the same scores.
+    for weights in ((0.0, 0.0, 1.0), (0.0, 0.0, 0.0, 0.0, 0.8, 0.2)):
+        for literal_top in (0.0, 10.0):
+            full = combine(parts, *weights, w_literal_top=literal_top)
+            assert combine(parts, *weights, w_literal_top=literal_top, k=3) == full[:LITERAL_TOP]
 
 
 def test_an_issue_quoting_nothing_the_code_says_has_no_literal_signal(index: RepoIndex) -> None:
