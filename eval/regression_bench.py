@@ -160,11 +160,17 @@ def check_extra(rec: dict[str, Any], inst: Instance, wt: Worktree, patch: str, r
     patch and with the candidate, each with its test patch (``eval.hidden.gold_check``): is the flag
     breakage the harness does not count, or a change the fix makes too? Only flags that count
     against precision are checked (a patch with no visible regression). Whether it ran."""
-    if not rec["extra"] or rec["visible"] or gold_checked(rec):
+    if not outside_only(rec) or gold_checked(rec):
         return False
     rec["extra_check"] = gold_check(runner, inst, wt, patch, rec["extra"], rec.get("selected") or [],
                                     cfg.regression.timeout_s)
     return True
+
+
+def outside_only(rec: dict[str, Any]) -> bool:
+    """Whether a row is a false positive by flags outside PASS_TO_PASS (flags there, no visible
+    regression): the rows the gold check looks at."""
+    return bool(rec["extra"]) and not rec["visible"]
 
 
 def gold_checked(rec: dict[str, Any]) -> bool:
@@ -236,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         inst = dataset[rec["instance_id"]]
         old = "edited" not in rec or "visible_new" not in rec
-        unchecked = args.check_extra and rec["extra"] and not rec["visible"] and not gold_checked(rec)
+        unchecked = args.check_extra and outside_only(rec) and not gold_checked(rec)
         if not (old or unchecked):
             continue
         with contextlib.suppress(WorkspaceError, git.GitCommandError):
@@ -347,7 +353,7 @@ def gold_report(judged: list[dict[str, Any]], tally: Tally) -> list[str]:
     """The gold check of the false positives' flags outside PASS_TO_PASS (``check_extra``), and
     precision counting a flag the check verifies as breakage as true: beside the strict figure,
     never instead of it (it reads the gold patch, which the loop cannot)."""
-    fps = [r for r in judged if r["flagged"] and not r["visible"] and r["extra"]]
+    fps = [r for r in judged if outside_only(r)]
     if not fps:
         return []
     checked = [r for r in fps if gold_checked(r)]
