@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from eval.fixtures import BUGGY_LINE, FIXED_LINE, calc_script
 from fixgraph.config import RegressionSettings
 from fixgraph.dataset import Task
@@ -659,3 +661,44 @@ def test_a_chained_traceback_is_read_to_the_patched_frame_before_the_runner_s_ow
     unlinked = RUNNER_CHAINED.replace("During handling of the above exception, another exception occurred:", "")
     assert {r["type"] for r in failures_of([], unlinked, "/tmp/run/repo", wanted, unreported=wanted)} == {
         "AttributeError"}
+
+
+@pytest.mark.parametrize("scope", ["touched", "source"])
+def test_the_critic_reads_the_runtime_scope_from_the_config(tmp_path: Path, calc, cfg_factory, scope: str) -> None:
+    """End to end: attempt 1 fixes mean() but makes add() return a str, and the untouched
+    calc/report.py's total_label() raises TypeError on it in an existing test. With
+    ``regression.runtime_scope = "source"`` the Critic says Unsafe with the caller's frame, and the
+    Coder's next prompt has it; with ``touched`` it is a plain regression."""
+    from eval.fixtures import TESTS_BASE, git_commit_all
+
+    mirrors, inst = calc
+    repo = mirrors / "fixture+calc"
+    (repo / "calc" / "report.py").write_text(
+        'from calc.ops import add\n\n\ndef total_label(a, b):\n    return "%d" % add(a, b)\n')
+    (repo / "tests" / "test_ops.py").write_text(
+        TESTS_BASE + '\n\ndef test_total_label():\n    from calc.report import total_label\n\n'
+        '    assert total_label(2, 3) == "5"\n')
+    inst = inst.model_copy(update={"base_commit": git_commit_all(repo, "calc: report")})
+    script = calc_script(first_attempt_broken=False)
+    script["CodeChange"].insert(0, {"edits": [
+        {"path": "calc/ops.py", "search": BUGGY_LINE, "replace": FIXED_LINE},
+        {"path": "calc/ops.py", "search": "    return a + b\n", "replace": "    return str(a + b)\n"}],
+        "explanation": "Fix mean; add as text."})
+    model = ScriptedChatModel(script=script)
+    cfg = cfg_factory("redo", **{"regression.runtime_scope": scope})
+    run_tasks([inst], cfg, run_id="rt", repos=mirrors, model_factory=lambda role: model, progress=False)
+    first = read_record(cfg, "rt", inst.instance_id)["attempts"][0]
+    runtime = [f for f in first["findings"] if f["source"] == "runtime"]
+    regressions = [f["message"] for f in first["findings"] if f.get("rule") == "regression"]
+    if scope == "touched":
+        assert first["verdict"] != "Unsafe" and runtime == []
+        assert any("test_total_label" in m for m in regressions), regressions
+        return
+    assert first["verdict"] == "Unsafe"
+    [finding] = runtime
+    assert (finding["rule"], finding["file"], finding["symbol"]) == ("TypeError", "calc/report.py", "total_label")
+    assert finding["code"] == 'return "%d" % add(a, b)'
+    # Not reported twice: the crashed test is not also a plain regression finding.
+    assert not [m for m in regressions if "test_total_label" in m]
+    retry = model.prompts_for("CodeChange")[1]
+    assert f"calc/report.py:{finding['line']} in total_label" in retry
