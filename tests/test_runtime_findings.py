@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from eval.fixtures import BUGGY_LINE, FIXED_LINE, calc_script
-from fixgraph.config import RegressionSettings
-from fixgraph.dataset import Task
+from fixgraph.config import RegressionSettings, RunConfig
+from fixgraph.dataset import Instance, Task
 from fixgraph.scripted import ScriptedChatModel
 from fixgraph.workspace import RepoCache
 from graph import run_tasks
@@ -373,21 +373,28 @@ def test_a_runner_that_dies_before_any_test_explains_the_tests_it_never_reached(
     assert "circular import" in finding["message"] and "(and 1 more tests)" in finding["message"]
 
 
+def _fix_mean_and_change_add(mirrors: Path, inst: Instance, cfg: RunConfig,
+                             new_add: str) -> tuple[ScriptedChatModel, list[dict[str, Any]]]:
+    """A graph run whose first attempt fixes mean() and rewrites add()'s body as ``new_add`` (in a
+    way static analysis cannot see: untyped parameters), then fixes mean() alone; its attempts."""
+    script = calc_script(first_attempt_broken=False)
+    script["CodeChange"].insert(0, {"edits": [
+        {"path": "calc/ops.py", "search": BUGGY_LINE, "replace": FIXED_LINE},
+        {"path": "calc/ops.py", "search": "    return a + b\n", "replace": new_add}],
+        "explanation": "Fix mean; change add."})
+    model = ScriptedChatModel(script=script)
+    run_tasks([inst], cfg, run_id="rt", repos=mirrors, model_factory=lambda role: model, progress=False)
+    return model, read_record(cfg, "rt", inst.instance_id)["attempts"]
+
+
 def test_the_critic_rejects_a_patch_whose_existing_test_crashes_and_the_coder_gets_the_place(
         tmp_path: Path, calc, cfg_factory) -> None:
     """End to end: attempt 1 fixes mean() but breaks add() in a way static analysis cannot see
     (untyped parameters); the selected existing test_add raises TypeError there; the Critic says
     Unsafe with the frame, and the Coder's next prompt has it."""
     mirrors, inst = calc
-    script = calc_script(first_attempt_broken=False)
-    script["CodeChange"].insert(0, {"edits": [
-        {"path": "calc/ops.py", "search": BUGGY_LINE, "replace": FIXED_LINE},
-        {"path": "calc/ops.py", "search": "    return a + b\n", "replace": "    return a + str(b)\n"}],
-        "explanation": "Fix mean; show b."})
-    model = ScriptedChatModel(script=script)
     cfg = cfg_factory("redo")
-    run_tasks([inst], cfg, run_id="rt", repos=mirrors, model_factory=lambda role: model, progress=False)
-    first, second = read_record(cfg, "rt", inst.instance_id)["attempts"]
+    model, (first, second) = _fix_mean_and_change_add(mirrors, inst, cfg, "    return a + str(b)\n")
     assert first["verdict"] == "Unsafe"
     [finding] = [f for f in first["findings"] if f["source"] == "runtime"]
     assert (finding["rule"], finding["file"], finding["symbol"]) == ("TypeError", "calc/ops.py", "add")
@@ -679,15 +686,9 @@ def test_the_critic_reads_the_runtime_scope_from_the_config(tmp_path: Path, calc
         TESTS_BASE + '\n\ndef test_total_label():\n    from calc.report import total_label\n\n'
         '    assert total_label(2, 3) == "5"\n')
     inst = inst.model_copy(update={"base_commit": git_commit_all(repo, "calc: report")})
-    script = calc_script(first_attempt_broken=False)
-    script["CodeChange"].insert(0, {"edits": [
-        {"path": "calc/ops.py", "search": BUGGY_LINE, "replace": FIXED_LINE},
-        {"path": "calc/ops.py", "search": "    return a + b\n", "replace": "    return str(a + b)\n"}],
-        "explanation": "Fix mean; add as text."})
-    model = ScriptedChatModel(script=script)
     cfg = cfg_factory("redo", **{"regression.runtime_scope": scope})
-    run_tasks([inst], cfg, run_id="rt", repos=mirrors, model_factory=lambda role: model, progress=False)
-    first = read_record(cfg, "rt", inst.instance_id)["attempts"][0]
+    model, attempts = _fix_mean_and_change_add(mirrors, inst, cfg, "    return str(a + b)\n")
+    first = attempts[0]
     runtime = [f for f in first["findings"] if f["source"] == "runtime"]
     regressions = [f["message"] for f in first["findings"] if f.get("rule") == "regression"]
     if scope == "touched":
