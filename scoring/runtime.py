@@ -4,9 +4,10 @@ A selected existing test that passed at the base commit and, with the patch, rai
 other than an assertion has hit a runtime error the patch introduced (or exposed). Where the
 error counts is the scope (``regression.runtime_scope``):
 
-- ``touched`` (the default): a frame of its traceback lies in a file the patch touched;
-- ``source``: as ``touched``, or the innermost repository frame lies in non-test source of the
-  repository, touched or not (a patch that changes what a helper returns crashes its untouched
+- ``touched``: a frame of its traceback lies in a file the patch touched;
+- ``source`` (the config's default; the functions' keyword default stays ``touched``): as
+  ``touched``, or the innermost repository frame lies in non-test source of the repository,
+  touched or not (a patch that changes what a helper returns crashes its untouched
   caller). A crash raised in test code (test files, test folders, ``conftest.py``), or with no
   repository frame at all (site-packages, the standard library), stays a regression in both.
 

@@ -127,7 +127,7 @@ def test_the_runtime_column_saves_each_crash_and_counts_both_scopes_again_on_res
         out = capsys.readouterr().out.strip().splitlines()
         return {line.split()[0]: line.split()[1:6] for line in out if line.startswith("ours_static+")}, out[-1]
 
-    assert main(common) == 0
+    assert main(common + ["--runtime-scope", "touched"]) == 0
     columns, last = table()
     assert columns == {"ours_static+runtime": ["1", "0", "0", "1", "0"],
                        "ours_static+runtime_source": ["1", "1", "0", "0", "0"]}
@@ -142,10 +142,11 @@ def test_the_runtime_column_saves_each_crash_and_counts_both_scopes_again_on_res
     assert not total["in_test"] and total["touched"] is None
     assert crashes["tests/test_shapes.py::test_area"]["in_test"]
 
-    # The saved rows alone give both columns again, in either scope as the headline.
-    assert main(common + ["--resume"]) == 0
+    # The saved rows alone give both columns again, in either scope as the headline (the
+    # config's default, regression.runtime_scope, is source).
+    assert main(common + ["--resume", "--runtime-scope", "touched"]) == 0
     assert table()[0] == columns
-    assert main(common + ["--resume", "--runtime-scope", "source"]) == 0
+    assert main(common + ["--resume"]) == 0
     columns, last = table()
     assert columns == {"ours_static+runtime": ["1", "1", "0", "0", "0"],
                        "ours_static+runtime_touched": ["1", "0", "0", "1", "0"]}
