@@ -1,7 +1,8 @@
 """Critic, REDO-style: differential static analysis, then an LLM check for runtime errors that
 static analysis misses, then the pipeline's own tests (the reproduction tests the Reproducer
 accepted, and the repository's existing tests for the changed code), and the unsafe-patch guard
-throughout. An existing test that passed at the base and now crashes in the patched code is a
+throughout. An existing test that passed at the base and now crashes in the patched code (with
+``regression.runtime_scope = "source"``, anywhere in non-test source) is a
 runtime error like a static one (``scoring/runtime.py``): the verdict is Unsafe. One that fails an
 assertion is a regression, unless it asserts what the issue asks to change
 (``scoring/expected_change.py``: a warning to update the test, left out of ``no_regression``). It
@@ -170,11 +171,12 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
                 "network_isolated": outcome.network_isolated, "selection": outcome.selection}
             # A selected test that crashed in the patched code is runtime evidence, as strong as a
             # static finding: the patch is Unsafe, and the Coder gets the place that raised.
-            crashes = runtime_findings(outcome, patch)
+            scope = ctx.cfg.regression.runtime_scope
+            crashes = runtime_findings(outcome, patch, scope)
             if crashes:
                 verdict = "Unsafe"
             findings += crashes + expected_change.findings(outcome, expected) + _test_findings(
-                outcome, skip=crashed_tests(outcome, patch) | set(expected))
+                outcome, skip=crashed_tests(outcome, patch, scope) | set(expected))
     score["quality_detail"] = quality_detail
 
     previous = state.get("attempts", [])

@@ -17,13 +17,18 @@ under ``--repos``. Each patch is judged, in the same run and in alternating orde
   the loop's own check (``scoring.tests.own_outcome``: the existing tests selected from the patch,
   no reproduction test, no hidden data) turned into runtime findings (``scoring.runtime``). Test
   environments come from the config's backend (venv) under its cache dir (``FIXGRAPH_CACHE_DIR``);
-  a row whose tests cannot run counts as not flagged, and is reported.
+  a row whose tests cannot run counts as not flagged, and is reported. The runtime rule's scope
+  (``--runtime-scope``, else the config's ``regression.runtime_scope``) names this column; every
+  regressed test's crash is saved in the row (``scoring.runtime.summarize``), and the other scope
+  is counted from those records as an extra row (``ours_static+runtime_<scope>``), so one run
+  measures both, and ``--resume`` over saved rows counts both again.
 
 A patch that does not apply, or that a method cannot analyze, counts as not flagged for it.
 The last line is the headline:
 ``F1=<ours> F1_redo_static=<reference> median_s=<ours> median_s_redo=<reference>``; with ``--runtime``,
 ``F1=<ours> F1_redo_static=<ref> F1_runtime=<static+runtime> P_runtime=<its precision> median_s=<ours>
-median_s_redo=<ref> median_s_runtime=<static+runtime>``.
+median_s_redo=<ref> median_s_runtime=<static+runtime>``, then ``F1_runtime_<other scope>=<f1>
+P_runtime_<other scope>=<its precision>``.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from fixgraph.llm import RunMeter
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree
 from scoring import llm_check, static
 from scoring.critic import InputError, load_predictions, make_llm
-from scoring.runtime import runtime_findings
+from scoring.runtime import SCOPES, Scope, crash_summaries, findings_of, unsafe_in
 from scoring.testenv import SuiteRunner
 from scoring.tests import make_runner, own_outcome
 
@@ -129,6 +134,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--llm", action="store_true", help="add the LLM check (needs an OpenAI-compatible endpoint)")
     p.add_argument("--runtime", action="store_true",
                    help="add ours_static+runtime: the selected existing tests run on patches the static phase passes")
+    p.add_argument("--runtime-scope", choices=SCOPES, default=None,
+                   help="where a regressed test's crash counts as a runtime error (default: the config's "
+                        "regression.runtime_scope); the other scope is counted too, from the saved crashes")
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="worktrees (default: a temporary folder); the static cache always starts empty")
     return p
@@ -138,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
     only, shard = row_choice(args)
     cfg = load_config(args.config)
     settings = cfg.critic
+    scope: Scope = args.runtime_scope or cfg.regression.runtime_scope
+    other: Scope = next(s for s in SCOPES if s != scope)
     if args.llm:
         cfg.require_llm()
     cmd = static.pyright_command(settings)
@@ -164,7 +174,8 @@ def run(args: argparse.Namespace) -> int:
     static_cache = work / "static"
     repos = RepoCache(cache_root, mirrors=args.repos)
     redo, ours, full = Tally("redo_static"), Tally("ours_static"), Tally("ours_static+llm")
-    withrt = Tally("ours_static+runtime")
+    withrt, withother = Tally("ours_static+runtime"), Tally(f"ours_static+runtime_{other}")
+    unrecorded = 0  # rows saved before the crashes were: their other-scope verdict is the saved one
     runner = make_runner(cfg.tests, cfg.cache_dir.resolve()) if args.runtime else None
     no_verdict = 0
     run_meter = RunMeter(cfg.budget.run_dollars)
@@ -185,7 +196,8 @@ def run(args: argparse.Namespace) -> int:
             if done is not None:
                 _count(done, truth, redo, ours, full, args.llm)
                 if args.runtime:
-                    _count_runtime(done, truth, withrt)
+                    _count_runtime(done, truth, withrt, scope)
+                    unrecorded += not _count_runtime(done, truth, withother, other)
                 judged += 1
                 continue
             rec: dict[str, Any] = {"instance_id": inst.instance_id, "system": row.get("system", ""),
@@ -202,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
                 wt.apply(row.get("model_patch") or "")
             except PatchError as exc:
                 rec["not_applied"] = str(exc)
-                for t in (redo, ours, full, withrt):
+                for t in (redo, ours, full, withrt, withother):
                     t.add(truth, False, None)
                     t.not_analyzed += 1
                 _emit(out, rec)
@@ -237,8 +249,9 @@ def run(args: argparse.Namespace) -> int:
                                       "dollars": usage.get("dollars", 0.0)}
                     full.add(truth, flagged, None)
                 if runner is not None:
-                    rec["runtime"] = _runtime(runner, cfg, inst, wt, patch, rec["ours"])
-                    _count_runtime(rec, truth, withrt)
+                    rec["runtime"] = _runtime(runner, cfg, inst, wt, patch, rec["ours"], scope)
+                    _count_runtime(rec, truth, withrt, scope)
+                    _count_runtime(rec, truth, withother, other)
             finally:
                 wt.reset()
             _emit(out, rec)
@@ -256,12 +269,12 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     print(f"rows judged: {judged} of {len(rows)}")
-    tallies = [redo, ours] + ([full] if args.llm else []) + ([withrt] if args.runtime else [])
+    tallies = [redo, ours] + ([full] if args.llm else []) + ([withrt, withother] if args.runtime else [])
     print("skipped: " + ", ".join(f"{k} {v}" for k, v in skipped.items()))
-    print(f"{'method':<18}{'rows':>6}{'TP':>5}{'FP':>5}{'FN':>5}{'TN':>5}{'prec':>7}{'recall':>8}{'F1':>7}"
+    print(f"{'method':<28}{'rows':>6}{'TP':>5}{'FP':>5}{'FN':>5}{'TN':>5}{'prec':>7}{'recall':>8}{'F1':>7}"
           f"{'acc':>7}{'med_s':>8}{'p95_s':>8}{'n/a':>5}")
     for t in tallies:
-        print(f"{t.name:<18}{t.rows:>6}{t.tp:>5}{t.fp:>5}{t.fn:>5}{t.tn:>5}{t.precision:>7.3f}{t.recall:>8.3f}"
+        print(f"{t.name:<28}{t.rows:>6}{t.tp:>5}{t.fp:>5}{t.fn:>5}{t.tn:>5}{t.precision:>7.3f}{t.recall:>8.3f}"
               f"{t.f1:>7.3f}{t.accuracy:>7.3f}{t.median_s:>8.2f}{t.p95_s:>8.2f}{t.not_analyzed:>5}")
     if args.llm:
         print(f"LLM gave no verdict on {no_verdict} patches (counted as not flagged); "
@@ -272,8 +285,11 @@ def run(args: argparse.Namespace) -> int:
     if args.runtime:
         print(f"tests could not run on {withrt.not_analyzed} of the patches the static phase passed "
               "(counted as not flagged)")
+        print(f"runtime scope: {scope} (ours_static+runtime); {other} counted from the saved crashes"
+              + (f", except {unrecorded} rows saved without them (their saved verdict)" if unrecorded else ""))
         print(f"F1={ours.f1:.3f} F1_redo_static={redo.f1:.3f} F1_runtime={withrt.f1:.3f} P_runtime={withrt.precision:.3f} "
-              f"median_s={ours.median_s:.2f} median_s_redo={redo.median_s:.2f} median_s_runtime={withrt.median_s:.2f}")
+              f"median_s={ours.median_s:.2f} median_s_redo={redo.median_s:.2f} median_s_runtime={withrt.median_s:.2f} "
+              f"F1_runtime_{other}={withother.f1:.3f} P_runtime_{other}={withother.precision:.3f}")
     else:
         print(f"F1={ours.f1:.3f} F1_redo_static={redo.f1:.3f} median_s={ours.median_s:.2f} "
               f"median_s_redo={redo.median_s:.2f}")
@@ -297,27 +313,35 @@ def _count(rec: dict[str, Any], truth: bool, redo: Tally, ours: Tally, full: Tal
 
 
 def _runtime(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, patch: str,
-             static_rec: dict[str, Any]) -> dict[str, Any]:
-    """The runtime column's verdict: the static phase's, else the selected existing tests'."""
+             static_rec: dict[str, Any], scope: Scope) -> dict[str, Any]:
+    """The runtime column's verdict in ``scope``: the static phase's, else the selected existing
+    tests'. ``crashes`` keeps every regressed test's crash for a rescoring in either scope."""
     if static_rec["unsafe"] or static_rec["status"] != "ok":
         return {"unsafe": bool(static_rec["unsafe"]), "ran": False, "seconds": static_rec["seconds"]}
     start = time.monotonic()
     outcome = own_outcome(runner, inst.task(), wt, patch, [], cfg.regression)
-    found = runtime_findings(outcome, patch)
-    return {"unsafe": bool(found), "ran": outcome.regression_ran, "reason": outcome.reason[:300],
-            "findings": [dict(f) for f in found], "tests_run": len(outcome.pass_to_pass_before),
+    crashes = crash_summaries(outcome, patch)
+    found = findings_of(crashes, scope)
+    return {"unsafe": bool(found), "scope": scope, "ran": outcome.regression_ran, "reason": outcome.reason[:300],
+            "findings": [dict(f) for f in found], "crashes": crashes, "broken": outcome.broken(),
+            "tests_run": len(outcome.pass_to_pass_before),
             "seconds": round(static_rec["seconds"] + time.monotonic() - start, 2)}
 
 
-def _count_runtime(rec: dict[str, Any], truth: bool, tally: Tally) -> None:
+def _count_runtime(rec: dict[str, Any], truth: bool, tally: Tally, scope: Scope) -> bool:
+    """Add one row to ``tally`` in ``scope``; False when the row, saved without its crashes, could
+    only be counted by its saved verdict (whatever scope that had)."""
     if "not_applied" in rec:
         tally.add(truth, False, None)
         tally.not_analyzed += 1
-        return
+        return True
     rt = rec["runtime"]
-    tally.add(truth, bool(rt["unsafe"]), rt["seconds"])
-    if not rt["unsafe"] and not rt["ran"]:
+    recorded = not rt["ran"] or "crashes" in rt
+    unsafe = unsafe_in(rt["crashes"], scope) if rt["ran"] and "crashes" in rt else bool(rt["unsafe"])
+    tally.add(truth, unsafe, rt["seconds"])
+    if not unsafe and not rt["ran"]:
         tally.not_analyzed += 1
+    return recorded
 
 
 def _emit(out: Any, rec: dict[str, Any]) -> None:

@@ -133,7 +133,7 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
         rec["visible_new"] = tests_the_test_patch_edits(inst, wt, rec["visible"])
         check_extra(rec, inst, wt, patch, runner, cfg)
         rec["runtime"] = [{k: f.get(k) for k in ("rule", "file", "line", "symbol", "message")}
-                          for f in runtime_findings(own, patch)]
+                          for f in runtime_findings(own, patch, cfg.regression.runtime_scope)]
         rec["notes"] = own.notes[:5]
         return rec | {"status": "judged"}
     finally:

@@ -167,6 +167,11 @@ class RegressionSettings(_Strict):
     # change, not a regression (scoring/expected_change.py). Off: on rows no rule was chosen on it
     # dropped a true regression and cleared no false positive (docs/benchmarks.md, session 8).
     expected_changes: bool = False
+    # Where a selected test's non-assertion crash counts as a runtime error (scoring/runtime.py):
+    # "touched", a frame in a file the patch touched; "source", also when the innermost repository
+    # frame is any non-test source file (an untouched caller of a changed helper). "source": on
+    # run 2's sample it added a true positive and no false positive (docs/benchmarks.md, session 10).
+    runtime_scope: Literal["touched", "source"] = "source"
 
 
 class TestSettings(_Strict):

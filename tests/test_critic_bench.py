@@ -91,3 +91,64 @@ def test_tally_figures() -> None:
     for truth, flagged, s in [(True, True, 1.0), (True, False, 2.0), (False, True, 3.0), (False, False, 4.0)]:
         t.add(truth, flagged, s)
     assert (t.precision, t.recall, t.f1, t.accuracy, t.median_s, t.p95_s) == (0.5, 0.5, 0.5, 0.5, 2.5, 4.0)
+
+
+def test_the_runtime_column_saves_each_crash_and_counts_both_scopes_again_on_resume(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Circle.area() now returns a str: the untouched pkg/report.py's total() raises TypeError
+    (inside sum(), so its innermost repository frame is the caller) and test_area's comparison
+    raises in the test itself. Scope ``touched`` sees only regressions; ``source`` flags the
+    caller. Both are counted from one run, and again from the saved rows alone."""
+    src = make_repo(tmp_path / "src")
+    (src.path / "pkg" / "report.py").write_text("def total(shapes):\n    return sum(s.area() for s in shapes)\n")
+    (src.path / "tests" / "test_report.py").write_text(
+        "from pkg.report import total\nfrom pkg.shapes import Circle\n\n\n"
+        "def test_total():\n    assert total([Circle(1)]) > 3\n")
+    subprocess.run(["git", "add", "-A"], cwd=src.path, check=True)
+    subprocess.run(["git", "commit", "-q", "-m", "report"], cwd=src.path, check=True)
+    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src.path, check=True, capture_output=True,
+                          text=True).stdout.strip()
+    src.base = base
+    patch = edit(src, "pkg/shapes.py", "return math.pi * self.r ** 2", 'return "%.2f" % (math.pi * self.r ** 2)')
+    mirrors = tmp_path / "mirrors"
+    subprocess.run(["git", "clone", "-q", "--bare", str(src.path), str(mirrors / "demo+shapes" / "repo")], check=True)
+    dataset, preds = tmp_path / "lite.jsonl", tmp_path / "preds.jsonl"
+    dataset.write_text(json.dumps({"instance_id": "demo__shapes-1", "repo": "demo/shapes", "base_commit": base,
+                                   "problem_statement": "p"}) + "\n")
+    preds.write_text(json.dumps({"instance_id": "demo__shapes-1", "system": "agent", "model_patch": patch,
+                                 "failure_kind": "runtime_error"}) + "\n")
+    config = tmp_path / "bench.toml"
+    config.write_text(f'name = "bench"\ncache_dir = "{tmp_path / "envs"}"\n\n[tests]\nbackend = "local"\n')
+    rows = tmp_path / "rows.jsonl"
+    common = ["--predictions", str(preds), "--dataset", str(dataset), "--repos", str(mirrors), "--runtime",
+              "--config", str(config), "--cache-dir", str(tmp_path / "cache"), "-o", str(rows)]
+
+    def table() -> tuple[dict[str, list[str]], str]:
+        out = capsys.readouterr().out.strip().splitlines()
+        return {line.split()[0]: line.split()[1:6] for line in out if line.startswith("ours_static+")}, out[-1]
+
+    assert main(common + ["--runtime-scope", "touched"]) == 0
+    columns, last = table()
+    assert columns == {"ours_static+runtime": ["1", "0", "0", "1", "0"],
+                       "ours_static+runtime_source": ["1", "1", "0", "0", "0"]}
+    assert last.endswith("F1_runtime_source=1.000 P_runtime_source=1.000") and " F1_runtime=0.000 " in last
+    [rec] = [json.loads(line) for line in rows.read_text().splitlines()]
+    rt = rec["runtime"]
+    assert rt["ran"] and not rt["unsafe"] and rt["scope"] == "touched" and rt["findings"] == []
+    crashes = {c["test"]: c for c in rt["crashes"]}
+    assert set(crashes) == {"tests/test_report.py::test_total", "tests/test_shapes.py::test_area"}
+    total = crashes["tests/test_report.py::test_total"]
+    assert (total["type"], total["frame"]["file"], total["frame"]["function"]) == ("TypeError", "pkg/report.py", "total")
+    assert not total["in_test"] and total["touched"] is None
+    assert crashes["tests/test_shapes.py::test_area"]["in_test"]
+
+    # The saved rows alone give both columns again, in either scope as the headline (the
+    # config's default, regression.runtime_scope, is source).
+    assert main(common + ["--resume", "--runtime-scope", "touched"]) == 0
+    assert table()[0] == columns
+    assert main(common + ["--resume"]) == 0
+    columns, last = table()
+    assert columns == {"ours_static+runtime": ["1", "1", "0", "0", "0"],
+                       "ours_static+runtime_touched": ["1", "0", "0", "1", "0"]}
+    assert " F1_runtime=1.000 P_runtime=1.000 " in last and last.endswith("F1_runtime_touched=0.000 P_runtime_touched=0.000")
+    assert len(rows.read_text().splitlines()) == 1

@@ -8,14 +8,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from eval.fixtures import BUGGY_LINE, FIXED_LINE, calc_script
-from fixgraph.config import RegressionSettings
-from fixgraph.dataset import Task
+from fixgraph.config import RegressionSettings, RunConfig
+from fixgraph.dataset import Instance, Task
 from fixgraph.scripted import ScriptedChatModel
 from fixgraph.workspace import RepoCache
 from graph import run_tasks
 from scoring.crash import failures_of
-from scoring.runtime import crashed_tests, runtime_findings
+from scoring.runtime import SCOPES, crash_summaries, crashed_tests, runtime_findings
 from scoring.tests import make_runner, own_outcome
 from tests.conftest import read_record
 from tests.testrun_helpers import REPO, apply_to, diff_for, git, local_settings, make_repo
@@ -59,11 +61,11 @@ def test_label():
 
 
 def _judge(tmp_path: Path, new_calc: str, files: dict[str, str] | None = None, base_runs: int = 1,
-           **settings: Any):
-    mirrors, commit = make_repo(tmp_path, {"calc.py": CALC, "tests/test_calc.py": TESTS, **(files or {})})
+           base: str = CALC, **settings: Any):
+    mirrors, commit = make_repo(tmp_path, {"calc.py": base, "tests/test_calc.py": TESTS, **(files or {})})
     wt = RepoCache(tmp_path / "cache", mirrors).worktree(REPO, commit, "rt")
     task = Task(instance_id="fixture__calc-rt", repo=REPO, base_commit=commit, problem_statement="")
-    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, new_calc))
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", base, new_calc))
     runner = make_runner(local_settings(), tmp_path / "cache")
     outcome = own_outcome(runner, task, wt, patch, [], RegressionSettings(base_runs=base_runs, **settings))
     return outcome, patch
@@ -111,15 +113,93 @@ def test_a_broken_assertion_is_a_regression_not_a_runtime_error(tmp_path: Path) 
     assert runtime_findings(outcome, patch) == [] and crashed_tests(outcome, patch) == set()
 
 
-def test_a_crash_only_in_test_code_stays_a_regression(tmp_path: Path) -> None:
-    """A renamed function: the test raises AttributeError in its own frame, in no file the patch
-    touched, so it is not evidence of an error in the patched code (it is still a regression)."""
+def test_a_crash_only_in_test_code_stays_a_regression_in_both_scopes(tmp_path: Path) -> None:
+    """A renamed function: the test raises AttributeError in its own frame, in no source file, so
+    it is not evidence of an error in the library's code (it is still a regression)."""
     outcome, patch = _judge(tmp_path, CALC.replace("def label(x):", "def label_of(x):"),
                             files={"tests/test_label.py": LABEL_TESTS})
     assert outcome.pass_to_pass_after["tests/test_label.py::test_label"] == "FAILED"
     [rec] = outcome.regression_crashes
     assert rec["type"] == "AttributeError" and [f["file"] for f in rec["frames"]] == ["tests/test_label.py"]
-    assert runtime_findings(outcome, patch) == []
+    [summary] = crash_summaries(outcome, patch)
+    assert summary["in_test"] and summary["frame"] is None and summary["touched"] is None
+    for scope in SCOPES:
+        assert runtime_findings(outcome, patch, scope) == [] and crashed_tests(outcome, patch, scope) == set()
+
+
+# An untouched caller of calc.count, and an untouched helper that calc.label may call.
+REPORT = '''\
+import calc
+
+
+def summary(values):
+    return "%d items" % calc.count(values)
+'''
+FMT = '''\
+def pad(text, width):
+    return text.ljust(width)
+'''
+CALLER_TESTS = TESTS + '''
+
+import report
+
+
+def test_summary():
+    assert report.summary([1, 2]) == "2 items"
+'''
+WITH_COUNT = CALC + "\n\ndef count(values):\n    return len(values)\n"
+
+
+def test_a_helper_s_new_return_type_crashing_its_untouched_caller_is_unsafe_only_in_scope_source(
+        tmp_path: Path) -> None:
+    """count() now returns a str: the untouched report.summary raises TypeError in test_summary.
+    No frame is in the touched calc.py (count returned normally), so under ``touched`` it is only a
+    regression; under ``source`` it is a runtime finding at the caller's frame."""
+    changed = WITH_COUNT.replace("    return len(values)\n", "    return str(len(values))\n")
+    outcome, patch = _judge(tmp_path, changed, files={"report.py": REPORT, "tests/test_calc.py": CALLER_TESTS},
+                            base=WITH_COUNT)
+    test = "tests/test_calc.py::test_summary"
+    assert outcome.pass_to_pass_before[test] == "PASSED" and outcome.pass_to_pass_after[test] == "FAILED"
+    [summary] = crash_summaries(outcome, patch)
+    assert summary["type"] == "TypeError" and not summary["in_test"] and summary["touched"] is None
+    assert runtime_findings(outcome, patch, "touched") == [] and crashed_tests(outcome, patch, "touched") == set()
+    [found] = runtime_findings(outcome, patch, "source")
+    finding: dict[str, Any] = dict(found)
+    assert (finding["source"], finding["rule"]) == ("runtime", "TypeError")
+    assert (finding["file"], finding["line"], finding["symbol"]) == ("report.py", 5, "summary")
+    assert finding["code"] == 'return "%d items" % calc.count(values)'
+    assert "a real number is required" in finding["message"] and test in finding["message"]
+    assert "passed through the patched" not in finding["message"]
+    assert crashed_tests(outcome, patch, "source") == {test}
+
+
+def test_in_scope_source_a_crash_past_the_patched_frame_names_both_frames(tmp_path: Path) -> None:
+    """label() now calls the untouched fmt.pad with a str width: the TypeError is raised in fmt.py,
+    through the touched calc.py. ``touched`` reports the touched frame (as before); ``source`` the
+    innermost one, and the touched frame it passed through, with its line (REDO §G)."""
+    changed = "import fmt\n\n\n" + CALC.replace('    return "n=%d" % x', '    return fmt.pad("n=%d" % x, "8")')
+    outcome, patch = _judge(tmp_path, changed, files={"fmt.py": FMT, "tests/test_label.py": LABEL_TESTS})
+    [touched] = [dict(f) for f in runtime_findings(outcome, patch, "touched")]
+    assert (touched["rule"], touched["file"], touched["symbol"]) == ("TypeError", "calc.py", "label")
+    [source] = [dict(f) for f in runtime_findings(outcome, patch, "source")]
+    assert (source["rule"], source["file"], source["line"], source["symbol"]) == ("TypeError", "fmt.py", 2, "pad")
+    assert source["code"] == "return text.ljust(width)"
+    assert (f"passed through the patched calc.py:{touched['line']} in label: "
+            'return fmt.pad("n=%d" % x, "8")') in source["message"]
+
+
+def test_a_crash_in_a_test_folder_s_helper_stays_a_regression_in_both_scopes(tmp_path: Path) -> None:
+    """add() now returns a str and the test's own helper (tests/helpers.py, test code) raises on
+    it: the innermost repository frame is test code, so neither scope calls it a runtime error."""
+    helpers = "def plus_one(x):\n    return x + 1\n"
+    tests = "import calc\nfrom helpers import plus_one\n\n\ndef test_add():\n    assert plus_one(calc.add(2, 3)) == 6\n"
+    outcome, patch = _judge(tmp_path, CALC.replace("    return a + b\n", "    return str(a + b)\n"),
+                            files={"tests/helpers.py": helpers, "tests/test_calc.py": tests})
+    assert outcome.pass_to_pass_after["tests/test_calc.py::test_add"] == "FAILED"
+    [summary] = crash_summaries(outcome, patch)
+    assert summary["type"] == "TypeError" and summary["in_test"] and summary["frame"] is None
+    for scope in SCOPES:
+        assert runtime_findings(outcome, patch, scope) == []
 
 
 def test_a_change_no_selected_test_notices_stays_clean(tmp_path: Path) -> None:
@@ -293,21 +373,28 @@ def test_a_runner_that_dies_before_any_test_explains_the_tests_it_never_reached(
     assert "circular import" in finding["message"] and "(and 1 more tests)" in finding["message"]
 
 
+def _fix_mean_and_change_add(mirrors: Path, inst: Instance, cfg: RunConfig,
+                             new_add: str) -> tuple[ScriptedChatModel, list[dict[str, Any]]]:
+    """A graph run whose first attempt fixes mean() and rewrites add()'s body as ``new_add`` (in a
+    way static analysis cannot see: untyped parameters), then fixes mean() alone; its attempts."""
+    script = calc_script(first_attempt_broken=False)
+    script["CodeChange"].insert(0, {"edits": [
+        {"path": "calc/ops.py", "search": BUGGY_LINE, "replace": FIXED_LINE},
+        {"path": "calc/ops.py", "search": "    return a + b\n", "replace": new_add}],
+        "explanation": "Fix mean; change add."})
+    model = ScriptedChatModel(script=script)
+    run_tasks([inst], cfg, run_id="rt", repos=mirrors, model_factory=lambda role: model, progress=False)
+    return model, read_record(cfg, "rt", inst.instance_id)["attempts"]
+
+
 def test_the_critic_rejects_a_patch_whose_existing_test_crashes_and_the_coder_gets_the_place(
         tmp_path: Path, calc, cfg_factory) -> None:
     """End to end: attempt 1 fixes mean() but breaks add() in a way static analysis cannot see
     (untyped parameters); the selected existing test_add raises TypeError there; the Critic says
     Unsafe with the frame, and the Coder's next prompt has it."""
     mirrors, inst = calc
-    script = calc_script(first_attempt_broken=False)
-    script["CodeChange"].insert(0, {"edits": [
-        {"path": "calc/ops.py", "search": BUGGY_LINE, "replace": FIXED_LINE},
-        {"path": "calc/ops.py", "search": "    return a + b\n", "replace": "    return a + str(b)\n"}],
-        "explanation": "Fix mean; show b."})
-    model = ScriptedChatModel(script=script)
     cfg = cfg_factory("redo")
-    run_tasks([inst], cfg, run_id="rt", repos=mirrors, model_factory=lambda role: model, progress=False)
-    first, second = read_record(cfg, "rt", inst.instance_id)["attempts"]
+    model, (first, second) = _fix_mean_and_change_add(mirrors, inst, cfg, "    return a + str(b)\n")
     assert first["verdict"] == "Unsafe"
     [finding] = [f for f in first["findings"] if f["source"] == "runtime"]
     assert (finding["rule"], finding["file"], finding["symbol"]) == ("TypeError", "calc/ops.py", "add")
@@ -581,3 +668,38 @@ def test_a_chained_traceback_is_read_to_the_patched_frame_before_the_runner_s_ow
     unlinked = RUNNER_CHAINED.replace("During handling of the above exception, another exception occurred:", "")
     assert {r["type"] for r in failures_of([], unlinked, "/tmp/run/repo", wanted, unreported=wanted)} == {
         "AttributeError"}
+
+
+@pytest.mark.parametrize("scope", ["touched", "source"])
+def test_the_critic_reads_the_runtime_scope_from_the_config(tmp_path: Path, calc, cfg_factory, scope: str) -> None:
+    """End to end: attempt 1 fixes mean() but makes add() return a str, and the untouched
+    calc/report.py's total_label() raises TypeError on it in an existing test. With
+    ``regression.runtime_scope = "source"`` the Critic says Unsafe with the caller's frame, and the
+    Coder's next prompt has it; with ``touched`` it is a plain regression."""
+    from eval.fixtures import TESTS_BASE, git_commit_all
+
+    mirrors, inst = calc
+    repo = mirrors / "fixture+calc"
+    (repo / "calc" / "report.py").write_text(
+        'from calc.ops import add\n\n\ndef total_label(a, b):\n    return "%d" % add(a, b)\n')
+    (repo / "tests" / "test_ops.py").write_text(
+        TESTS_BASE + '\n\ndef test_total_label():\n    from calc.report import total_label\n\n'
+        '    assert total_label(2, 3) == "5"\n')
+    inst = inst.model_copy(update={"base_commit": git_commit_all(repo, "calc: report")})
+    cfg = cfg_factory("redo", **{"regression.runtime_scope": scope})
+    model, attempts = _fix_mean_and_change_add(mirrors, inst, cfg, "    return str(a + b)\n")
+    first = attempts[0]
+    runtime = [f for f in first["findings"] if f["source"] == "runtime"]
+    regressions = [f["message"] for f in first["findings"] if f.get("rule") == "regression"]
+    if scope == "touched":
+        assert first["verdict"] != "Unsafe" and runtime == []
+        assert any("test_total_label" in m for m in regressions), regressions
+        return
+    assert first["verdict"] == "Unsafe"
+    [finding] = runtime
+    assert (finding["rule"], finding["file"], finding["symbol"]) == ("TypeError", "calc/report.py", "total_label")
+    assert finding["code"] == 'return "%d" % add(a, b)'
+    # Not reported twice: the crashed test is not also a plain regression finding.
+    assert not [m for m in regressions if "test_total_label" in m]
+    retry = model.prompts_for("CodeChange")[1]
+    assert f"calc/report.py:{finding['line']} in total_label" in retry
