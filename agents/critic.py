@@ -25,7 +25,7 @@ from fixgraph.context import TaskContext
 from fixgraph.llm import BudgetExceeded
 from fixgraph.state import AttemptRecord, Finding, PatchJudgment, ScoreParts, TaskState, Usage, merge_usage
 from scoring import expected_change, fix_score, guard, harness, llm_check, quality, select, static, tests
-from scoring.runtime import crashed_tests, runtime_findings
+from scoring.runtime import crash_summaries, explained, findings_of
 from scoring.testenv import PASSING
 
 
@@ -172,11 +172,12 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
             # A selected test that crashed in the patched code is runtime evidence, as strong as a
             # static finding: the patch is Unsafe, and the Coder gets the place that raised.
             scope = ctx.cfg.regression.runtime_scope
-            crashes = runtime_findings(outcome, patch, scope)
+            summaries = crash_summaries(outcome, patch)
+            crashes = findings_of(summaries, scope)
             if crashes:
                 verdict = "Unsafe"
             findings += crashes + expected_change.findings(outcome, expected) + _test_findings(
-                outcome, skip=crashed_tests(outcome, patch, scope) | set(expected))
+                outcome, skip=explained(summaries, scope) | set(expected))
     score["quality_detail"] = quality_detail
 
     previous = state.get("attempts", [])

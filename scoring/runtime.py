@@ -23,9 +23,9 @@ need, so that a benchmark can save the summaries and rescore them in either scop
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
 from typing import Any, Literal
 
+from fixgraph.localize import is_test_path
 from fixgraph.state import Finding
 from scoring.selection import is_test_file
 from scoring.specs import patch_files
@@ -38,14 +38,13 @@ SCOPES: tuple[Scope, ...] = ("touched", "source")
 NOT_RUNTIME = {"AssertionError", "Failed", "XPassed", "Skipped", "Exit", "OutcomeException", "DidNotRaise",
                "KeyboardInterrupt", "SystemExit", "Timeout", "TimeoutError"}
 MAX_FINDINGS = 5
-_TEST_DIRS = {"tests", "test", "testing"}
 
 
 def is_test_code(path: str) -> bool:
     """A test module, a file under a test folder (xarray's ``tests/__init__.py`` helpers) or a
-    ``conftest.py``: code whose crash says something about the test, not the library."""
-    p = PurePosixPath(path)
-    return is_test_file(path) or p.name == "conftest.py" or any(part in _TEST_DIRS for part in p.parts[:-1])
+    ``conftest.py``: code whose crash says something about the test, not the library. The
+    selection's test modules (``tests.py`` too) and the index's test paths, together."""
+    return is_test_file(path) or is_test_path(path)
 
 
 def _where(frame: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -117,9 +116,14 @@ def findings_of(summaries: list[dict[str, Any]], scope: Scope) -> list[Finding]:
     return found
 
 
+def explained(summaries: list[dict[str, Any]], scope: Scope) -> set[str]:
+    """The regressed tests whose crash :func:`findings_of` reports in ``scope``."""
+    return {s["test"] for s in summaries if place(s, scope) is not None}
+
+
 def crashed_tests(outcome: TestOutcome, patch: str, scope: Scope = "touched") -> set[str]:
     """The regressed tests that :func:`runtime_findings` explains."""
-    return {s["test"] for s in crash_summaries(outcome, patch) if place(s, scope) is not None}
+    return explained(crash_summaries(outcome, patch), scope)
 
 
 def runtime_findings(outcome: TestOutcome, patch: str, scope: Scope = "touched") -> list[Finding]:
