@@ -31,10 +31,11 @@ import json
 import os
 import re
 import shutil
+import stat
 import sys
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,7 +45,7 @@ from fixgraph.dataset import EvaluationData, Task
 from fixgraph.records import atomic_write
 from fixgraph.workspace import Worktree, content_key
 from scoring import crash, testenv
-from scoring.sandbox import Limits, can_bind, prepare_workdir, run_isolated, scrubbed_env
+from scoring.sandbox import Completed, Limits, can_bind, prepare_workdir, run_isolated, scrubbed_env
 from scoring.specs import (
     NON_TEST_EXTS,
     SpecsError,
@@ -225,15 +226,57 @@ class SubprocessRunner:
             env = self.envs.get(task, wt)
         except (EnvError, SpecsError) as exc:
             return SuiteRun({}, "", 0.0, error=f"env could not be built: {exc}", backend=self.backend)
+        with self._scratch() as (run_dir, work, home):
+            return self._run(task, wt, env, patch, suite, run_dir, work, home)
+
+    def run_python(self, task: Task, wt: Worktree, files: Mapping[str, str], argv_tail: Sequence[str],
+                   timeout_s: float, *, outputs: Sequence[str] = (),
+                   extra_env: Mapping[str, str] | None = None) -> tuple[Completed, dict[str, bytes]]:
+        """``<env's python> *argv_tail`` in a fresh copy of the base commit, isolated as the tests
+        are (scrubbed environment, no network, the backend's CPU and memory limits, killed with its
+        processes after ``timeout_s``): for code that is no test suite (``scoring.issue_run``).
+
+        ``files`` (repository-relative path -> text) are written into the copy first, and the
+        command runs from its root; returns what it did and the bytes of each of ``outputs``
+        (repository-relative paths) it left there as a regular file (at most
+        :data:`MAX_OUTPUT_FILE_BYTES` of each). Raises :class:`EnvError` when there is no
+        environment, no copy of the commit, or a file path outside the copy."""
+        try:
+            env = self.envs.get(task, wt)
+        except (EnvError, SpecsError) as exc:
+            raise EnvError(f"env could not be built: {exc}") from exc
+        with self._scratch() as (_, work, home):
+            err = materialize(wt, task.base_commit, work)
+            for rel, content in files.items():
+                err = err or _write_into(work, rel, content)
+            if err:
+                raise EnvError(err)
+            _overlay(env, work)
+            run_env, _ = self._prepare(env, work, home)
+            run_env.update(extra_env or {})
+            limits = Limits(min(timeout_s, self.settings.timeout_s), self.settings.cpu_s, self.settings.memory_mb,
+                            self.settings.network_isolation)
+            done = self._isolated(env, work, [env.python, *argv_tail], run_env, limits)
+            return done, {rel: data for rel in outputs if (data := _read_output(work, rel)) is not None}
+
+    @contextlib.contextmanager
+    def _scratch(self) -> Iterator[tuple[Path, Path, Path]]:
+        """A run's scratch folder, its copy's place and its home: (run_dir, work, home), removed after."""
         run_dir = run_root(self.settings.run_root) / uuid.uuid4().hex[:12]
         work = run_dir / "repo"
         home = run_dir / "home"
         home.mkdir(parents=True)
         prepare_workdir(run_dir)  # removed by the sandbox if fixgraph is killed mid-run
         try:
-            return self._run(task, wt, env, patch, suite, run_dir, work, home)
+            yield run_dir, work, home
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
+
+    @staticmethod
+    def _isolated(env: TestEnv, work: Path, argv: list[str], run_env: dict[str, str], limits: Limits) -> Completed:
+        """``argv`` in the sandbox, from ``work``, with the env pointed at ``work`` for the run."""
+        with env.activate(work, can_bind(limits)) if env.activate else contextlib.nullcontext([]) as binds:
+            return run_isolated(argv, work, run_env, limits, binds=binds)
 
     def _run(self, task: Task, wt: Worktree, env: TestEnv, patch: str | None, suite: Suite,
              run_dir: Path, work: Path, home: Path) -> SuiteRun:
@@ -258,11 +301,9 @@ class SubprocessRunner:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data)
         for rel, content in suite.added:
-            target = (work / rel).resolve()
-            if not target.is_relative_to(work.resolve()):
-                return SuiteRun({}, "", 0.0, error=f"test path {rel!r} is outside the repository", backend=self.backend)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content, encoding="utf-8")
+            err = _write_into(work, rel, content, "test path")
+            if err:
+                return SuiteRun({}, "", 0.0, error=err, backend=self.backend)
         if suite.extra_patch.strip():
             err = git_apply(work, suite.extra_patch)
             if err:
@@ -284,8 +325,7 @@ class SubprocessRunner:
         directives = test_directives(task.repo, list(suite.targets))
         slowed = testenv.slowdown()
         limits = self._limits(suite, slowed)
-        with env.activate(work, can_bind(limits)) if env.activate else contextlib.nullcontext([]) as binds:
-            done = run_isolated([*argv, *directives], work, run_env, limits, binds=binds)
+        done = self._isolated(env, work, [*argv, *directives], run_env, limits)
         # A test parametrized with a path under the run's copy (tmp dirs, fixtures) would get a
         # new id every run, and never match its base run: ids name the copy as ".".
         statuses = {_unroot(t, work): s for t, s in parse_log(task.repo, done.output).items()}
@@ -714,6 +754,36 @@ def _copy_changed(wt: Worktree, work: Path, patch: str) -> None:
             shutil.copyfile(src, dst, follow_symlinks=False)
         else:
             dst.unlink(missing_ok=True)
+
+
+def _write_into(work: Path, rel: str, content: str, what: str = "file path") -> str:
+    """Write ``content`` at ``rel`` in the run's copy ``work``; "" or why not (a path outside it)."""
+    target = (work / rel).resolve()
+    if not target.is_relative_to(work.resolve()):
+        return f"{what} {rel!r} is outside the repository"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(content, encoding="utf-8")
+    return ""
+
+
+MAX_OUTPUT_FILE_BYTES = 32_000_000
+
+
+def _read_output(work: Path, rel: str) -> bytes | None:
+    """The bytes of a file the sandboxed code left at ``rel`` in ``work``; None when there is none
+    there as a regular file. A link is not followed (the code could point it at fixgraph's own
+    files: this process reads with more rights than the code had)."""
+    path = work / rel
+    if not path.resolve().is_relative_to(work.resolve()) or path.is_symlink():
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return None
+        return fh.read(MAX_OUTPUT_FILE_BYTES)
 
 
 def _tox_current_env(argv: list[str], env: TestEnv, work: Path) -> None:
