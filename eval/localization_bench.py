@@ -1,7 +1,7 @@
 """Localization benchmark: does the deterministic ranking put the gold patch's files on top?
 
     python -m eval.localization_bench --dataset ../shared/data/swebench_lite.jsonl --repos DIR [--limit N] \\
-        [-o ROWS.jsonl [--resume]] [--fit]
+        [--execute [--env-dir ENVS] [--config NAME]] [-o ROWS.jsonl [--resume]] [--fit]
 
 Runs over every instance whose repository has a mirror in DIR (``DIR/<owner>+<name>/repo``),
 reading blobs straight from the mirror at the base commit (no checkout). For each repository and
@@ -21,6 +21,12 @@ overall it prints recall of the gold files within the top 1/3/5/8 of:
 - ``rrcv``: the learned re-ranking of the formula's top 8 (``fixgraph.rerank``), cross-validated:
   each repository ranked by a model fitted on the others' rows, its L2 chosen by leave one
   repository out among them (``--fit`` prints the coefficients fitted on all rows);
+
+With ``--execute`` each issue's code is first run at its base commit in the test sandbox (the
+Critic's runner and environments, ``scoring.issue_run``; traces cached), and the files it called
+late enter the ranking as execution evidence (``W_EXECUTED``, searched by the grid with the other
+weights); the report says how many instances had such evidence and why the others had none.
+Without it every row has none, and the ranking is the text's.
 
 then the full ranking's recall when each top-8 file also brings the modules it imports (one step,
 as the Explorer's options do); the Explorer's prompt size in tokens when it reads the top 8 files
@@ -43,7 +49,7 @@ import re
 import statistics
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,11 +62,17 @@ KS = (1, 3, 5, 8)
 # literals' reordering of the top 8 (W_LITERAL_TOP, sixth pass) is searched: it is the last step, so
 # its points share the linear ranking. Co-change with the matching tests (W_TEST_COCHANGE, seventh
 # pass) is searched on the same log-spaced steps as the others, up to 1.
+# Execution evidence (W_EXECUTED, ninth pass) on coarse steps: most rows have none, so every
+# extra step is a knob the few that do would tune.
 LITERAL_TOP_WEIGHTS = (0.0, 0.2, 0.5, 1.0)
 TEST_COCHANGE_WEIGHTS = (0.0, 0.1, 0.2, 0.5, 1.0)
-LINEAR_GRID = [(h, 0.0, 0.0, t, title, prose, tc) for h in (0.0, 0.1, 0.2) for t in (0.0, 0.05, 0.1)
-               for title in (0.0, 0.5, 0.8, 1.0) for prose in (0.0, 0.2, 0.5) for tc in TEST_COCHANGE_WEIGHTS]
-GRID = [(*point, lt) for point in LINEAR_GRID for lt in LITERAL_TOP_WEIGHTS]
+EXECUTED_WEIGHTS = (0.0, 0.5, 1.0)
+# A linear point: the formula's weights before W_LITERAL_TOP, then W_EXECUTED.
+LINEAR_GRID = [(h, 0.0, 0.0, t, title, prose, tc, ex) for h in (0.0, 0.1, 0.2) for t in (0.0, 0.05, 0.1)
+               for title in (0.0, 0.5, 0.8, 1.0) for prose in (0.0, 0.2, 0.5) for tc in TEST_COCHANGE_WEIGHTS
+               for ex in EXECUTED_WEIGHTS]
+# A point: ``combine``'s weights in its order (..., W_TEST_COCHANGE, W_LITERAL_TOP, W_EXECUTED).
+GRID = [(*linear[:7], lt, linear[7]) for linear in LINEAR_GRID for lt in LITERAL_TOP_WEIGHTS]
 Point = tuple[float, ...]
 # The weights shipped before the title signal (issue 18, third pass): the `before` column.
 PREVIOUS: Point = (0.2, 0.0, 0.0, 0.05, 0.0, 0.0, 0.0, 0.0)
@@ -88,6 +100,10 @@ class Row:
     # The repository's history index, as the row's run found it: build s, size MB, commits, note.
     history_index: tuple[float, float, int, str] | None = None
     missed: str = ""  # "gold [...] ranked [...]" when a gold file is outside the top 8
+    # Execution evidence (--execute): what the run of the issue's code said, and its seconds
+    # (0 when served from the trace cache).
+    execution: str = ""
+    exec_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if k not in ("parts", "cv", "rrcv")}
@@ -175,11 +191,11 @@ def grid_recalls(rows: list[Row]) -> dict[Point, list[Scores]]:
     for r in rows:
         for linear in LINEAR_GRID:
             # The reordering of the top 8 is the formula's last step: one linear ranking serves it all.
-            ranked = combine(r.parts, *linear, k=SMOOTH_K)
+            ranked = combine(r.parts, *linear[:7], 0.0, linear[7], k=SMOOTH_K)
             for lt in LITERAL_TOP_WEIGHTS:
                 top = [c.path for c in literal_first(r.parts, ranked, lt)[:SMOOTH_K]]
                 smooth = sum(recall(r.gold, top[:k]) for k in range(1, SMOOTH_K + 1)) / SMOOTH_K
-                out[(*linear, lt)].append((recall(r.gold, top[:1]), recall(r.gold, top[:8]), smooth))
+                out[(*linear[:7], lt, linear[7])].append((recall(r.gold, top[:1]), recall(r.gold, top[:8]), smooth))
     return out
 
 
@@ -313,6 +329,36 @@ def learned_cross_validate(rows: list[Row], folds: dict[str, Point],
     return chosen, l2_all, _fit_rows(every, l2_all)
 
 
+def execution_tools(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The test runner (config ``--config``, environments under ``--env-dir``) and the worktree
+    cache the execution evidence needs."""
+    from fixgraph.config import load_config
+    from fixgraph.workspace import RepoCache
+    from scoring.tests import make_runner
+
+    cfg = load_config(args.config)
+    tests = cfg.tests.model_copy(update={"env_dir": args.env_dir}) if args.env_dir else cfg.tests
+    return make_runner(tests, args.cache_dir), RepoCache(args.cache_dir, mirrors=args.repos)
+
+
+def execution_of(inst, args: argparse.Namespace) -> tuple[dict[str, float], str, float]:  # noqa: ANN001
+    """The execution evidence of ``inst``'s issue (``fixgraph.localize.execution_signal``), its
+    note and seconds: the issue's code run at the base commit in the test sandbox (the runner the
+    Critic uses; its environment built on first use and cached, as is the trace)."""
+    from fixgraph.localize import execution_signal
+    from fixgraph.workspace import WorkspaceError
+    from scoring.issue_run import trace_issue
+
+    runner, repos = args.execution_tools
+    t0 = time.perf_counter()
+    try:
+        wt = repos.worktree(inst.repo, inst.base_commit, f"locbench-{inst.repo_slug}")
+    except WorkspaceError as exc:
+        return {}, f"execution: not run ({exc})", time.perf_counter() - t0
+    trace = trace_issue(runner, inst, wt, inst.problem_statement)
+    return execution_signal(trace.first), trace.note(), 0.0 if trace.cached else time.perf_counter() - t0
+
+
 def measure(inst, git_dir: Path, args: argparse.Namespace, settings, first: bool) -> Row:  # noqa: ANN001
     """One instance's row: its signals, recalls, prompt size and times."""
     from fixgraph.history import HistoryIndex
@@ -322,6 +368,7 @@ def measure(inst, git_dir: Path, args: argparse.Namespace, settings, first: bool
     t0 = time.perf_counter()
     index = RepoIndex.build_from_git(git_dir, inst.base_commit, args.cache_dir)
     cold = time.perf_counter() - t0
+    executed, note, exec_s = execution_of(inst, args) if args.execute else ({}, "execution: not asked (--execute)", 0.0)
     built = None
     if first:
         hist = HistoryIndex.open(git_dir, args.cache_dir)
@@ -330,6 +377,7 @@ def measure(inst, git_dir: Path, args: argparse.Namespace, settings, first: bool
     t0 = time.perf_counter()
     if not args.no_timing:
         index = RepoIndex.build_from_git(git_dir, inst.base_commit, args.cache_dir)
+    index.attach_execution(executed, note)
     ranked = index.rank(inst.problem_statement, k=settings.candidates_shown)
     repo_map = index.repo_map(ranked, max_tokens=settings.map_tokens)
     tokens = 0 if args.no_timing else explorer_prompt_tokens(index, inst, ranked, settings)
@@ -339,7 +387,8 @@ def measure(inst, git_dir: Path, args: argparse.Namespace, settings, first: bool
     parts = index.rank_parts(inst.problem_statement, cochange=False, literal=True)
     top = [c.path for c in ranked]
     row = Row(inst.repo, inst.instance_id, gold=gold, parts=parts, prompt_tokens=tokens,
-              map_tokens=count_tokens(repo_map), warm_s=warm, cold_s=cold, history_index=built)
+              map_tokens=count_tokens(repo_map), warm_s=warm, cold_s=cold, history_index=built,
+              execution=note, exec_s=exec_s)
     today = [c.path for c in combine(parts, 0.0, 0.0, 0.0, 0.0)[: max(KS)]]
     hist_top = history_ranking(parts)
     sizes = []
@@ -393,6 +442,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"localization_bench: no instance of the dataset has a mirror under {args.repos}", file=sys.stderr)
         return 2
     settings = ExplorerSettings()
+    args.execution_tools = execution_tools(args) if args.execute else None
     done: dict[str, Row] = {}
     if args.output is not None and args.resume and args.output.is_file():
         done = load_rows(args.output)
@@ -435,7 +485,7 @@ def run(args: argparse.Namespace) -> int:
     from fixgraph import rerank
 
     shipped = (localize.W_HISTORY, localize.W_COCHANGE, localize.W_LITERAL, localize.W_TESTS, localize.W_TITLE,
-               localize.W_PROSE, localize.W_TEST_COCHANGE, localize.W_LITERAL_TOP)
+               localize.W_PROSE, localize.W_TEST_COCHANGE, localize.W_LITERAL_TOP, localize.W_EXECUTED)
     coef = rerank.coef_vector(rerank.COEF)
     for r in rows:
         pool = pool_of(r, shipped)
@@ -469,7 +519,16 @@ def run(args: argparse.Namespace) -> int:
     print()
     def weights(point: Point) -> str:
         return ",".join(f"{w:g}" for w in point)
-    print("weights (W_HISTORY, W_COCHANGE, W_LITERAL, W_TESTS, W_TITLE, W_PROSE, W_TEST_COCHANGE, W_LITERAL_TOP): "
+    ran = [r for r in rows if r.parts is not None and r.parts.executed]
+    secs = [r.exec_s for r in rows if r.exec_s > 0]
+    print(f"execution evidence: {len(ran)} of {len(rows)} instances"
+          + (f" ({', '.join(f'{repo.split(chr(47))[1]} {n}' for repo, n in sorted(Counter(r.repo for r in ran).items()))})"
+             if ran else "")
+          + (f"; median {statistics.median(secs):.1f}s per traced run, cold" if secs else "")
+          + "; without it: " + ", ".join(f"{n} {why}" for why, n in Counter(
+              _why_none(r.execution) for r in rows if r not in ran).most_common(5)))
+    print("weights (W_HISTORY, W_COCHANGE, W_LITERAL, W_TESTS, W_TITLE, W_PROSE, W_TEST_COCHANGE, W_LITERAL_TOP, "
+          "W_EXECUTED): "
           f"shipped {weights(shipped)}; "
           f"best on all rows {weights(in_sample)}; chosen without each repository: "
           + ", ".join(f"{repo.split('/')[1]} {weights(point)}" for repo, point in sorted(folds.items())))
@@ -505,6 +564,16 @@ def run(args: argparse.Namespace) -> int:
         head += f"; bm25 {mean('bm25', 8):.3f}/{mean('bm25', 1):.3f}"
     print(head)
     return 0
+
+
+def _why_none(note: str) -> str:
+    """A row's execution note cut to its kind: why it has no execution evidence."""
+    if not note or "not asked" in note:
+        return "not asked (--execute)"
+    m = re.search(r"\((.*)\)", note)
+    if m:
+        return m.group(1).split(":")[0][:60]
+    return "ran, no order (one statement or one file)" if "statements" in note else note[:60]
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -545,6 +614,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=0, help="only the first N matching instances")
     p.add_argument("--repo", action="append", help="only this owner/name (repeatable)")
     p.add_argument("--cache-dir", type=Path, default=Path(".cache/fixgraph"))
+    p.add_argument("--execute", action="store_true",
+                   help="run each issue's code at its base commit in the test sandbox (execution evidence)")
+    p.add_argument("--config", default="redo", help="config whose [tests] settings --execute uses")
+    p.add_argument("--env-dir", type=Path, help="where --execute's test environments live (default: <cache-dir>/envs)")
     p.add_argument("--no-bm25", action="store_true", help="skip the BM25 reference column")
     p.add_argument("--no-timing", action="store_true",
                    help="recall only: no warm reload and no Explorer prompt (their columns are then meaningless)")

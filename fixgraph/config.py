@@ -86,6 +86,10 @@ class ExplorerSettings(_Strict):
     candidates_shown: int = Field(default=30, ge=1)
     # The Planner's repository map (ranked candidates and folded tree) fits in this many tokens.
     map_tokens: int = Field(default=6000, ge=500)
+    # Execution evidence for the ranking: the issue's own code run once at the base commit, in the
+    # test sandbox the Critic uses (scoring/issue_run.py), before the Planner ranks the files.
+    execute_issue: bool = True
+    execute_timeout_s: float = Field(default=60.0, gt=0)
 
 
 class CoderSettings(_Strict):

@@ -40,5 +40,21 @@ class TaskContext:
         from fixgraph.localize import RepoIndex
 
         if "index" not in self.scratch:
-            self.scratch["index"] = RepoIndex.build(self.worktree, self.cache_dir)
+            index = RepoIndex.build(self.worktree, self.cache_dir)
+            if self.cfg.explorer.execute_issue:
+                self._attach_execution(index)
+            self.scratch["index"] = index
         return self.scratch["index"]
+
+    def _attach_execution(self, index: RepoIndex) -> None:
+        """Run the issue's code at the base commit (sandboxed, cached) and hand the index what it
+        called late (``fixgraph.localize.execution_signal``); the trace stays in ``scratch``."""
+        from fixgraph.localize import execution_signal
+        from scoring.issue_run import trace_issue
+        from scoring.tests import make_runner
+
+        runner = make_runner(self.cfg.tests, self.cache_dir)
+        trace = trace_issue(runner, self.task, self.worktree, self.task.issue,
+                            timeout_s=self.cfg.explorer.execute_timeout_s)
+        self.scratch["issue_trace"] = trace
+        index.attach_execution(execution_signal(trace.first), trace.note())

@@ -26,7 +26,7 @@ import subprocess
 import threading
 import zlib
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -48,7 +48,8 @@ MAX_FILE_BYTES = 1_000_000
 #                                                    + W_COCHANGE * C(f) / max C + W_LITERAL * L(f) / max L
 #                                                    + W_TESTS * T(f) / max T + W_TITLE * Ti(f) / max Ti
 #                                                    + W_PROSE * P(f) / max P
-#                                                    + W_TEST_COCHANGE * TC(f) / max TC))
+#                                                    + W_TEST_COCHANGE * TC(f) / max TC
+#                                                    + W_EXECUTED * E(f) / max E))
 #
 # then the LITERAL_TOP best files are put in order again with W_LITERAL_TOP * L(f) / max L (scaled
 # and penalized the same way) added to their scores: the quoted literals reorder the files the
@@ -73,6 +74,12 @@ MAX_FILE_BYTES = 1_000_000
 #   in focused commits before the base (``HistoryView.co_changed``), each test handing on its score
 #   relative to the best test's (``RepoIndex._test_cochange``): where T(f) finds the module a test
 #   is named after, TC(f) finds the module the test's past fixes changed with it.
+# E(f): execution evidence (``execution_signal``): the issue's own code, run at the base commit in
+#   the sandboxed test environment (scoring/issue_run.py), called f's functions first in a later
+#   statement than its setup: how late, from 0 (the first traced statement) to 1 (the last). The
+#   setup (building the objects) runs the core every snippet runs; the call the issue is about
+#   reaches the code it is about. Absent when the issue has no runnable code or no env (then the
+#   ranking is the text's alone, and the record says why).
 # Ti(f): BM25 of the issue's title (its first line) alone.
 # P(f): BM25 of the issue without its code blocks (the description, not the pasted output).
 # penalty(f): 0.2 for tests, 0.4 for docs and non-Python files, else 1.
@@ -112,6 +119,8 @@ W_TEST_COCHANGE = 0.5
 # The quoted literals as the ranking's last step: they reorder the LITERAL_TOP files (the Explorer's
 # first reads, what recall@8 counts), so they can decide which of them is first but not which are in.
 W_LITERAL_TOP = 1.0
+# Execution evidence (issue 18, ninth pass): chosen by the benchmark's grid with the others.
+W_EXECUTED = 1.0
 LITERAL_TOP = 8
 CO_SEEDS = 5
 TEST_SEEDS = 5  # the test files whose subjects get the tests-to-source signal
@@ -609,6 +618,20 @@ class RankParts:
     title: dict[str, float] = field(default_factory=dict)  # BM25 of the issue's title alone
     prose: dict[str, float] = field(default_factory=dict)  # BM25 of the issue without its code blocks
     test_cochange: dict[str, float] = field(default_factory=dict)  # changed with the tests the issue matches
+    executed: dict[str, float] = field(default_factory=dict)  # the issue's code called it late (``execution_signal``)
+
+
+def execution_signal(first: Mapping[str, int]) -> dict[str, float]:
+    """E(f) of the formula: for each file the issue's code called, how late it was first called,
+    from the statement index of its first call (``first``, as ``scoring.issue_run`` records it):
+    0 for the earliest traced statement, 1 for the last; files at 0 are left out. One statement
+    (or one file) says nothing about order: no signal."""
+    if not first:
+        return {}
+    lo, hi = min(first.values()), max(first.values())
+    if hi <= lo:
+        return {}
+    return {path: (n - lo) / (hi - lo) for path, n in first.items() if n > lo}
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -624,7 +647,8 @@ def penalty(path: str) -> float:
 
 def combine(parts: RankParts, w_history: float, w_cochange: float, w_literal: float,
             w_tests: float = 0.0, w_title: float = 0.0, w_prose: float = 0.0,
-            w_test_cochange: float = 0.0, w_literal_top: float = 0.0, *, k: int | None = None) -> list[Candidate]:
+            w_test_cochange: float = 0.0, w_literal_top: float = 0.0, w_executed: float = 0.0, *,
+            k: int | None = None) -> list[Candidate]:
     """The one ranking formula (module header): every signal weighted, then the penalty, then the
     quoted literals reorder the top ``LITERAL_TOP`` (``literal_first``). With ``k`` only the
     ``max(k, LITERAL_TOP)`` best are returned (the same files, in the same order, as a full ranking
@@ -633,7 +657,7 @@ def combine(parts: RankParts, w_history: float, w_cochange: float, w_literal: fl
     scale = max(parts.today.values(), default=0.0) or 1.0
     for signal, weight in ((parts.history, w_history), (parts.cochange, w_cochange), (parts.literal, w_literal),
                            (parts.tests, w_tests), (parts.title, w_title), (parts.prose, w_prose),
-                           (parts.test_cochange, w_test_cochange)):
+                           (parts.test_cochange, w_test_cochange), (parts.executed, w_executed)):
         best = max(signal.values(), default=0.0)
         if weight and best > 0:
             for path, s in signal.items():
@@ -753,6 +777,10 @@ class RepoIndex:
         # Set by ``attach_history``; without it the ranking is today's signals alone.
         self.history: HistoryView | None = None
         self.history_note = "history: not loaded"
+        # Set by ``attach_execution``: what the issue's own code ran (``execution_signal``).
+        self.execution: dict[str, float] = {}
+        self.execution_note = "execution: not run"
+        self._execution_key = ""
         # The Planner and each Explorer iteration rank the same issue: compute its signals once.
         self._parts_memo: tuple[str, RankParts] | None = None
         self._messages: tuple[int, dict[str, list[str]]] | None = None  # code files, piece -> files
@@ -794,6 +822,13 @@ class RepoIndex:
             self._parts_memo = None
         except HistoryError as exc:
             raise LocalizeError(str(exc)) from None
+
+    def attach_execution(self, signal: dict[str, float], note: str) -> None:
+        """Use execution evidence (``execution_signal`` of the issue's traced run) in the ranking."""
+        self.execution = {p: s for p, s in signal.items() if p in self.entries and s > 0}
+        self.execution_note = note
+        self._execution_key = content_key(json.dumps(sorted(self.execution.items())))
+        self._parts_memo = None
 
     @classmethod
     def _build(cls, source: _Source, cache_dir: Path) -> RepoIndex:
@@ -988,7 +1023,7 @@ class RepoIndex:
                                 history=W_HISTORY > 0 or learned, evidence=learned,
                                 test_cochange=W_TEST_COCHANGE > 0)
         ranked = combine(parts, W_HISTORY, W_COCHANGE, W_LITERAL, W_TESTS, W_TITLE, W_PROSE, W_TEST_COCHANGE,
-                         W_LITERAL_TOP)
+                         W_LITERAL_TOP, W_EXECUTED)
         if learned:
             pool = rerank.features(parts, [(c.path, c.score) for c in ranked], penalty)
             by_path = {c.path: c for c in ranked}
@@ -1004,7 +1039,8 @@ class RepoIndex:
         """Each signal of the ranking for ``problem``, before weighting (co-change, quoted literals,
         the history, co-change with the matching tests and the re-ranking's own evidence only if
         asked: a zero weight does not need them, and they cost time)."""
-        memo_key = f"{int(cochange)}{int(literal)}{int(history)}{int(evidence)}{int(test_cochange)}{problem}"
+        memo_key = (f"{int(cochange)}{int(literal)}{int(history)}{int(evidence)}{int(test_cochange)}"
+                    f"{self._execution_key}{problem}")
         if self._parts_memo is not None and self._parts_memo[0] == memo_key:
             return self._parts_memo[1]
         q = parse_problem(problem)
@@ -1078,7 +1114,8 @@ class RepoIndex:
                           defs={p: s for p, s in defs.items() if ok(p)},
                           written={p: s for p, s in written.items() if ok(p)},
                           named=named, title=self._title(problem), prose=self._prose(problem),
-                          test_cochange=self._test_cochange(today) if test_cochange else {})
+                          test_cochange=self._test_cochange(today) if test_cochange else {},
+                          executed={p: s for p, s in self.execution.items() if ok(p)})
         if evidence:
             parts.api, parts.handler = self._public_api(q), self._handlers(q)
             parts.hist_api = self._history_of_names(q) if history else {}

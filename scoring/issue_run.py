@@ -118,6 +118,18 @@ class IssueTrace:
             "truncated": self.truncated,
         }
 
+    def note(self) -> str:
+        """One line for the run's record: what ran, or why nothing did."""
+        if self.reason:
+            return f"execution: not run ({self.reason})"
+        errors = sorted({e.type for e in self.errors})
+        return (
+            f"execution: {self.statements} statements of {self.snippets} snippets called {len(self.calls)} "
+            f"repository files"
+            + (f"; raised {', '.join(errors[:4])}" if errors else "")
+            + ("; timed out" if self.timed_out else "")
+        )
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> IssueTrace:
         calls = {
@@ -158,8 +170,11 @@ def trace_issue(
     if run_python is None:
         return IssueTrace(reason=NO_BACKEND, snippets=len(blocks))
     prelude = REPL_PRELUDES.get(task.repo, "")
-    env_key = runner.env_key(task, wt)
-    path = _cache_path(runner.cache_dir, task, env_key, blocks, prelude) if env_key else None
+    # Keyed by the backend, not the environment's key: that key names the commit the environment
+    # was last installed at, and asking for it installs this task's (minutes for a compiled
+    # repository whose instances alternate). An environment is built from pinned specs, so a
+    # trace of the same snippets at the same commit on the same backend is the same evidence.
+    path = _cache_path(runner.cache_dir, task, str(getattr(runner, "backend", "")), blocks, prelude)
     cached = _cached(path)
     if cached is not None:
         return cached
@@ -229,10 +244,10 @@ def _cached(path: Path | None) -> IssueTrace | None:
     return trace
 
 
-def _cache_path(cache_dir: Path, task: Task, env_key: str, blocks: list[str], prelude: str) -> Path:
+def _cache_path(cache_dir: Path, task: Task, backend: str, blocks: list[str], prelude: str) -> Path:
     ident = task.instance_id or f"{task.repo}@{task.base_commit}"
     # The tracer's source is part of the key: a changed tracer records differently.
     tracer = hashlib.sha256(TRACER.read_bytes()).hexdigest()[:12]
-    key = content_key(ident, task.base_commit, env_key, "\0".join(blocks), prelude, tracer)
+    key = content_key(ident, task.base_commit, backend, "\0".join(blocks), prelude, tracer)
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", ident)[:120]
     return cache_dir / "issue-traces" / f"{name}-{key}.json"

@@ -12,9 +12,10 @@ seconds; the tracer stops starting statements past it). The repository is the cu
 - A prelude runs first, untraced; then each top-level statement of each block, in one shared
   namespace, under ``sys.setprofile``. Import statements run untraced: what a module does while
   it is imported says nothing of the issue.
-- A ``NameError`` the issue's own code raises for a name one of the repository's top-level
-  packages exports is resolved by importing the name and running the statement again (3 times
-  at most): issues often leave out the import.
+- A ``NameError`` the issue's own code raises is resolved, when it can be, by importing what
+  the author took for granted and running the statement again (3 times at most): a conventional
+  alias (``np``, ``xr``, ``so``), a name one of the repository's top-level packages exports, or
+  a module of that name (``os``, ``pytest``): issues often leave out the import.
 - Each statement has a timer (``SIGALRM``): past it a ``StatementTimeout`` (a BaseException, so
   ``except Exception`` in the code does not swallow it) is raised, and again every second until
   the statement gives up; it is recorded as an error where it struck.
@@ -194,8 +195,36 @@ def _packages(root):
     return out[:MAX_PACKAGES]
 
 
+# The import aliases snippets take for granted (the names every tutorial of these libraries uses).
+ALIASES = {
+    "np": "numpy",
+    "pd": "pandas",
+    "xr": "xarray",
+    "plt": "matplotlib.pyplot",
+    "mpl": "matplotlib",
+    "sns": "seaborn",
+    "so": "seaborn.objects",
+    "sp": "scipy",
+    "nx": "networkx",
+}
+
+
+def _import(name, ns, target):
+    try:
+        ns[name] = importlib.import_module(target)
+    except BaseException as exc:
+        if isinstance(exc, StatementTimeout):
+            raise
+        return False
+    return True
+
+
 def _resolve(name, ns, packages):
-    """Bind ``name`` in ``ns`` to what one of ``packages`` exports under it; whether it could."""
+    """Bind ``name`` in ``ns`` to what the snippet's author took for granted: a conventional
+    alias (``np``, ``xr``), then what one of ``packages`` exports under it, then a module of that
+    name (``os``, ``pytest``); whether it could."""
+    if name in ALIASES:
+        return _import(name, ns, ALIASES[name])
     for pkg in packages:
         try:
             mod = importlib.import_module(pkg)
@@ -206,7 +235,7 @@ def _resolve(name, ns, packages):
             continue
         ns[name] = value
         return True
-    return False
+    return name[:1].islower() and _import(name, ns, name)
 
 
 def _own_name_error(exc):

@@ -185,6 +185,17 @@ def test_a_name_the_package_exports_is_resolved_without_its_import(fixture) -> N
 
 
 @sandboxed
+def test_conventional_aliases_and_modules_are_imported_for_the_snippet(fixture) -> None:
+    runner, task, wt = fixture
+    # ``np`` (numpy, installed with fixgraph) and ``json`` are used as their authors always do,
+    # without the imports; the statement then reaches the repository.
+    code = "n = int(np.int64(3))\nblob = json.dumps({'n': n})\nWidget(n - 10).size()\n"
+    trace = trace_issue(runner, task, wt, fenced(code), timeout_s=60)
+    assert [e.type for e in trace.errors] == ["ValueError"]
+    assert trace.errors[0].message == "negative: -7" and trace.errors[0].statement == 2
+
+
+@sandboxed
 def test_a_name_nobody_exports_stays_a_name_error(fixture) -> None:
     runner, task, wt = fixture
     trace = trace_issue(runner, task, wt, fenced("undefined_thing(1)\n"), timeout_s=60)
