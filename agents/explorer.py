@@ -139,7 +139,9 @@ def explorer(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
               "iterations": iteration, "files": read,
               # Whether the ranking that fed the Planner and the options used the repository's
               # history, and if not why (shallow mirror, no commits before the base).
-              "history": index.history_note}
+              "history": index.history_note,
+              # Whether the issue's own code ran and reached the ranking (execution evidence).
+              "execution": index.execution_note}
     update: dict[str, Any] = {"files_read": read, "exploration": report, "explorer_runs": runs, "usage": usage}
     if step.confidence == "low" and reruns_left:
         update["reruns"] = [{"reason": "low_confidence", "learned": step.learned, "files": read}]

@@ -96,6 +96,8 @@ def test_low_confidence_reruns_the_planner_with_what_was_learned(tmp_path: Path)
     assert state["exploration"]["suspects"][0]["start_line"] == 4
     # The fixture has one commit: no history before the base, and the record says so.
     assert state["exploration"]["history"] == "history: absent (no commits before the base); ranked without it"
+    # The issue has no code: nothing ran, and the record says why.
+    assert state["exploration"]["execution"] == "execution: not run (the issue has no Python code to run)"
 
 
 def test_reruns_are_bounded_by_config(tmp_path: Path) -> None:
