@@ -29,6 +29,8 @@ def planner(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
         repo=ctx.task.repo,
         problem=ctx.task.issue,
         repo_map=index.repo_map(ranked, max_tokens=settings.map_tokens),
+        # What running the issue's code raised inside the repository (ctx.index() ran it).
+        execution=trace.evidence() if (trace := ctx.scratch.get("issue_trace")) is not None else "",
         feedback=state.get("plan_feedback", ""),
         previous=state.get("plan", {}).get("files", []),
         max_files=settings.max_files,

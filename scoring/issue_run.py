@@ -118,6 +118,23 @@ class IssueTrace:
             "truncated": self.truncated,
         }
 
+    def evidence(self, max_errors: int = 3, max_frames: int = 4) -> str:
+        """What the run showed that a reader of the issue should know, for the Planner's prompt:
+        the exceptions the issue's code raised inside the repository, innermost frame first.
+        Unresolved names, the prelude's failures and errors with no repository frame say nothing
+        about the code, and are left out; "" when nothing is left."""
+        lines = []
+        for err in self.errors:
+            if not err.frames or err.type in ("NameError", "SyntaxError") or err.type.startswith("prelude:"):
+                continue
+            where = ", from ".join(
+                f"{path}:{line} in {func}" for path, line, func in reversed(err.frames[-max_frames:])
+            )
+            lines.append(f"- statement {err.statement + 1}: {err.type}: {err.message}\n  raised at {where}")
+            if len(lines) == max_errors:
+                break
+        return "\n".join(lines)
+
     def note(self) -> str:
         """One line for the run's record: what ran, or why nothing did."""
         if self.reason:

@@ -15,7 +15,7 @@ from fixgraph.context import TaskContext
 from fixgraph.dataset import Task
 from fixgraph.localize import RepoIndex, execution_signal
 from fixgraph.workspace import RepoCache, Worktree
-from scoring.issue_run import trace_issue
+from scoring.issue_run import IssueTrace, TracedError, trace_issue
 from scoring.sandbox import sandbox_mode
 from scoring.tests import make_runner
 from tests.testrun_helpers import local_settings, make_repo
@@ -36,7 +36,7 @@ FILES = {
         '        """Render the widget: the widget size times the factor."""\n'
         "        return engine.apply(self.size, factor)\n"
     ),
-    "shapes/engine.py": "def apply(a, b):\n    return a * b + 1\n",
+    "shapes/engine.py": "def apply(a, b):\n    if b < 0:\n        raise ValueError('out of range')\n    return a * b + 1\n",
     "shapes/widgets_doc.py": '"""Widget render widget widget: notes on the widget front door."""\n',
 }
 ISSUE = (
@@ -105,7 +105,7 @@ def _context(task: Task, wt: Worktree, tmp_path: Path, execute: bool) -> TaskCon
         cfg=cfg,
         task=task,
         worktree=wt,
-        llm=None,
+        llm=None,  # type: ignore[arg-type]  # set by the tests that reach an LLM
         publisher=None,  # type: ignore[arg-type]
         cache_dir=tmp_path / "cache",
     )
@@ -186,3 +186,59 @@ def test_localization_bench_executes_and_records_why_not(
     assert not subprocess.run(
         ["git", "-C", str(wt.path), "status", "--porcelain"], capture_output=True, text=True, check=True
     ).stdout  # the task's worktree was only read
+
+
+def test_the_planner_is_told_what_the_issue_code_raised_in_the_repository() -> None:
+    trace = IssueTrace(
+        statements=3,
+        errors=[
+            TracedError("NameError", "name 'q' is not defined", [], 0),  # the snippet's own slip: left out
+            TracedError("prelude:ImportError", "no sympy", [], -1),
+            TracedError(
+                "ValueError",
+                "out of range",
+                [("shapes/front.py", 14, "render"), ("shapes/engine.py", 3, "apply")],
+                2,
+            ),
+        ],
+    )
+    assert trace.evidence() == (
+        "- statement 3: ValueError: out of range\n"
+        "  raised at shapes/engine.py:3 in apply, from shapes/front.py:14 in render"
+    )
+    assert IssueTrace(statements=2).evidence() == ""
+
+
+@sandboxed
+def test_the_planners_prompt_carries_the_exception_the_issue_code_raised(repo, tmp_path: Path) -> None:
+    from langgraph.graph import END, START, StateGraph
+
+    from agents.planner import planner
+    from fixgraph.llm import LLM, Meter
+    from fixgraph.scripted import ScriptedChatModel
+    from fixgraph.state import TaskState
+
+    _, task, wt = repo
+    issue = ISSUE.replace("w.render(3))  # 4, not 3", "w.render(-1))  # raises")
+    task = task.model_copy(update={"problem_statement": issue})
+    ctx = _context(task, wt, tmp_path, execute=True)
+    model = ScriptedChatModel(script={"Plan": [{"files": ["shapes/engine.py"], "reasoning": "scripted"}]})
+    ctx.llm = LLM(lambda role: model, Meter(ctx.cfg.budget, ctx.cfg.llm.prices))
+    g = StateGraph(TaskState, context_schema=TaskContext)
+    g.add_node("planner", planner)
+    g.add_edge(START, "planner")
+    g.add_edge("planner", END)
+    state = g.compile().invoke(
+        {"instance_id": task.instance_id, "problem": issue}, context=ctx, config={"recursion_limit": 10}
+    )
+    assert state["plan"]["files"] == ["shapes/engine.py"]
+    [prompt] = model.prompts_for("Plan")
+    assert "# The issue's code, run at the base commit" in prompt
+    assert (
+        "- statement 3: ValueError: out of range\n"
+        "  raised at shapes/engine.py:3 in apply, from shapes/front.py:14 in render"
+    ) in prompt
+    # An issue whose code raises nothing inside the repository adds no section.
+    quiet = _context(task.model_copy(update={"problem_statement": ISSUE}), wt, tmp_path / "q", execute=True)
+    quiet.index()
+    assert quiet.scratch["issue_trace"].evidence() == ""
