@@ -8,13 +8,12 @@ process group killed at the timeout), under the profiler of ``scoring/issue_trac
 statement on), and for each exception it raised its repository frames: a localization signal,
 read by whoever ranks the files to fix (nothing here ranks).
 
-Traces are cached under ``<cache_dir>/issue-traces`` per task, environment and snippets; a run
-cut by a time limit (the machine may have been busy) is not, nor one that could not run.
+Traces are cached under ``<cache_dir>/issue-traces`` per task, backend, snippets and tracer; a
+run cut by a time limit (the machine may have been busy) is not, nor one that could not run.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -214,57 +213,51 @@ def trace_issue(
         )
     except (EnvError, OSError) as exc:
         return IssueTrace(reason=str(exc) or "env could not be built", snippets=len(blocks))
-    trace = _parse(outputs.get(_OUTPUT_FILE))
-    if trace is None:
+    output = outputs.get(_OUTPUT_FILE)
+    trace = _load(output.decode("utf-8", errors="replace")) if output else None
+    if trace is not None:
+        for err in trace.errors:
+            err.message = redaction.redact(err.message)
+    else:
         tail = redaction.redact(done.output[-500:]).strip()
         trace = IssueTrace(reason="the tracer wrote no trace" + (f": {tail}" if tail else ""))
     trace.snippets = len(blocks)
     trace.seconds = round(done.seconds, 3)
     trace.timed_out = trace.timed_out or done.timed_out
     # A run cut by a time limit may say more on an idle machine: not pinned (nor a failure to run).
-    if path is not None and not trace.timed_out and not trace.reason:
+    if not trace.timed_out and not trace.reason:
         atomic_write(path, json.dumps(trace.to_dict()))
     return trace
 
 
-def _parse(data: bytes | None) -> IssueTrace | None:
-    """The tracer's output as a trace (secrets masked in the messages); None when unreadable."""
-    if not data:
-        return None
+def _load(text: str) -> IssueTrace | None:
+    """A trace from its JSON (the tracer's output, or a cached trace); None when unreadable. The
+    tracer's ``timeouts`` count is what ``timed_out`` means here."""
     try:
-        raw = json.loads(data.decode("utf-8", errors="replace"))
+        raw = json.loads(text)
         if not isinstance(raw, dict):
             return None
         trace = IssueTrace.from_dict(raw)
     except (ValueError, TypeError, AttributeError, IndexError):
         return None
-    for err in trace.errors:
-        err.message = redaction.redact(err.message)
-    trace.timed_out = int(raw.get("timeouts") or 0) > 0
+    trace.timed_out = trace.timed_out or int(raw.get("timeouts") or 0) > 0
     return trace
 
 
-def _cached(path: Path | None) -> IssueTrace | None:
-    if path is None:
-        return None
+def _cached(path: Path) -> IssueTrace | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        trace = _load(path.read_text(encoding="utf-8"))
+    except OSError:
         return None
-    if not isinstance(data, dict):
-        return None
-    try:
-        trace = IssueTrace.from_dict(data)
-    except (ValueError, TypeError, AttributeError, IndexError):
-        return None
-    trace.cached = True
+    if trace is not None:
+        trace.cached = True
     return trace
 
 
 def _cache_path(cache_dir: Path, task: Task, backend: str, blocks: list[str], prelude: str) -> Path:
     ident = task.instance_id or f"{task.repo}@{task.base_commit}"
     # The tracer's source is part of the key: a changed tracer records differently.
-    tracer = hashlib.sha256(TRACER.read_bytes()).hexdigest()[:12]
+    tracer = TRACER.read_text(encoding="utf-8")
     key = content_key(ident, task.base_commit, backend, "\0".join(blocks), prelude, tracer)
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", ident)[:120]
     return cache_dir / "issue-traces" / f"{name}-{key}.json"

@@ -4,7 +4,6 @@ sandbox (local backend, a real git fixture repository), and what they ran record
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from fixgraph.dataset import Task
 from fixgraph.snippets import MAX_BLOCKS, MAX_CHARS, issue_snippets
 from fixgraph.workspace import RepoCache, Worktree
 from scoring import issue_run
+from scoring.envs import installed_pythons
 from scoring.issue_run import NO_BACKEND, IssueTrace, TracedError, trace_issue
 from scoring.sandbox import sandbox_mode
 from scoring.testenv import EnvError, TestEnv, UnavailableRunner
@@ -350,16 +350,10 @@ def test_an_environment_that_cannot_be_built_gives_a_reason(fixture, tmp_path: P
 # ---- the tracer under the oldest and newest interpreters SWE-bench uses -------------------
 
 
-def _pyenv(version: str) -> str | None:
-    base = Path("/root/.pyenv/versions")
-    found = sorted(base.glob(version + ".*")) if base.is_dir() else []
-    exe = found[-1] / "bin" / "python" if found else None
-    return str(exe) if exe and exe.exists() else shutil.which("python" + version)
-
-
 @pytest.mark.parametrize("version", ["3.6", "3.13"])
 def test_the_tracer_runs_under_old_and_new_pythons(tmp_path: Path, version: str) -> None:
-    python = _pyenv(version)
+    major, minor = version.split(".")
+    python = installed_pythons().get((int(major), int(minor)))
     if python is None:
         pytest.skip(f"no python{version} here")
     for rel, text in FILES.items():
