@@ -1,7 +1,9 @@
 """Critic, REDO-style: differential static analysis, then an LLM check for runtime errors that
 static analysis misses, then the pipeline's own tests (the reproduction tests the Reproducer
 accepted, and the repository's existing tests for the changed code), and the unsafe-patch guard
-throughout. An existing test that passed at the base and now crashes in the patched code (with
+throughout. Before the tests, the issue's own code is run again with the patch (``scoring/replay.py``):
+a statement that crashes in the repository where it ran clean at the base, or that still raises the
+exception the issue reports, makes the verdict Unsafe. An existing test that passed at the base and now crashes in the patched code (with
 ``regression.runtime_scope = "source"``, anywhere in non-test source) is a
 runtime error like a static one (``scoring/runtime.py``): the verdict is Unsafe. One that fails an
 assertion is a regression, unless it asserts what the issue asks to change
@@ -24,7 +26,18 @@ from agents.common import messages, stops_cleanly
 from fixgraph.context import TaskContext
 from fixgraph.llm import BudgetExceeded
 from fixgraph.state import AttemptRecord, Finding, PatchJudgment, ScoreParts, TaskState, Usage, merge_usage
-from scoring import expected_change, fix_score, guard, harness, llm_check, quality, select, static, tests
+from scoring import (
+    expected_change,
+    fix_score,
+    guard,
+    harness,
+    llm_check,
+    quality,
+    replay,
+    select,
+    static,
+    tests,
+)
 from scoring.runtime import crash_summaries, explained, findings_of
 from scoring.testenv import PASSING
 
@@ -143,6 +156,16 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
             verdict = "Unsafe"
             findings += llm_check.to_findings(check, wt)
 
+    replayed = None
+    if verdict == "Safe" and settings.replay_issue and settings.tests != "off":
+        # The issue's own code, run with the patch and compared with its run at the base (cached
+        # by the localization): a crash the patch introduced, or the issue's crash still there.
+        replayed = replay.replay_issue(tests.make_runner(ctx.cfg.tests, ctx.cache_dir), ctx.task, wt, patch,
+                                       timeout_s=settings.replay_timeout_s)
+        if replayed.summaries:
+            verdict = "Unsafe"
+            findings += replay.findings_of(replayed.summaries)
+
     code_quality, quality_detail = quality.code_quality(wt, patch)
     crash = ""
     if verdict == "Unsafe":
@@ -179,6 +202,8 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
             findings += crashes + expected_change.findings(outcome, expected) + _test_findings(
                 outcome, skip=explained(summaries, scope) | set(expected))
     score["quality_detail"] = quality_detail
+    if replayed is not None:
+        score["replay"] = replayed.to_dict()
 
     previous = state.get("attempts", [])
     before = {_key(f) for f in (previous[-1].get("findings", []) if previous else [])}

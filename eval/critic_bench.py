@@ -53,7 +53,7 @@ from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.llm import RunMeter
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree
-from scoring import llm_check, static
+from scoring import llm_check, replay, static
 from scoring.critic import InputError, load_predictions, make_llm
 from scoring.runtime import SCOPES, Scope, crash_summaries, findings_of, unsafe_in
 from scoring.testenv import SuiteRunner
@@ -137,6 +137,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--runtime-scope", choices=SCOPES, default=None,
                    help="where a regressed test's crash counts as a runtime error (default: the config's "
                         "regression.runtime_scope); the other scope is counted too, from the saved crashes")
+    p.add_argument("--add-replay", action="store_true",
+                   help="with --runtime --resume: replay the issue's code on saved rows judged before the "
+                        "replay existed (no test runs again), and save them again")
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="worktrees (default: a temporary folder); the static cache always starts empty")
     return p
@@ -175,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
     repos = RepoCache(cache_root, mirrors=args.repos)
     redo, ours, full = Tally("redo_static"), Tally("ours_static"), Tally("ours_static+llm")
     withrt, withother = Tally("ours_static+runtime"), Tally(f"ours_static+runtime_{other}")
+    noreplay = Tally("ours_static+tests_only")  # the runtime column without the replay
     unrecorded = 0  # rows saved before the crashes were: their other-scope verdict is the saved one
     runner = make_runner(cfg.tests, cfg.cache_dir.resolve()) if args.runtime else None
     no_verdict = 0
@@ -193,11 +197,16 @@ def run(args: argparse.Namespace) -> int:
             inst = dataset[row["instance_id"]]
             truth = bool(label(row))
             done = previous.get((row.get("system", ""), inst.instance_id))
+            if done is not None and args.runtime and args.add_replay and _needs_replay(done):
+                _add_replay(repos, runner, cfg, inst, row, done)
+                _emit(out, done)
+                print(f"[{n}/{len(rows)}] {inst.instance_id}: {done['runtime']['replay']['note']}", file=sys.stderr)
             if done is not None:
                 _count(done, truth, redo, ours, full, args.llm)
                 if args.runtime:
                     _count_runtime(done, truth, withrt, scope)
                     unrecorded += not _count_runtime(done, truth, withother, other)
+                    _count_runtime(done, truth, noreplay, scope, replayed=False)
                 judged += 1
                 continue
             rec: dict[str, Any] = {"instance_id": inst.instance_id, "system": row.get("system", ""),
@@ -214,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
                 wt.apply(row.get("model_patch") or "")
             except PatchError as exc:
                 rec["not_applied"] = str(exc)
-                for t in (redo, ours, full, withrt, withother):
+                for t in (redo, ours, full, withrt, withother, noreplay):
                     t.add(truth, False, None)
                     t.not_analyzed += 1
                 _emit(out, rec)
@@ -252,6 +261,7 @@ def run(args: argparse.Namespace) -> int:
                     rec["runtime"] = _runtime(runner, cfg, inst, wt, patch, rec["ours"], scope)
                     _count_runtime(rec, truth, withrt, scope)
                     _count_runtime(rec, truth, withother, other)
+                    _count_runtime(rec, truth, noreplay, scope, replayed=False)
             finally:
                 wt.reset()
             _emit(out, rec)
@@ -269,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     print(f"rows judged: {judged} of {len(rows)}")
-    tallies = [redo, ours] + ([full] if args.llm else []) + ([withrt, withother] if args.runtime else [])
+    tallies = [redo, ours] + ([full] if args.llm else []) + ([withrt, withother, noreplay] if args.runtime else [])
     print("skipped: " + ", ".join(f"{k} {v}" for k, v in skipped.items()))
     print(f"{'method':<28}{'rows':>6}{'TP':>5}{'FP':>5}{'FN':>5}{'TN':>5}{'prec':>7}{'recall':>8}{'F1':>7}"
           f"{'acc':>7}{'med_s':>8}{'p95_s':>8}{'n/a':>5}")
@@ -319,25 +329,69 @@ def _runtime(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, 
     if static_rec["unsafe"] or static_rec["status"] != "ok":
         return {"unsafe": bool(static_rec["unsafe"]), "ran": False, "seconds": static_rec["seconds"]}
     start = time.monotonic()
+    replayed = _replay(runner, cfg, inst, wt, patch)
     outcome = own_outcome(runner, inst.task(), wt, patch, [], cfg.regression)
     crashes = crash_summaries(outcome, patch)
     found = findings_of(crashes, scope)
-    return {"unsafe": bool(found), "scope": scope, "ran": outcome.regression_ran, "reason": outcome.reason[:300],
+    return {"unsafe": bool(found) or bool(replayed and replayed["summaries"]), "scope": scope,
+            "ran": outcome.regression_ran, "reason": outcome.reason[:300],
             "findings": [dict(f) for f in found], "crashes": crashes, "broken": outcome.broken(),
-            "tests_run": len(outcome.pass_to_pass_before),
+            "tests_run": len(outcome.pass_to_pass_before), "replay": replayed,
             "seconds": round(static_rec["seconds"] + time.monotonic() - start, 2)}
 
 
-def _count_runtime(rec: dict[str, Any], truth: bool, tally: Tally, scope: Scope) -> bool:
-    """Add one row to ``tally`` in ``scope``; False when the row, saved without its crashes, could
-    only be counted by its saved verdict (whatever scope that had)."""
+def _replay(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, patch: str) -> dict[str, Any] | None:
+    """The Critic's replay of the issue's code (``scoring.replay``), as a row saves it; None when
+    the config turns it off."""
+    if not cfg.critic.replay_issue:
+        return None
+    return replay.replay_issue(runner, inst.task(), wt, patch, timeout_s=cfg.critic.replay_timeout_s).to_dict()
+
+
+def _needs_replay(rec: dict[str, Any]) -> bool:
+    """A saved row whose runtime column ran before the replay existed."""
+    rt = rec.get("runtime")
+    return "not_applied" not in rec and isinstance(rt, dict) and "replay" not in rt and "scope" in rt
+
+
+def _add_replay(repos: RepoCache, runner: SuiteRunner | None, cfg: RunConfig, inst: Instance,
+                row: dict[str, Any], rec: dict[str, Any]) -> None:
+    """Give a saved row the replay it lacks (its tests are not run again)."""
+    assert runner is not None
+    rt = rec["runtime"]
+    try:
+        wt = repos.worktree(inst.repo, inst.base_commit, f"bench-{inst.repo_slug}")
+        wt.apply(row.get("model_patch") or "")
+    except (WorkspaceError, git.GitCommandError, PatchError) as exc:
+        rt["replay"] = {"note": f"replay: not run ({str(exc).strip()[:200]})", "summaries": [], "seconds": 0.0,
+                        "ran": False}
+        return
+    try:
+        start = time.monotonic()
+        rt["replay"] = _replay(runner, cfg, inst, wt, row["model_patch"])
+        rt["seconds"] = round(float(rt.get("seconds") or 0.0) + time.monotonic() - start, 2)
+    finally:
+        wt.reset()
+
+
+def _count_runtime(rec: dict[str, Any], truth: bool, tally: Tally, scope: Scope, replayed: bool = True) -> bool:
+    """Add one row to ``tally`` in ``scope`` (with the replay's findings unless ``replayed`` is
+    False); False when the row, saved without its crashes, could only be counted by its saved
+    verdict (whatever scope that had)."""
     if "not_applied" in rec:
         tally.add(truth, False, None)
         tally.not_analyzed += 1
         return True
     rt = rec["runtime"]
     recorded = not rt["ran"] or "crashes" in rt
-    unsafe = unsafe_in(rt["crashes"], scope) if rt["ran"] and "crashes" in rt else bool(rt["unsafe"])
+    if rt["ran"] and "crashes" in rt:
+        unsafe = unsafe_in(rt["crashes"], scope)
+    elif "scope" in rt:  # the tests ran into a reason; the saved verdict is the tests' and the replay's
+        unsafe = bool(rt["unsafe"]) and not (rt.get("replay") or {}).get("summaries")
+    else:  # the static phase flagged it: no test or replay ran
+        unsafe = bool(rt["unsafe"])
+    if replayed:
+        unsafe = unsafe or bool((rt.get("replay") or {}).get("summaries"))
     tally.add(truth, unsafe, rt["seconds"])
     if not unsafe and not rt["ran"]:
         tally.not_analyzed += 1

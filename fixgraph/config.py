@@ -123,6 +123,11 @@ class CriticSettings(_Strict):
     # hidden FAIL_TO_PASS/PASS_TO_PASS tests: an upper-bound ablation, never a SWE-bench result).
     tests: Literal["own", "oracle", "off"] = "own"
     guard: Literal["block", "warn", "off"] = "warn"
+    # Run the issue's code again with the patch and compare it with its run at the base
+    # (scoring/replay.py): a new crash in the repository, or the issue's reported crash still
+    # there, makes the patch Unsafe. Needs the venv or local backend; off with tests = "off".
+    replay_issue: bool = True
+    replay_timeout_s: float = Field(default=60.0, gt=0)
     # The pyright command (a name on PATH or a path); the static phase fails loudly without it.
     pyright: str = "pyright"
     static_timeout_s: float = Field(default=300.0, gt=0)

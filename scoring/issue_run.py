@@ -174,11 +174,13 @@ def trace_issue(
     *,
     timeout_s: float = 60,
     statement_timeout_s: float | None = None,
+    patch: str | None = None,
 ) -> IssueTrace:
-    """Run the snippets of the issue ``text`` at ``task``'s base commit (``wt`` is only read) and
-    record what they ran. ``timeout_s`` bounds the whole run, ``statement_timeout_s`` each
-    statement (default: a quarter of it, at most 10 s). Never raises for the issue's code, the
-    environment or the backend: ``reason`` says why nothing ran."""
+    """Run the snippets of the issue ``text`` at ``task``'s base commit (``wt`` is only read), or
+    with ``patch`` applied to it (the Critic's replay, ``scoring.replay``), and record what they
+    ran. ``timeout_s`` bounds the whole run, ``statement_timeout_s`` each statement (default: a
+    quarter of it, at most 10 s). Never raises for the issue's code, the patch, the environment
+    or the backend: ``reason`` says why nothing ran."""
     blocks = issue_snippets(text)
     if not blocks:
         return IssueTrace(reason="the issue has no Python code to run")
@@ -190,7 +192,8 @@ def trace_issue(
     # was last installed at, and asking for it installs this task's (minutes for a compiled
     # repository whose instances alternate). An environment is built from pinned specs, so a
     # trace of the same snippets at the same commit on the same backend is the same evidence.
-    path = _cache_path(runner.cache_dir, task, str(getattr(runner, "backend", "")), blocks, prelude)
+    patch = patch if patch and patch.strip() else None
+    path = _cache_path(runner.cache_dir, task, str(getattr(runner, "backend", "")), blocks, prelude, patch)
     cached = _cached(path)
     if cached is not None:
         return cached
@@ -210,6 +213,7 @@ def trace_issue(
             timeout_s,
             outputs=(_OUTPUT_FILE,),
             extra_env={"MPLBACKEND": "Agg", "PYTHONHASHSEED": "0"},
+            **({"patch": patch} if patch is not None else {}),
         )
     except (EnvError, OSError) as exc:
         return IssueTrace(reason=str(exc) or "env could not be built", snippets=len(blocks))
@@ -254,10 +258,13 @@ def _cached(path: Path) -> IssueTrace | None:
     return trace
 
 
-def _cache_path(cache_dir: Path, task: Task, backend: str, blocks: list[str], prelude: str) -> Path:
+def _cache_path(cache_dir: Path, task: Task, backend: str, blocks: list[str], prelude: str,
+                patch: str | None = None) -> Path:
     ident = task.instance_id or f"{task.repo}@{task.base_commit}"
     # The tracer's source is part of the key: a changed tracer records differently.
     tracer = TRACER.read_text(encoding="utf-8")
-    key = content_key(ident, task.base_commit, backend, "\0".join(blocks), prelude, tracer)
+    # A patched run's key has the patch too; the base run's key is as it was before patches had one.
+    key = content_key(ident, task.base_commit, backend, "\0".join(blocks), prelude, tracer,
+                      *((patch,) if patch is not None else ()))
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", ident)[:120]
     return cache_dir / "issue-traces" / f"{name}-{key}.json"

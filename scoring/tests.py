@@ -231,10 +231,12 @@ class SubprocessRunner:
 
     def run_python(self, task: Task, wt: Worktree, files: Mapping[str, str], argv_tail: Sequence[str],
                    timeout_s: float, *, outputs: Sequence[str] = (),
-                   extra_env: Mapping[str, str] | None = None) -> tuple[Completed, dict[str, bytes]]:
-        """``<env's python> *argv_tail`` in a fresh copy of the base commit, isolated as the tests
-        are (scrubbed environment, no network, the backend's CPU and memory limits, killed with its
-        processes after ``timeout_s``): for code that is no test suite (``scoring.issue_run``).
+                   extra_env: Mapping[str, str] | None = None,
+                   patch: str | None = None) -> tuple[Completed, dict[str, bytes]]:
+        """``<env's python> *argv_tail`` in a fresh copy of the base commit (with ``patch`` applied,
+        as the tests apply it, when given), isolated as the tests are (scrubbed environment, no
+        network, the backend's CPU and memory limits, killed with its processes after
+        ``timeout_s``): for code that is no test suite (``scoring.issue_run``).
 
         ``files`` (repository-relative path -> text) are written into the copy first, and the
         command runs from its root; returns what it did and the bytes of each of ``outputs``
@@ -247,6 +249,8 @@ class SubprocessRunner:
             raise EnvError(f"env could not be built: {exc}") from exc
         with self._scratch() as (_, work, home):
             err = materialize(wt, task.base_commit, work)
+            if not err and patch is not None and patch.strip() and git_apply(work, patch):
+                _copy_changed(wt, work, patch)  # as the tests do: ``wt`` holds the patched files
             for rel, content in files.items():
                 err = err or _write_into(work, rel, content)
             if err:

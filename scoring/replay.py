@@ -1,0 +1,167 @@
+"""The issue's own code, run again with the patch: runtime evidence that needs no test at all.
+
+An issue often carries the code that shows the bug (``fixgraph.snippets``), and
+``scoring.issue_run`` already runs it at the base commit for localization. The Critic runs it
+once more on the patched copy, in the same sandbox, and compares the two runs statement by
+statement (the same snippets give the same statements, in the same order). A statement is
+compared only where both runs reached it and neither was cut by its timer; an exception counts
+only with a frame in the repository's non-test source (a ``NameError`` of the issue's own code,
+or one raised in site-packages, says nothing about the patch). Three outcomes are findings:
+
+- ``introduced``: the statement ran clean at the base, and with the patch it raises;
+- ``changed``: it raised inside the repository at the base, and with the patch it raises another
+  exception type that the issue's text does not name (an issue that asks for a ``ValueError``
+  instead of a ``TypeError`` gets what it asked for);
+- ``persists``: the issue's text names the exception the statement raised at the base, and with
+  the patch it raises the same type with the same message: the crash the issue reports is still
+  there, so the patch does not fix it.
+
+Assertions (``NOT_RUNTIME``) and a statement newly cut by its timer (a busy machine cuts
+statements too) are never findings. The findings are reported like the test run's runtime
+findings (source ``runtime``, the exception type as the rule, the innermost non-test repository
+frame), so the Coder gets REDO §G feedback, and the Critic's verdict becomes ``Unsafe``.
+
+This rule was written before any patched run of a real agent's patch was measured
+(docs/benchmarks.md, issue 16, session 12).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fixgraph.dataset import Task
+from fixgraph.state import Finding
+from fixgraph.workspace import Worktree
+from scoring.issue_run import IssueTrace, TracedError, trace_issue
+from scoring.runtime import NOT_RUNTIME, is_test_code
+from scoring.specs import patch_files
+from scoring.testenv import SuiteRunner
+
+Kind = Literal["introduced", "changed", "persists"]
+TIMEOUT = "StatementTimeout"
+MAX_FINDINGS = 3
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+
+
+def _in_repo(err: TracedError) -> bool:
+    return any(path.endswith(".py") and not is_test_code(path) for path, _, _ in err.frames)
+
+
+def _is_runtime(err: TracedError) -> bool:
+    return err.type not in NOT_RUNTIME and err.type != TIMEOUT and not err.type.startswith("prelude:")
+
+
+def _first_line(message: str) -> str:
+    lines = message.strip().splitlines()
+    return _ADDRESS.sub("0x?", lines[0].strip()) if lines else ""
+
+
+def _named(etype: str, text: str) -> bool:
+    """Whether the issue's text names the exception type (as a word: ``TypeError``, not ``MyTypeError``)."""
+    bare = etype.rsplit(".", 1)[-1]
+    return bool(bare) and re.search(rf"(?<![\w.]){re.escape(bare)}\b", text) is not None
+
+
+def _by_statement(trace: IssueTrace) -> dict[int, TracedError]:
+    # The tracer records a statement's final outcome once (its name retries are not recorded).
+    return {e.statement: e for e in trace.errors if e.statement >= 0}
+
+
+def compare(base: IssueTrace, patched: IssueTrace, issue_text: str, patch: str) -> list[dict[str, Any]]:
+    """The statements whose outcome with the patch is a finding: one summary each (statement,
+    kind, type, first message line, the innermost non-test repository frame, the innermost frame
+    in a file the patch touched, and what the base raised there, if anything). Empty when either
+    run did not run the snippets."""
+    if base.reason or patched.reason:
+        return []
+    touched = {f for f in patch_files(patch) if f.endswith(".py")}
+    before, after = _by_statement(base), _by_statement(patched)
+    found: list[dict[str, Any]] = []
+    for statement in range(min(base.statements, patched.statements)):
+        old, new = before.get(statement), after.get(statement)
+        if new is None or not _is_runtime(new) or not _in_repo(new):
+            continue
+        if old is not None and old.type == TIMEOUT:
+            continue
+        if old is None:
+            kind: Kind = "introduced"
+        elif not _in_repo(old):
+            continue  # the base run never reached the repository here: nothing to compare with
+        elif old.type != new.type:
+            if _named(new.type, issue_text):
+                continue
+            kind = "changed"
+        elif _named(old.type, issue_text) and _first_line(old.message) == _first_line(new.message):
+            kind = "persists"
+        else:
+            continue
+        source = [f for f in new.frames if f[0].endswith(".py") and not is_test_code(f[0])]
+        in_touched = [f for f in new.frames if f[0] in touched]
+        found.append({
+            "statement": statement, "kind": kind, "type": new.type, "message": _first_line(new.message)[:300],
+            "frame": list(source[-1]), "touched": list(in_touched[-1]) if in_touched else None,
+            "base": {"type": old.type, "message": _first_line(old.message)[:300]} if old is not None else None,
+        })
+    return found
+
+
+@dataclass
+class Replay:
+    """One replay: the base run (usually cached by the localization), the patched run, and
+    :func:`compare`'s summaries; ``note`` is the record's one line."""
+
+    base: IssueTrace
+    patched: IssueTrace | None
+    summaries: list[dict[str, Any]]
+    seconds: float
+
+    @property
+    def note(self) -> str:
+        if self.patched is None or self.base.reason or self.patched.reason:
+            why = self.base.reason or (self.patched.reason if self.patched is not None else "")
+            return f"replay: not run ({why})"
+        kinds = ", ".join(f"{s['kind']} {s['type']} at statement {s['statement'] + 1}" for s in self.summaries)
+        return (f"replay: {min(self.base.statements, self.patched.statements)} statements of the issue's code "
+                f"compared with the base" + (f"; {kinds}" if kinds else "; no new error"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"note": self.note, "summaries": self.summaries, "seconds": round(self.seconds, 2),
+                "ran": self.patched is not None and not self.base.reason and not self.patched.reason}
+
+
+def replay_issue(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, *, timeout_s: float = 60) -> Replay:
+    """Run the issue's code at the base commit (cached) and with ``patch`` applied, and compare
+    them (:func:`compare`). ``wt`` is only read. Never raises for the code, the patch or the
+    environment; a run that could not happen leaves ``summaries`` empty and says why in ``note``."""
+    start = time.monotonic()
+    base = trace_issue(runner, task, wt, task.issue, timeout_s=timeout_s)
+    if base.reason:
+        return Replay(base, None, [], time.monotonic() - start)
+    patched = trace_issue(runner, task, wt, task.issue, timeout_s=timeout_s, patch=patch)
+    return Replay(base, patched, compare(base, patched, task.issue, patch), time.monotonic() - start)
+
+
+_WHY = {
+    "introduced": "it ran without an error at the base commit",
+    "changed": "at the base commit it raised {base} there",
+    "persists": "the issue reports this exception, and the patch does not remove it",
+}
+
+
+def findings_of(summaries: list[dict[str, Any]]) -> list[Finding]:
+    """The Critic's findings for :func:`compare`'s summaries, at most :data:`MAX_FINDINGS`."""
+    found: list[Finding] = []
+    for s in summaries[:MAX_FINDINGS]:
+        file, line, function = s["frame"]
+        why = _WHY[s["kind"]].format(base=(s.get("base") or {}).get("type", ""))
+        via = s.get("touched")
+        through = (f"; it passed through the patched {via[0]}:{via[1]} in {via[2]}"
+                   if via is not None and list(via) != list(s["frame"]) else "")
+        found.append(Finding(
+            source="runtime", rule=s["type"], file=file, line=int(line), symbol=function, severity="error",
+            message=f"{s['type']}: {s['message']} -- raised by statement {s['statement'] + 1} of the issue's "
+                    f"code, run with the patch ({why}){through}"))
+    return found

@@ -1,0 +1,249 @@
+"""The Critic's replay: the issue's own code run at the base and with the patch (real sandbox,
+real git fixture repository, real patches), compared statement by statement."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import pytest
+
+from fixgraph.dataset import Task
+from fixgraph.workspace import RepoCache, Worktree
+from scoring import replay
+from scoring.issue_run import IssueTrace, TracedError
+from scoring.sandbox import sandbox_mode
+from scoring.tests import SubprocessRunner, make_runner
+from tests.testrun_helpers import local_settings, make_repo
+
+REPO = "fixture/shapes"
+CORE = """\
+def area(w, h):
+    if w < 0 or h < 0:
+        raise ValueError("negative side")
+    return w * h
+
+
+def scale(values, k):
+    return [v * k for v in values]
+"""
+FILES = {"shapes/__init__.py": "from .core import area, scale\n", "shapes/core.py": CORE, "README.md": "shapes\n"}
+
+ISSUE_CLEAN = """`scale` should accept a tuple and return one.
+
+```python
+from shapes import area, scale
+print(area(2, 3))
+print(scale((1, 2), 3))
+```
+"""
+ISSUE_CRASH = """`area` raises ValueError for a zero-width box built from a negative offset.
+
+```python
+from shapes import area
+area(-0, 4)
+area(-1, 4)
+```
+
+It fails with `ValueError: negative side`; it should give 0 for negative sides.
+"""
+
+
+
+def _patch(before: str, after: str, path: str = "shapes/core.py") -> str:
+    lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                 fromfile=f"a/{path}", tofile=f"b/{path}")
+    return f"diff --git a/{path} b/{path}\n" + "".join(lines)
+
+
+# Introduces a NameError inside the repository on the issue's path (``kk`` is not defined).
+NAME_ERROR = _patch(CORE, CORE.replace("return [v * k for v in values]", "return type(values)(v * kk for v in values)"))
+GOOD_SCALE = _patch(CORE, CORE.replace("return [v * k for v in values]", "return type(values)(v * k for v in values)"))
+# Touches the file but not the crash the issue reports.
+NOT_A_FIX = _patch(CORE, CORE.replace("def area(w, h):\n", 'def area(w, h):\n    """The area of a w by h box."""\n'))
+GOOD_AREA = _patch(CORE, CORE.replace('raise ValueError("negative side")', "return 0"))
+# Turns the reported ValueError into a TypeError the issue never asked for.
+OTHER_CRASH = _patch(CORE, CORE.replace('raise ValueError("negative side")', "return len(w)"))
+
+sandboxed = pytest.mark.skipif(sandbox_mode() == "none", reason="no sandbox on this machine")
+
+
+@pytest.fixture
+def fixture(tmp_path: Path) -> tuple[SubprocessRunner, Path, str, Worktree]:
+    mirrors, commit = make_repo(tmp_path, FILES, repo=REPO)
+    wt = RepoCache(tmp_path / "cache", mirrors).worktree(REPO, commit, "fixture__shapes-1")
+    runner = make_runner(local_settings(run_root=tmp_path / "runs"), tmp_path / "cache")
+    assert isinstance(runner, SubprocessRunner)
+    return runner, tmp_path, commit, wt
+
+
+def _task(commit: str, issue: str) -> Task:
+    return Task(instance_id="fixture__shapes-1", repo=REPO, base_commit=commit, problem_statement=issue)
+
+
+def _replayed(fixture: tuple[SubprocessRunner, Path, str, Worktree], issue: str, patch: str) -> replay.Replay:
+    runner, _, commit, wt = fixture
+    wt.apply(patch)
+    try:
+        return replay.replay_issue(runner, _task(commit, issue), wt, patch, timeout_s=30)
+    finally:
+        wt.reset()
+
+
+# ---- against the real sandbox --------------------------------------------------------------
+
+
+@sandboxed
+def test_a_crash_the_patch_introduces_on_the_issues_path_is_a_finding_with_its_frame(fixture) -> None:
+    result = _replayed(fixture, ISSUE_CLEAN, NAME_ERROR)
+    assert result.base.reason == "" and result.base.errors == []
+    assert [(s["kind"], s["type"], s["statement"]) for s in result.summaries] == [("introduced", "NameError", 2)]
+    assert result.summaries[0]["frame"][0] == "shapes/core.py"
+    assert result.summaries[0]["touched"][0] == "shapes/core.py"
+    (finding,) = replay.findings_of(result.summaries)
+    assert finding["source"] == "runtime" and finding["rule"] == "NameError"
+    assert finding["file"] == "shapes/core.py" and finding["symbol"] in ("scale", "<genexpr>")
+    assert "name 'kk' is not defined" in finding["message"]
+    assert "statement 3 of the issue's code" in finding["message"] and "ran without an error" in finding["message"]
+    assert "introduced NameError at statement 3" in result.note
+
+
+@sandboxed
+def test_a_correct_patch_and_one_the_issue_never_reaches_stay_clean(fixture) -> None:
+    assert _replayed(fixture, ISSUE_CLEAN, GOOD_SCALE).summaries == []
+    # The issue's code never reaches the changed line: the same run as the base.
+    result = _replayed(fixture, ISSUE_CLEAN, GOOD_AREA)
+    assert result.summaries == [] and "no new error" in result.note
+
+
+@sandboxed
+def test_the_issues_reported_crash_still_raised_means_the_patch_does_not_fix_it(fixture) -> None:
+    result = _replayed(fixture, ISSUE_CRASH, NOT_A_FIX)
+    assert [(s["kind"], s["type"]) for s in result.summaries] == [("persists", "ValueError")]
+    assert result.summaries[0]["base"] == {"type": "ValueError", "message": "negative side"}
+    (finding,) = replay.findings_of(result.summaries)
+    assert "the issue reports this exception" in finding["message"]
+    assert _replayed(fixture, ISSUE_CRASH, GOOD_AREA).summaries == []
+
+
+@sandboxed
+def test_an_exception_type_the_issue_does_not_ask_for_is_a_changed_crash(fixture) -> None:
+    result = _replayed(fixture, ISSUE_CRASH, OTHER_CRASH)
+    assert [(s["kind"], s["type"], s["base"]["type"]) for s in result.summaries] == [
+        ("changed", "TypeError", "ValueError")]
+    # An issue that asks for the TypeError gets it.
+    asks = ISSUE_CRASH.replace("it should give 0", "it should raise TypeError")
+    assert _replayed(fixture, asks, OTHER_CRASH).summaries == []
+
+
+@sandboxed
+def test_the_patched_run_is_cached_by_patch_and_the_base_run_is_shared(fixture) -> None:
+    first = _replayed(fixture, ISSUE_CLEAN, NAME_ERROR)
+    again = _replayed(fixture, ISSUE_CLEAN, NAME_ERROR)
+    other = _replayed(fixture, ISSUE_CLEAN, GOOD_SCALE)
+    assert not first.base.cached and not first.patched.cached
+    assert again.base.cached and again.patched.cached and again.summaries == first.summaries
+    assert other.base.cached and not other.patched.cached
+
+
+@sandboxed
+def test_a_hostile_patch_cannot_write_outside_its_copy_or_read_a_secret(fixture, monkeypatch) -> None:
+    runner, tmp_path, commit, wt = fixture
+    outside = tmp_path / "escaped.txt"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-replay-secret-1234567890")
+    hostile = _patch(CORE, CORE.replace("    return [v * k for v in values]", (
+        "    import os\n"
+        f"    open({str(outside)!r}, 'w').write(os.environ.get('OPENAI_API_KEY', 'none'))\n"
+        "    raise KeyError(os.environ.get('OPENAI_API_KEY', 'no key'))")))
+    result = _replayed(fixture, ISSUE_CLEAN, hostile)
+    assert not outside.exists()
+    (summary,) = result.summaries
+    # Writing outside the copy fails first (read-only or absent), whatever the sandbox's kind.
+    assert summary["type"] in ("PermissionError", "OSError", "FileNotFoundError")
+    assert "sk-replay-secret" not in repr(result.to_dict())
+
+
+RUNTIME_ONLY = "    return sum(values) / len(values.count)\n"  # TypeError when run; pyright sees no type
+
+
+@sandboxed
+def test_in_the_graph_the_replay_rejects_a_patch_before_its_tests_and_tells_the_coder(calc, cfg_factory) -> None:
+    """The whole loop, scripted LLM: the first patch passes static analysis and the LLM check, and
+    crashes when the issue's code runs; the Critic says Unsafe with the replay's finding, the
+    Coder's retry prompt has it, and the second patch passes the replay."""
+    from eval import fixtures
+    from fixgraph.scripted import ScriptedChatModel
+    from graph import run_tasks
+    from tests.conftest import read_record
+
+    mirrors, inst = calc
+    inst = inst.model_copy(update={"problem_statement": fixtures.PROBLEM + (
+        "\n```python\nfrom calc.ops import mean\nprint(mean([1, 2, 3]))\n```\n")})
+    script = fixtures.calc_script(first_attempt_broken=False)
+    edit = {"path": "calc/ops.py", "search": fixtures.BUGGY_LINE, "replace": RUNTIME_ONLY}
+    script["CodeChange"].insert(0, {"edits": [edit], "explanation": "Divide by the count."})
+    model = ScriptedChatModel(script=script)
+    cfg = cfg_factory("redo")
+    run_tasks([inst], cfg, run_id="replay", repos=mirrors, model_factory=lambda role: model, progress=False)
+    first, second = read_record(cfg, "replay", inst.instance_id)["attempts"]
+
+    assert first["verdict"] == "Unsafe"
+    [finding] = [f for f in first["findings"] if f["source"] == "runtime"]
+    assert finding["rule"] == "TypeError" and finding["file"] == "calc/ops.py" and finding["symbol"] == "mean"
+    assert "statement 3 of the issue's code" not in finding["message"]  # two statements: the import, the print
+    assert "statement 2 of the issue's code" in finding["message"]
+    assert first["score"]["replay"]["ran"] is True
+    assert first["score"]["note"] == "rejected by the Critic before running tests"
+    retry_prompt = model.prompts_for("CodeChange")[1]
+    assert "statement 2 of the issue's code, run with the patch" in retry_prompt
+    assert second["verdict"] == "Safe" and second["score"]["replay"]["summaries"] == []
+
+
+# ---- the comparison's rule, on recorded traces -------------------------------------------
+
+
+def _trace(statements: int, *errors: TracedError) -> IssueTrace:
+    return IssueTrace(statements=statements, errors=list(errors), snippets=1)
+
+
+def _err(statement: int, etype: str, message: str = "boom", path: str = "pkg/mod.py") -> TracedError:
+    return TracedError(etype, message, [(path, 3, "f")] if path else [], statement)
+
+
+def test_only_repository_crashes_in_statements_both_runs_reached_count() -> None:
+    base = _trace(3)
+    cases = {
+        "assertion": _err(0, "AssertionError"),
+        "no repository frame": _err(0, "TypeError", path=""),
+        "test code": _err(0, "TypeError", path="pkg/tests/test_mod.py"),
+        "the statement timer": _err(0, "StatementTimeout"),
+        "prelude": _err(0, "prelude:NameError", path=""),
+    }
+    for why, err in cases.items():
+        assert replay.compare(base, _trace(3, err), "", "") == [], why
+    # A statement only the patched run reached (the base run was cut before it) is not compared.
+    assert replay.compare(_trace(1), _trace(3, _err(2, "TypeError")), "", "") == []
+    assert [s["kind"] for s in replay.compare(base, _trace(3, _err(2, "TypeError")), "", "")] == ["introduced"]
+
+
+def test_a_base_run_that_did_not_run_or_did_not_reach_the_repository_compares_nothing() -> None:
+    assert replay.compare(IssueTrace(reason="no environment"), _trace(2, _err(0, "TypeError")), "", "") == []
+    # At the base the statement failed in the issue's own code (an undefined name): no comparison.
+    assert replay.compare(_trace(2, _err(0, "NameError", path="")), _trace(2, _err(0, "TypeError")), "", "") == []
+    assert replay.compare(_trace(2, _err(0, "StatementTimeout")), _trace(2, _err(0, "TypeError")), "", "") == []
+
+
+def test_persists_needs_the_issue_to_name_the_type_and_the_same_message() -> None:
+    base = _trace(1, _err(0, "KeyError", "'a' at 0x7f00aa"))
+    same = _trace(1, _err(0, "KeyError", "'a' at 0x7f11bb"))
+    assert [s["kind"] for s in replay.compare(base, same, "It raises KeyError: 'a'", "")] == ["persists"]
+    assert replay.compare(base, same, "It raises an error", "") == []  # the issue names no type
+    assert replay.compare(base, same, "It raises MyKeyError", "") == []  # a word, not a part of one
+    moved = _trace(1, _err(0, "KeyError", "'b'"))
+    assert replay.compare(base, moved, "It raises KeyError", "") == []  # a different failure now
+
+
+def test_a_dotted_exception_type_is_named_by_its_last_part() -> None:
+    base = _trace(1, _err(0, "sympy.core.sympify.SympifyError", "bad"))
+    patched = _trace(1, _err(0, "sympy.core.sympify.SympifyError", "bad"))
+    assert [s["kind"] for s in replay.compare(base, patched, "SympifyError: bad", "")] == ["persists"]
