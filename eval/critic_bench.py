@@ -3,6 +3,9 @@
     python -m eval.critic_bench --predictions FILE [FILE ...] --dataset ../shared/data/swebench_lite.jsonl \\
         --repos DIR [--limit N] [--llm] [--config NAME] [-o ROWS.jsonl]
 
+With several predictions files, ``--stride``, ``--limit`` and ``--shard`` choose each file's rows
+on their own (the runs of one agent, each with its own ``--stride 3`` sample, in one table).
+
 Labels follow SWEDE (Li et al., 2024): a prediction is positive (Unsafe) when its evaluation log
 shows a runtime error (``failure_kind == "runtime_error"``), negative when it was resolved or
 failed only on assertions; every other row is skipped, as are rows whose repository has no mirror
@@ -167,8 +170,8 @@ def run(args: argparse.Namespace) -> int:
                 skipped["unlabelled"] += 1
             else:
                 labelled.append(row)
-        rows += mirrored_rows(labelled, dataset, args.repos, only, skipped)
-    rows = sample(rows, args.stride, args.limit, shard)
+        # Each file is sampled alone, so that several runs' files give each run's own sample.
+        rows += sample(mirrored_rows(labelled, dataset, args.repos, only, skipped), args.stride, args.limit, shard)
     if not rows:
         raise InputError("no labelled rows with a mirror to judge")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,6 +94,23 @@ def test_tally_figures() -> None:
     assert (t.precision, t.recall, t.f1, t.accuracy, t.median_s, t.p95_s) == (0.5, 0.5, 0.5, 0.5, 2.5, 4.0)
 
 
+def _one_runtime_row(tmp_path: Path, src: Any, patch: str, issue: str) -> tuple[Path, list[str]]:
+    """A mirror of ``src``, one positive row with ``patch`` for an instance whose issue is
+    ``issue``, a local-backend config: the rows file and the runtime column's arguments."""
+    mirrors = tmp_path / "mirrors"
+    subprocess.run(["git", "clone", "-q", "--bare", str(src.path), str(mirrors / "demo+shapes" / "repo")], check=True)
+    dataset, preds = tmp_path / "lite.jsonl", tmp_path / "preds.jsonl"
+    dataset.write_text(json.dumps({"instance_id": "demo__shapes-1", "repo": "demo/shapes", "base_commit": src.base,
+                                   "problem_statement": issue}) + "\n")
+    preds.write_text(json.dumps({"instance_id": "demo__shapes-1", "system": "agent", "model_patch": patch,
+                                 "failure_kind": "runtime_error"}) + "\n")
+    config = tmp_path / "bench.toml"
+    config.write_text(f'name = "bench"\ncache_dir = "{tmp_path / "envs"}"\n\n[tests]\nbackend = "local"\n')
+    rows = tmp_path / "rows.jsonl"
+    return rows, ["--predictions", str(preds), "--dataset", str(dataset), "--repos", str(mirrors), "--runtime",
+                  "--config", str(config), "--cache-dir", str(tmp_path / "cache"), "-o", str(rows)]
+
+
 def test_the_runtime_column_saves_each_crash_and_counts_both_scopes_again_on_resume(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Circle.area() now returns a str: the untouched pkg/report.py's total() raises TypeError
@@ -110,18 +128,7 @@ def test_the_runtime_column_saves_each_crash_and_counts_both_scopes_again_on_res
                           text=True).stdout.strip()
     src.base = base
     patch = edit(src, "pkg/shapes.py", "return math.pi * self.r ** 2", 'return "%.2f" % (math.pi * self.r ** 2)')
-    mirrors = tmp_path / "mirrors"
-    subprocess.run(["git", "clone", "-q", "--bare", str(src.path), str(mirrors / "demo+shapes" / "repo")], check=True)
-    dataset, preds = tmp_path / "lite.jsonl", tmp_path / "preds.jsonl"
-    dataset.write_text(json.dumps({"instance_id": "demo__shapes-1", "repo": "demo/shapes", "base_commit": base,
-                                   "problem_statement": "p"}) + "\n")
-    preds.write_text(json.dumps({"instance_id": "demo__shapes-1", "system": "agent", "model_patch": patch,
-                                 "failure_kind": "runtime_error"}) + "\n")
-    config = tmp_path / "bench.toml"
-    config.write_text(f'name = "bench"\ncache_dir = "{tmp_path / "envs"}"\n\n[tests]\nbackend = "local"\n')
-    rows = tmp_path / "rows.jsonl"
-    common = ["--predictions", str(preds), "--dataset", str(dataset), "--repos", str(mirrors), "--runtime",
-              "--config", str(config), "--cache-dir", str(tmp_path / "cache"), "-o", str(rows)]
+    rows, common = _one_runtime_row(tmp_path, src, patch, "p")
 
     def table() -> tuple[dict[str, list[str]], str]:
         out = capsys.readouterr().out.strip().splitlines()
@@ -130,11 +137,13 @@ def test_the_runtime_column_saves_each_crash_and_counts_both_scopes_again_on_res
     assert main(common + ["--runtime-scope", "touched"]) == 0
     columns, last = table()
     assert columns == {"ours_static+runtime": ["1", "0", "0", "1", "0"],
-                       "ours_static+runtime_source": ["1", "1", "0", "0", "0"]}
+                       "ours_static+runtime_source": ["1", "1", "0", "0", "0"],
+                       "ours_static+tests_only": ["1", "0", "0", "1", "0"]}
     assert last.endswith("F1_runtime_source=1.000 P_runtime_source=1.000") and " F1_runtime=0.000 " in last
     [rec] = [json.loads(line) for line in rows.read_text().splitlines()]
     rt = rec["runtime"]
     assert rt["ran"] and not rt["unsafe"] and rt["scope"] == "touched" and rt["findings"] == []
+    assert rt["replay"]["ran"] is False and "no Python code" in rt["replay"]["note"]
     crashes = {c["test"]: c for c in rt["crashes"]}
     assert set(crashes) == {"tests/test_report.py::test_total", "tests/test_shapes.py::test_area"}
     total = crashes["tests/test_report.py::test_total"]
@@ -149,6 +158,47 @@ def test_the_runtime_column_saves_each_crash_and_counts_both_scopes_again_on_res
     assert main(common + ["--resume"]) == 0
     columns, last = table()
     assert columns == {"ours_static+runtime": ["1", "1", "0", "0", "0"],
-                       "ours_static+runtime_touched": ["1", "0", "0", "1", "0"]}
+                       "ours_static+runtime_touched": ["1", "0", "0", "1", "0"],
+                       "ours_static+tests_only": ["1", "1", "0", "0", "0"]}
     assert " F1_runtime=1.000 P_runtime=1.000 " in last and last.endswith("F1_runtime_touched=0.000 P_runtime_touched=0.000")
     assert len(rows.read_text().splitlines()) == 1
+
+
+def test_the_replay_counts_in_the_runtime_column_and_is_added_to_rows_saved_without_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """bounds() now reads an attribute Circle lacks: no existing test calls it, the issue's code
+    does. The runtime column flags it through the replay and ``ours_static+tests_only`` does not;
+    a row saved before the replay existed gets it from ``--add-replay``, its tests not run again."""
+    src = make_repo(tmp_path / "src")
+    patch = edit(src, "pkg/shapes.py", "return 0, c.r, 2 * c.r", "return 0, c.r, c.diameter")
+    issue = "bounds() is wrong\n\n```python\nfrom pkg.shapes import Circle, bounds\nprint(bounds(Circle(2)))\n```\n"
+    rows, common = _one_runtime_row(tmp_path, src, patch, issue)
+
+    def table() -> dict[str, list[str]]:
+        out = capsys.readouterr().out.strip().splitlines()
+        return {line.split()[0]: line.split()[1:6] for line in out if line.startswith("ours_static+")}
+
+    assert main(common) == 0
+    assert table() == {"ours_static+runtime": ["1", "1", "0", "0", "0"],
+                       "ours_static+runtime_touched": ["1", "1", "0", "0", "0"],
+                       "ours_static+tests_only": ["1", "0", "0", "1", "0"]}
+    [rec] = [json.loads(line) for line in rows.read_text().splitlines()]
+    rt = rec["runtime"]
+    assert rt["unsafe"] and rt["findings"] == [] and rt["tests_run"] == 1
+    [summary] = rt["replay"]["summaries"]
+    assert (summary["kind"], summary["type"], summary["frame"][:1]) == ("introduced", "AttributeError", ["pkg/shapes.py"])
+
+    # The same row as an earlier version saved it: no replay. --resume alone counts the saved
+    # verdict; --add-replay replays it, appends the row again, and runs no test.
+    del rt["replay"]
+    rt["unsafe"] = False
+    rows.write_text(json.dumps(rec) + "\n")
+    assert main(common + ["--resume"]) == 0
+    assert table()["ours_static+runtime"] == ["1", "0", "0", "1", "0"]
+    assert main(common + ["--resume", "--add-replay"]) == 0
+    assert table()["ours_static+runtime"] == ["1", "1", "0", "0", "0"]
+    saved = [json.loads(line) for line in rows.read_text().splitlines()]
+    assert len(saved) == 2 and saved[-1]["runtime"]["replay"]["summaries"] == [summary]
+    assert saved[-1]["runtime"]["tests_run"] == 1 and saved[-1]["runtime"]["crashes"] == rt["crashes"]
+    assert main(common + ["--resume", "--add-replay"]) == 0  # nothing left to add
+    assert len(rows.read_text().splitlines()) == 2
