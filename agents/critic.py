@@ -161,7 +161,7 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
         # The issue's own code, run with the patch and compared with its run at the base (cached
         # by the localization): a crash the patch introduced, or the issue's crash still there.
         replayed = replay.replay_issue(tests.make_runner(ctx.cfg.tests, ctx.cache_dir), ctx.task, wt, patch,
-                                       timeout_s=settings.replay_timeout_s)
+                                       timeout_s=settings.replay_timeout_s, base=ctx.scratch.get("issue_trace"))
         if replayed.summaries:
             verdict = "Unsafe"
             findings += replay.findings_of(replayed.summaries)

@@ -17,14 +17,16 @@ under ``--repos``. Each patch is judged, in the same run and in alternating orde
 - with ``--llm``, ``ours_static+llm``: the full REDO pipeline, the LLM check on the patches the
   static phase passes (a missing verdict counts as not flagged, and is reported);
 - with ``--runtime``, ``ours_static+runtime``: the static phase, then, on the patches it passes,
-  the loop's own check (``scoring.tests.own_outcome``: the existing tests selected from the patch,
-  no reproduction test, no hidden data) turned into runtime findings (``scoring.runtime``). Test
+  the Critic's replay of the issue's code with the patch (``scoring.replay``) and the loop's own
+  check (``scoring.tests.own_outcome``: the existing tests selected from the patch, no
+  reproduction test, no hidden data) turned into runtime findings (``scoring.runtime``). Test
   environments come from the config's backend (venv) under its cache dir (``FIXGRAPH_CACHE_DIR``);
   a row whose tests cannot run counts as not flagged, and is reported. The runtime rule's scope
   (``--runtime-scope``, else the config's ``regression.runtime_scope``) names this column; every
   regressed test's crash is saved in the row (``scoring.runtime.summarize``), and the other scope
   is counted from those records as an extra row (``ours_static+runtime_<scope>``), so one run
-  measures both, and ``--resume`` over saved rows counts both again.
+  measures both, and ``--resume`` over saved rows counts both again. ``ours_static+tests_only``
+  is the column without the replay; ``--add-replay`` replays saved rows that lack it.
 
 A patch that does not apply, or that a method cannot analyze, counts as not flagged for it.
 The last line is the headline:
@@ -200,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
             inst = dataset[row["instance_id"]]
             truth = bool(label(row))
             done = previous.get((row.get("system", ""), inst.instance_id))
-            if done is not None and args.runtime and args.add_replay and _needs_replay(done):
+            if done is not None and runner is not None and args.add_replay and _needs_replay(done):
                 _add_replay(repos, runner, cfg, inst, row, done)
                 _emit(out, done)
                 print(f"[{n}/{len(rows)}] {inst.instance_id}: {done['runtime']['replay']['note']}", file=sys.stderr)
@@ -357,10 +359,9 @@ def _needs_replay(rec: dict[str, Any]) -> bool:
     return "not_applied" not in rec and isinstance(rt, dict) and "replay" not in rt and "scope" in rt
 
 
-def _add_replay(repos: RepoCache, runner: SuiteRunner | None, cfg: RunConfig, inst: Instance,
+def _add_replay(repos: RepoCache, runner: SuiteRunner, cfg: RunConfig, inst: Instance,
                 row: dict[str, Any], rec: dict[str, Any]) -> None:
     """Give a saved row the replay it lacks (its tests are not run again)."""
-    assert runner is not None
     rt = rec["runtime"]
     try:
         wt = repos.worktree(inst.repo, inst.base_commit, f"bench-{inst.repo_slug}")
@@ -387,12 +388,9 @@ def _count_runtime(rec: dict[str, Any], truth: bool, tally: Tally, scope: Scope,
         return True
     rt = rec["runtime"]
     recorded = not rt["ran"] or "crashes" in rt
-    if rt["ran"] and "crashes" in rt:
-        unsafe = unsafe_in(rt["crashes"], scope)
-    elif "scope" in rt:  # the tests ran into a reason; the saved verdict is the tests' and the replay's
-        unsafe = bool(rt["unsafe"]) and not (rt.get("replay") or {}).get("summaries")
-    else:  # the static phase flagged it: no test or replay ran
-        unsafe = bool(rt["unsafe"])
+    # The tests' verdict from their saved crashes (none when they could not run); a row saved
+    # before the crashes were, or flagged by the static phase (nothing ran), has its saved verdict.
+    unsafe = unsafe_in(rt["crashes"], scope) if "crashes" in rt else bool(rt["unsafe"])
     if replayed:
         unsafe = unsafe or bool((rt.get("replay") or {}).get("summaries"))
     tally.add(truth, unsafe, rt["seconds"])

@@ -46,8 +46,9 @@ MAX_FINDINGS = 3
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 
 
-def _in_repo(err: TracedError) -> bool:
-    return any(path.endswith(".py") and not is_test_code(path) for path, _, _ in err.frames)
+def _source_frames(err: TracedError) -> list[tuple[str, int, str]]:
+    """The frames of ``err`` in the repository's non-test Python source, outermost first."""
+    return [f for f in err.frames if f[0].endswith(".py") and not is_test_code(f[0])]
 
 
 def _is_runtime(err: TracedError) -> bool:
@@ -82,13 +83,13 @@ def compare(base: IssueTrace, patched: IssueTrace, issue_text: str, patch: str) 
     found: list[dict[str, Any]] = []
     for statement in range(min(base.statements, patched.statements)):
         old, new = before.get(statement), after.get(statement)
-        if new is None or not _is_runtime(new) or not _in_repo(new):
+        if new is None or not _is_runtime(new) or not _source_frames(new):
             continue
         if old is not None and old.type == TIMEOUT:
             continue
         if old is None:
             kind: Kind = "introduced"
-        elif not _in_repo(old):
+        elif not _source_frames(old):
             continue  # the base run never reached the repository here: nothing to compare with
         elif old.type != new.type:
             if _named(new.type, issue_text):
@@ -98,11 +99,10 @@ def compare(base: IssueTrace, patched: IssueTrace, issue_text: str, patch: str) 
             kind = "persists"
         else:
             continue
-        source = [f for f in new.frames if f[0].endswith(".py") and not is_test_code(f[0])]
         in_touched = [f for f in new.frames if f[0] in touched]
         found.append({
             "statement": statement, "kind": kind, "type": new.type, "message": _first_line(new.message)[:300],
-            "frame": list(source[-1]), "touched": list(in_touched[-1]) if in_touched else None,
+            "frame": list(_source_frames(new)[-1]), "touched": list(in_touched[-1]) if in_touched else None,
             "base": {"type": old.type, "message": _first_line(old.message)[:300]} if old is not None else None,
         })
     return found
@@ -132,12 +132,15 @@ class Replay:
                 "ran": self.patched is not None and not self.base.reason and not self.patched.reason}
 
 
-def replay_issue(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, *, timeout_s: float = 60) -> Replay:
-    """Run the issue's code at the base commit (cached) and with ``patch`` applied, and compare
-    them (:func:`compare`). ``wt`` is only read. Never raises for the code, the patch or the
-    environment; a run that could not happen leaves ``summaries`` empty and says why in ``note``."""
+def replay_issue(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, *, timeout_s: float = 60,
+                 base: IssueTrace | None = None) -> Replay:
+    """Run the issue's code with ``patch`` applied and compare it (:func:`compare`) with its run at
+    the base commit: ``base`` when the caller has it (the localization's trace), else traced here
+    (cached). ``wt`` is only read. Never raises for the code, the patch or the environment; a run
+    that could not happen leaves ``summaries`` empty and says why in ``note``."""
     start = time.monotonic()
-    base = trace_issue(runner, task, wt, task.issue, timeout_s=timeout_s)
+    if base is None:
+        base = trace_issue(runner, task, wt, task.issue, timeout_s=timeout_s)
     if base.reason:
         return Replay(base, None, [], time.monotonic() - start)
     patched = trace_issue(runner, task, wt, task.issue, timeout_s=timeout_s, patch=patch)

@@ -249,8 +249,8 @@ class SubprocessRunner:
             raise EnvError(f"env could not be built: {exc}") from exc
         with self._scratch() as (_, work, home):
             err = materialize(wt, task.base_commit, work)
-            if not err and patch is not None and patch.strip() and git_apply(work, patch):
-                _copy_changed(wt, work, patch)  # as the tests do: ``wt`` holds the patched files
+            if not err and patch is not None and patch.strip():
+                _apply_candidate(wt, work, patch)
             for rel, content in files.items():
                 err = err or _write_into(work, rel, content)
             if err:
@@ -290,10 +290,7 @@ class SubprocessRunner:
             return SuiteRun({}, "", 0.0, error=err, backend=self.backend)
         saved = {f: (work / f).read_bytes() if (work / f).is_file() else None for f in suite.protected}
         if patch is not None and patch.strip():
-            err = git_apply(work, patch)
-            if err:
-                notes.append(f"candidate patch did not apply to a fresh copy ({err}); copied its files instead")
-                _copy_changed(wt, work, patch)
+            notes += _apply_candidate(wt, work, patch)
             touched = set(patch_files(patch)) & (set(saved) | {p for p, _ in suite.added})
             if touched:
                 notes.append("the patch changes test files; they were reset: " + ", ".join(sorted(touched)))
@@ -745,6 +742,16 @@ def hidden_outcome(runner: SuiteRunner, task: Task, evaluation: EvaluationData, 
 
 
 # ---- helpers ----------------------------------------------------------------------------
+
+
+def _apply_candidate(wt: Worktree, work: Path, patch: str) -> list[str]:
+    """Apply the candidate ``patch`` to the fresh copy ``work``; where it does not apply there,
+    copy the files it touched from ``wt``, which holds them patched. The note saying so, if any."""
+    err = git_apply(work, patch)
+    if not err:
+        return []
+    _copy_changed(wt, work, patch)
+    return [f"candidate patch did not apply to a fresh copy ({err}); copied its files instead"]
 
 
 def _copy_changed(wt: Worktree, work: Path, patch: str) -> None:
