@@ -120,6 +120,8 @@ def coder(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
             confidence=exploration.get("confidence", "unknown"),
             learned=exploration.get("learned", ""),
             suspects=suspects,
+            # What the issue's code raised inside the repository at the base (the Planner sees it too).
+            execution=trace.evidence() if (trace := ctx.scratch.get("issue_trace")) is not None else "",
             files=shown,
             previous_patch=(previous or {}).get("patch", ""),
             feedback=state.get("feedback", ""),

@@ -21,7 +21,6 @@ import json
 import math
 import os
 import re
-import sqlite3
 import subprocess
 import threading
 import zlib
@@ -34,7 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import orjson
 
-from fixgraph.records import atomic_write, file_lock
+from fixgraph.records import atomic_write, file_lock, open_wal
 from fixgraph.terms import _CAMEL, _WORD, STOP, split_identifier, terms_of  # noqa: F401
 from fixgraph.workspace import Worktree, content_key
 
@@ -470,10 +469,8 @@ class _BlobCache:
     """Per-blob analyses in SQLite, shared by every commit and process."""
 
     def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(path), timeout=60)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("CREATE TABLE IF NOT EXISTS blobs (key TEXT PRIMARY KEY, data BLOB)")
+        self.db = open_wal(path, lambda db: db.execute(
+            "CREATE TABLE IF NOT EXISTS blobs (key TEXT PRIMARY KEY, data BLOB)"))
 
     def get_many(self, keys: list[str]) -> dict[str, dict]:
         out: dict[str, dict] = {}

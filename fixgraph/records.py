@@ -16,8 +16,9 @@ import fcntl
 import json
 import os
 import re
+import sqlite3
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,28 @@ def file_lock(path: Path, shared: bool = False) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def open_wal(path: Path, setup: Callable[[sqlite3.Connection], object] | None = None, *,
+             check_same_thread: bool = True) -> sqlite3.Connection:
+    """A connection to the SQLite database at ``path`` in WAL mode, with a 60 s busy timeout.
+
+    Switching a database to WAL does not wait on the busy timeout, nor does a schema write that
+    raced another one: two threads or processes opening a new database at once could fail with
+    "database is locked" (once in CI: two workers' first tasks opening a fresh blob cache). The
+    switch and ``setup`` (creating the tables) run under a file lock beside the database."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(path.with_name(f".{path.name}.lock")):
+        conn = sqlite3.connect(str(path), check_same_thread=check_same_thread, timeout=60)
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
+            if setup is not None:
+                setup(conn)
+        except BaseException:
+            conn.close()
+            raise
+    return conn
 
 
 def redact(text: str, secrets: list[str]) -> str:

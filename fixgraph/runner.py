@@ -32,7 +32,7 @@ from fixgraph.context import TaskContext
 from fixgraph.dataset import EvaluationData, Instance, Task
 from fixgraph.llm import LLM, ChargeHook, Meter, ModelFactory, RunMeter, default_factory
 from fixgraph.publish import DiffPublisher, Publisher
-from fixgraph.records import RunLock, RunStore
+from fixgraph.records import RunLock, RunStore, open_wal
 from fixgraph.state import TaskState, Usage
 from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree
 
@@ -117,22 +117,17 @@ def build_record(task: Task, cfg: RunConfig, values: dict[str, Any], *, seconds:
     }
 
 
-# Switching a database to WAL does not wait on the busy timeout: two workers opening a new
-# checkpoint file at once could fail with "database is locked". Set up one at a time.
-_CHECKPOINT_SETUP = threading.Lock()
-
-
 def _checkpointer(path: Path | None) -> SqliteSaver | None:
     if path is None:
         return None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _CHECKPOINT_SETUP:
-        conn = sqlite3.connect(str(path), check_same_thread=False, timeout=60)
-        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            conn.execute("PRAGMA journal_mode=WAL")
-        saver = SqliteSaver(conn)
-        saver.setup()
-    return saver
+    savers: list[SqliteSaver] = []
+
+    def setup(db: sqlite3.Connection) -> None:
+        savers.append(SqliteSaver(db))
+        savers[0].setup()  # under open_wal's lock: the tables are created by one opener at a time
+
+    open_wal(path, setup, check_same_thread=False)
+    return savers[0]
 
 
 def check_checkpoints(path: Path) -> None:

@@ -13,7 +13,8 @@ need. Files the install step creates in the checkout
 (compiled extensions, ``_version.py``) are listed and copied into each test run's fresh working
 copy; the editable install's path is a symlink pointed at that copy for the run.
 
-A failed build is cached too (``env.json`` says why) so it is not retried on every attempt;
+A failed build is cached too (``env.json`` says why) so it is not retried on every attempt. A
+failure in a pip step (the index may have been busy) gets one more build; any other is final:
 delete the env's folder to retry.
 """
 
@@ -129,6 +130,9 @@ def _build_env(home: Path, venv: Path) -> dict[str, str]:
 # Installs of one base commit tried before its failure is final (cached with the reason): the
 # first failure may be transient, a later one says the commit does not install here.
 INSTALL_TRIES = 2
+# Likewise for the env's build, when it failed in a step that reaches the package index (pip): it is
+# built once more. A failure that cannot change (no such Python here, no requirements file) is final.
+BUILD_TRIES = 2
 
 
 class VenvEnvs:
@@ -160,8 +164,10 @@ class VenvEnvs:
                     meta = json.loads(meta_path.read_text())
                 except json.JSONDecodeError:
                     meta = None
-            if meta is None:
-                meta = self._build(task, wt, spec, path)
+            if meta is None or (not meta.get("ok") and meta.get("retryable")
+                                and meta.get("build_tries", 1) < BUILD_TRIES):
+                tries = (meta or {}).get("build_tries", 0) + 1
+                meta = {**self._build(task, wt, spec, path), "build_tries": tries}
                 atomic_write(meta_path, json.dumps(meta, indent=1))
             installed = meta.get("installed_commit")
             if (meta.get("ok") and installed and installed != task.base_commit and self.settings.reuse_install
@@ -219,9 +225,10 @@ class VenvEnvs:
                                 "wanted_python": spec.get("python"), "build_id": uuid.uuid4().hex[:8]}
         run = self._steps(path, task, meta)
 
-        def fail(reason: str) -> dict[str, Any]:
+        def fail(reason: str, retryable: bool = False) -> dict[str, Any]:
             shutil.rmtree(path / "setup", ignore_errors=True)
-            meta.update(reason=reason, seconds=round(time.monotonic() - start, 1), log_tail=run.tail())
+            meta.update(reason=reason, retryable=retryable, seconds=round(time.monotonic() - start, 1),
+                        log_tail=run.tail())
             return meta
 
         picked = best_python(str(spec.get("python", "3")))
@@ -249,14 +256,14 @@ class VenvEnvs:
             (path / "requirements.txt").write_text(reqs)
             if not run([vpy, "-m", "pip", "install", "-q", "-r", str(path / "requirements.txt")], setup,
                        "requirements"):
-                return fail(f"installing the requirements failed: {meta['step_error']}")
+                return fail(f"installing the requirements failed: {meta['step_error']}", retryable=True)
         elif pkgs == "environment.yml":
             run.log.append("[fixgraph] environment.yml is conda's; relying on pip_packages\n")
         elif pkgs and not run([vpy, "-m", "pip", "install", "-q", *pkgs.split()], setup, "packages"):
-            return fail(f"installing {pkgs} failed: {meta['step_error']}")
+            return fail(f"installing {pkgs} failed: {meta['step_error']}", retryable=True)
         if spec.get("pip_packages") and not run([vpy, "-m", "pip", "install", "-q", *spec["pip_packages"]], setup,
                                                 "pip_packages"):
-            return fail(f"installing pip_packages failed: {meta['step_error']}")
+            return fail(f"installing pip_packages failed: {meta['step_error']}", retryable=True)
         shutil.rmtree(setup, ignore_errors=True)
         meta.update(ok=True, reason="", seconds=round(time.monotonic() - start, 1), log_tail=run.tail())
         return meta

@@ -210,7 +210,7 @@ def test_the_planner_is_told_what_the_issue_code_raised_in_the_repository() -> N
 
 
 @sandboxed
-def test_the_planners_prompt_carries_the_exception_the_issue_code_raised(repo, tmp_path: Path) -> None:
+def test_the_planners_and_coders_prompts_carry_the_exception_the_issue_code_raised(repo, tmp_path: Path) -> None:
     from langgraph.graph import END, START, StateGraph
 
     from agents.planner import planner
@@ -238,6 +238,22 @@ def test_the_planners_prompt_carries_the_exception_the_issue_code_raised(repo, t
         "- statement 3: ValueError: out of range\n"
         "  raised at shapes/engine.py:3 in apply, from shapes/front.py:14 in render"
     ) in prompt
+    # The Coder is told too: the exception and the frames it passed through, beside the code.
+    from agents.coder import coder
+
+    model.script["CodeChange"] = [{"edits": [{"path": "shapes/engine.py", "search": "    if b < 0:\n",
+                                              "replace": "    if b < -1:\n"}], "explanation": "scripted"}]
+    g = StateGraph(TaskState, context_schema=TaskContext)
+    g.add_node("coder", coder)
+    g.add_edge(START, "coder")
+    g.add_edge("coder", END)
+    after = g.compile().invoke({**state, "files_read": ["shapes/engine.py"]}, context=ctx,
+                               config={"recursion_limit": 10})
+    assert after["verdict"] == "Pending" and "-    if b < 0:" in after["patch"]
+    [coder_prompt] = model.prompts_for("CodeChange")
+    assert "# The issue's code, run at the base commit (exceptions raised inside the repository)" in coder_prompt
+    assert "raised at shapes/engine.py:3 in apply, from shapes/front.py:14 in render" in coder_prompt
+    assert coder_prompt.index("raised at shapes/engine.py:3") < coder_prompt.index("## shapes/engine.py")
     # An issue whose code raises nothing inside the repository adds no section.
     quiet = _context(task.model_copy(update={"problem_statement": ISSUE}), wt, tmp_path / "q", execute=True)
     quiet.index()

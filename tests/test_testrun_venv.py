@@ -121,6 +121,8 @@ def test_a_failed_build_is_cached_with_its_reason(tmp_path: Path) -> None:
     meta = json.loads((envs.env_path(inst) / "env.json").read_text())
     assert meta["ok"] is False and "no Python 1.0" in meta["reason"]
     assert run_hidden(runner, inst, wt, "").reason == out.reason
+    again = json.loads((envs.env_path(inst) / "env.json").read_text())
+    assert (again["build_id"], again["build_tries"], again["retryable"]) == (meta["build_id"], 1, False)
 
 
 @pytest.mark.slow
@@ -140,6 +142,31 @@ def test_a_failed_install_is_tried_once_more_then_its_failure_is_final(tmp_path:
         with pytest.raises(EnvError, match="install step failed"):
             envs.get(inst.task(), wt)
     assert (envs.env_path(inst) / "tries").read_text().splitlines() == ["try", "try"]
+
+
+@pytest.mark.slow
+def test_a_build_that_failed_in_pip_is_built_once_more_then_its_failure_is_final(tmp_path: Path) -> None:
+    """A build that met a busy package index was refused for good until its folder was deleted;
+    now a pip step's failure gets a second build, and only a second failure is final. A failure
+    that cannot change (no such Python) is not retried (test above)."""
+    from scoring.testenv import EnvError
+
+    inst, wt, _ = calc_instance(tmp_path)
+    inst = inst.model_copy(update={"version": "0.1"})
+    spec = {"python": "{}.{}".format(*sys.version_info[:2]), "pip_packages": [str(tmp_path / "no-such-package")],
+            "test_cmd": "pytest -rA"}
+    settings = config.TestSettings(backend="venv")
+    envs = VenvEnvs(tmp_path / "envs", tmp_path / "cache", settings, specs=lambda repo, version: spec)
+    meta_path = envs.env_path(inst) / "env.json"
+    builds = []
+    for _ in range(3):
+        with pytest.raises(EnvError, match="installing pip_packages failed"):
+            envs.get(inst.task(), wt)
+        meta = json.loads(meta_path.read_text())
+        builds.append((meta["build_id"], meta["build_tries"], meta["retryable"]))
+    assert builds[0][1:] == (1, True) and builds[1][1:] == (2, True)
+    assert builds[0][0] != builds[1][0]  # built again
+    assert builds[2] == builds[1]  # and then final
 
 
 def test_requirements_are_flattened_as_swebench_does(tmp_path: Path) -> None:
