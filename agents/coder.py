@@ -11,7 +11,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from agents.common import messages, stops_cleanly
+from agents.common import execution_evidence, messages, stops_cleanly
 from fixgraph.context import TaskContext
 from fixgraph.edits import apply_edits
 from fixgraph.llm import BudgetExceeded
@@ -120,8 +120,7 @@ def coder(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
             confidence=exploration.get("confidence", "unknown"),
             learned=exploration.get("learned", ""),
             suspects=suspects,
-            # What the issue's code raised inside the repository at the base (the Planner sees it too).
-            execution=trace.evidence() if (trace := ctx.scratch.get("issue_trace")) is not None else "",
+            execution=execution_evidence(ctx),
             files=shown,
             previous_patch=(previous or {}).get("patch", ""),
             feedback=state.get("feedback", ""),

@@ -21,6 +21,13 @@ def messages(role: str, template: str, **variables: object) -> list[BaseMessage]
     return [SystemMessage(render("system", role=role)), HumanMessage(render(template, **variables))]
 
 
+def execution_evidence(ctx: TaskContext) -> str:
+    """What the issue's code raised inside the repository at the base (``ctx.index()`` ran it),
+    for the Planner's and the Coder's prompts; empty when it did not run or raised nothing there."""
+    trace = ctx.scratch.get("issue_trace")
+    return trace.evidence() if trace is not None else ""
+
+
 def stops_cleanly(node: str) -> Callable[[F], F]:
     """A spent budget or a failed LLM call ends the task with what it has, and says why."""
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from agents.common import messages, stops_cleanly
+from agents.common import execution_evidence, messages, stops_cleanly
 from fixgraph.context import TaskContext
 from fixgraph.localize import clean_path
 from fixgraph.state import Plan, TaskState
@@ -29,8 +29,7 @@ def planner(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
         repo=ctx.task.repo,
         problem=ctx.task.issue,
         repo_map=index.repo_map(ranked, max_tokens=settings.map_tokens),
-        # What running the issue's code raised inside the repository (ctx.index() ran it).
-        execution=trace.evidence() if (trace := ctx.scratch.get("issue_trace")) is not None else "",
+        execution=execution_evidence(ctx),
         feedback=state.get("plan_feedback", ""),
         previous=state.get("plan", {}).get("files", []),
         max_files=settings.max_files,
