@@ -166,7 +166,8 @@ class VenvEnvs:
                     meta = None
             if meta is None or (not meta.get("ok") and meta.get("retryable")
                                 and meta.get("build_tries", 1) < BUILD_TRIES):
-                tries = (meta or {}).get("build_tries", 0) + 1
+                # Counted as the condition above counts: a failed env.json without the field is one build.
+                tries = 1 if meta is None else meta.get("build_tries", 1) + 1
                 meta = {**self._build(task, wt, spec, path), "build_tries": tries}
                 atomic_write(meta_path, json.dumps(meta, indent=1))
             installed = meta.get("installed_commit")
