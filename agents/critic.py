@@ -3,7 +3,8 @@ static analysis misses, then the pipeline's own tests (the reproduction tests th
 accepted, and the repository's existing tests for the changed code), and the unsafe-patch guard
 throughout. Before the tests, the issue's own code is run again with the patch (``scoring/replay.py``):
 a statement that crashes in the repository where it ran clean at the base, or that still raises the
-exception the issue reports, makes the verdict Unsafe. An existing test that passed at the base and now crashes in the patched code (with
+exception the issue reports, makes the verdict Unsafe; a statement that raised the reported crash at the
+base is a reproduction test too (``repro.issue_code``), passing when the patch removes the crash. An existing test that passed at the base and now crashes in the patched code (with
 ``regression.runtime_scope = "source"``, anywhere in non-test source) is a
 runtime error like a static one (``scoring/runtime.py``): the verdict is Unsafe. One that fails an
 assertion is a regression, unless it asserts what the issue asks to change
@@ -172,7 +173,7 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
         score = ScoreParts(fix_score=0.0, kind="none", code_quality=code_quality,
                            note="rejected by the Critic before running tests")
     else:
-        outcome = _run_tests(ctx, state, patch)
+        outcome = _run_tests(ctx, state, patch, replayed.reproduced if replayed is not None else [])
         # Tests that assert what the issue asks to change: a warning to update them, not a regression.
         expected = (expected_change.of_outcome(outcome, ctx.task.problem_statement, ctx.task.repo)
                     if outcome is not None and outcome.source == "own" and ctx.cfg.regression.expected_changes
@@ -214,7 +215,11 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
     return attempt, usage, "\n".join(notes + [_fmt(f) for f in findings])
 
 
-def _run_tests(ctx: TaskContext, state: TaskState, patch: str) -> tests.TestOutcome | None:
+def _run_tests(ctx: TaskContext, state: TaskState, patch: str,
+               issue_code: list[dict[str, str]]) -> tests.TestOutcome | None:
+    """The tests' verdict on ``patch``; ``issue_code`` is the replay's reproduction of the issue's
+    own code (``scoring.replay.reproductions``), counted with the reproduction tests when
+    ``repro.issue_code`` is on."""
     mode = ctx.cfg.critic.tests
     if mode == "off":
         return None
@@ -227,7 +232,7 @@ def _run_tests(ctx: TaskContext, state: TaskState, patch: str) -> tests.TestOutc
     repro = state.get("repro") or {}
     accepted = [tests.ReproTest.from_dict(repro)] if repro.get("status") == "accepted" else []
     return tests.own_outcome(runner, ctx.task, ctx.worktree, patch, accepted, ctx.cfg.regression,
-                             ctx.cfg.repro.timeout_s)
+                             ctx.cfg.repro.timeout_s, issue_code if ctx.cfg.repro.issue_code else [])
 
 
 def _test_findings(outcome: tests.TestOutcome, skip: set[str] | frozenset[str] = frozenset()) -> list[Finding]:

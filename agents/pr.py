@@ -13,7 +13,7 @@ from langgraph.runtime import Runtime
 from fixgraph.context import TaskContext
 from fixgraph.publish import Outcome
 from fixgraph.state import AttemptRecord, TaskState
-from scoring import select
+from scoring import replay, select
 from scoring.testenv import PASSING
 
 
@@ -32,9 +32,11 @@ def choose(attempts: list[AttemptRecord], guard_blocks: bool, rule: bool = False
 
 def _repro_to_deliver(state: TaskState, chosen: AttemptRecord) -> dict[str, Any] | None:
     """The reproduction test, when it failed at the base and every one of its tests passes with
-    the delivered patch: then it is worth keeping as a regression test."""
+    the delivered patch: then it is worth keeping as a regression test. The issue's own code, a
+    reproduction too (``scoring.replay``), is no file to deliver."""
     repro = state.get("repro") or {}
-    after = chosen.get("score", {}).get("fail_to_pass") or {}
+    after = {t: s for t, s in (chosen.get("score", {}).get("fail_to_pass") or {}).items()
+             if not replay.is_reproduction_id(t)}
     if repro.get("status") != "accepted" or chosen.get("score", {}).get("tests_source") != "own" or not after:
         return None
     if any(status not in PASSING for status in after.values()):

@@ -150,6 +150,10 @@ class ReproSettings(_Strict):
     max_tries: int = Field(default=3, ge=1, le=10)
     # Wall-clock cap for one run of the reproduction test.
     timeout_s: float = Field(default=180.0, gt=0)
+    # The issue's own code as a reproduction test too (scoring/replay.py): its statements that
+    # raised the crash the issue reports at the base commit, run again with the patch by the
+    # Critic's replay (critic.replay_issue), count with the reproduction tests in test_pass_rate.
+    issue_code: bool = True
 
 
 class RegressionSettings(_Strict):

@@ -1,7 +1,9 @@
 """fix_score exactly as the seed defines it, from the loop's own tests.
 
-With tests that ran (the accepted reproduction tests, and the selected existing tests):
-    test_pass_rate = reproduction tests passing after / reproduction tests accepted
+With tests that ran (the reproduction tests: the accepted LLM-written test's and the statements of
+the issue's own code that raised its reported crash at the base, ``scoring.replay``; and the selected
+existing tests):
+    test_pass_rate = reproduction tests passing after / reproduction tests
     no_regression  = existing tests passing after / existing tests passing before (1.0 if none passed before)
     fix_score      = 0.5*test_pass_rate + 0.3*no_regression + 0.2*code_quality      kind "tests"
 When only one of the two sets could run, the missing rate is the LLM's judgment of the patch

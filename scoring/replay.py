@@ -23,13 +23,22 @@ frame), so the Coder gets REDO §G feedback, and the Critic's verdict becomes ``
 
 This rule was written before any patched run of a real agent's patch was measured
 (docs/benchmarks.md, issue 16, session 12).
+
+The same two runs are also a reproduction test (``repro.issue_code``, :func:`reproductions`): a
+statement that raised, at the base, inside the repository's non-test source, an exception the
+issue's text names is the reported crash, reproduced without an LLM; it failed before the patch, as
+a reproduction test must. With the patch it passes when it runs clean, or raises another exception
+the issue names (the one it asks for); it fails when it still raises the reported type, or anything
+else. A statement the patched run did not reach, or cut by its timer, says nothing. The Critic adds
+these statuses to the reproduction tests' (``scoring.tests.own_outcome``), so they count in
+``test_pass_rate``.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fixgraph.dataset import Task
@@ -108,15 +117,68 @@ def compare(base: IssueTrace, patched: IssueTrace, issue_text: str, patch: str) 
     return found
 
 
+_ID_PREFIX = "issue code::statement "
+
+
+def reproduction_id(statement: int) -> str:
+    """The test id of the issue's code's statement ``statement`` (0-based) as a reproduction test."""
+    return f"{_ID_PREFIX}{statement + 1}"
+
+
+def is_reproduction_id(test_id: str) -> bool:
+    """Whether ``test_id`` is a statement of the issue's code (:func:`reproduction_id`), not a test."""
+    return test_id.startswith(_ID_PREFIX)
+
+
+def _said(err: TracedError | None) -> str:
+    if err is None:
+        return "runs clean"
+    frames = _source_frames(err)
+    where = f" at {frames[-1][0]}:{frames[-1][1]} in {frames[-1][2]}" if frames else ""
+    return f"raises {err.type}: {_first_line(err.message)[:200]}{where}"
+
+
+def reported_crashes(base: IssueTrace, issue_text: str) -> list[int]:
+    """The statements (0-based, in order) whose run at the base raised, inside the repository's
+    non-test source, an exception the issue's text names: the crash the issue reports."""
+    return [statement for statement, err in sorted(_by_statement(base).items())
+            if err.type != TIMEOUT and not err.type.startswith("prelude:") and _source_frames(err)
+            and _named(err.type, issue_text)]
+
+
+def reproductions(base: IssueTrace, patched: IssueTrace, issue_text: str) -> list[dict[str, str]]:
+    """The issue's code as a reproduction test (module docstring): one entry per statement that
+    raised the reported crash at the base and that the patched run reached, in order, each with its
+    ``id`` (:func:`reproduction_id`), ``status`` after the patch (PASSED or FAILED) and ``detail``
+    (what it raised at the base, and what it does with the patch). Empty when either run did not
+    run the snippets."""
+    if base.reason or patched.reason:
+        return []
+    before, after = _by_statement(base), _by_statement(patched)
+    out: list[dict[str, str]] = []
+    for statement in reported_crashes(base, issue_text):
+        old, new = before[statement], after.get(statement)
+        if statement >= patched.statements or (new is not None and new.type == TIMEOUT):
+            continue
+        fixed = new is None or (new.type != old.type and _named(new.type, issue_text))
+        out.append({
+            "id": reproduction_id(statement), "status": "PASSED" if fixed else "FAILED",
+            "detail": f"statement {statement + 1} of the issue's code {_said(old)} at the base commit; "
+                      f"with the patch it {_said(new)}"})
+    return out
+
+
 @dataclass
 class Replay:
-    """One replay: the base run (usually cached by the localization), the patched run, and
-    :func:`compare`'s summaries; ``note`` is the record's one line."""
+    """One replay: the base run (usually cached by the localization), the patched run,
+    :func:`compare`'s summaries and the issue's code as a reproduction test
+    (:func:`reproductions`); ``note`` is the record's one line."""
 
     base: IssueTrace
     patched: IssueTrace | None
     summaries: list[dict[str, Any]]
     seconds: float
+    reproduced: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def note(self) -> str:
@@ -124,12 +186,16 @@ class Replay:
             why = self.base.reason or (self.patched.reason if self.patched is not None else "")
             return f"replay: not run ({why})"
         kinds = ", ".join(f"{s['kind']} {s['type']} at statement {s['statement'] + 1}" for s in self.summaries)
+        passed = sum(r["status"] == "PASSED" for r in self.reproduced)
         return (f"replay: {min(self.base.statements, self.patched.statements)} statements of the issue's code "
-                f"compared with the base" + (f"; {kinds}" if kinds else "; no new error"))
+                f"compared with the base" + (f"; {kinds}" if kinds else "; no new error")
+                + (f"; the reported crash reproduced by {len(self.reproduced)}, {passed} passing with the patch"
+                   if self.reproduced else ""))
 
     def to_dict(self) -> dict[str, Any]:
         return {"note": self.note, "summaries": self.summaries, "seconds": round(self.seconds, 2),
-                "ran": self.patched is not None and not self.base.reason and not self.patched.reason}
+                "ran": self.patched is not None and not self.base.reason and not self.patched.reason,
+                "reproduced": self.reproduced}
 
 
 def replay_issue(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, *, timeout_s: float = 60,
@@ -144,7 +210,8 @@ def replay_issue(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, *, t
     if base.reason:
         return Replay(base, None, [], time.monotonic() - start)
     patched = trace_issue(runner, task, wt, task.issue, timeout_s=timeout_s, patch=patch)
-    return Replay(base, patched, compare(base, patched, task.issue, patch), time.monotonic() - start)
+    return Replay(base, patched, compare(base, patched, task.issue, patch), time.monotonic() - start,
+                  reproductions(base, patched, task.issue))
 
 
 _WHY = {

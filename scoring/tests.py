@@ -464,16 +464,25 @@ def _safe(name: str) -> str:
 
 
 def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro: list[ReproTest],
-                settings: RegressionSettings, repro_timeout_s: float | None = None) -> TestOutcome:
-    """Judge ``patch`` (applied in ``wt``) with the reproduction tests and the selected existing tests."""
+                settings: RegressionSettings, repro_timeout_s: float | None = None,
+                issue_code: Sequence[Mapping[str, str]] = ()) -> TestOutcome:
+    """Judge ``patch`` (applied in ``wt``) with the reproduction tests and the selected existing tests.
+    ``issue_code``: the issue's own code as a reproduction test, already run with the patch by the
+    Critic's replay (``scoring.replay.reproductions``: id, status, detail); its statements count
+    with the reproduction tests."""
     from scoring import selection
 
     out = TestOutcome(runnable=False, reason="", source="own", backend=runner.backend)
     why: list[str] = []
     failing_runs: list[tuple[SuiteRun, list[str]]] = []
     # Reproduction tests: each accepted test id should pass now.
-    out.repro_ran = False
-    if not repro:
+    out.repro_ran = bool(issue_code)
+    out.fail_to_pass = {r["id"]: r["status"] for r in issue_code}
+    still_crashing = [r["detail"] for r in issue_code if r["status"] not in PASSING]
+    if issue_code:
+        out.notes.append(f"the issue's own code reproduces the crash it reports in {len(issue_code)} statements "
+                         f"({len(issue_code) - len(still_crashing)} pass with the patch)")
+    if not repro and not issue_code:
         why.append("no reproduction test")
     for test in repro:
         after = runner.run_suite(task, wt, patch, test.suite(repro_timeout_s))
@@ -570,7 +579,9 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
         beside.result()
     out.runnable = out.repro_ran or out.regression_ran
     out.reason = "; ".join(why)
-    out.crash = "\n\n".join(c for c in (_failure_context(run, ids) for run, ids in failing_runs) if c)
+    contexts = ["\n".join(still_crashing)] if still_crashing else []
+    contexts += [_failure_context(run, ids) for run, ids in failing_runs]
+    out.crash = "\n\n".join(c for c in contexts if c)
     out.notes = list(dict.fromkeys(out.notes))
     return out
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fixgraph.dataset import Task
+from fixgraph.scripted import ScriptedChatModel
 from fixgraph.workspace import RepoCache, Worktree
 from scoring import replay
 from scoring.issue_run import IssueTrace, TracedError
@@ -249,3 +250,139 @@ def test_a_dotted_exception_type_is_named_by_its_last_part() -> None:
     base = _trace(1, _err(0, "sympy.core.sympify.SympifyError", "bad"))
     patched = _trace(1, _err(0, "sympy.core.sympify.SympifyError", "bad"))
     assert [s["kind"] for s in replay.compare(base, patched, "SympifyError: bad", "")] == ["persists"]
+
+
+# ---- the issue's code as a reproduction test -----------------------------------------------
+
+
+def _statuses(base: IssueTrace, patched: IssueTrace, issue: str) -> dict[str, str]:
+    return {r["id"]: r["status"] for r in replay.reproductions(base, patched, issue)}
+
+
+def test_the_reported_crash_gone_is_a_passing_reproduction_and_still_there_a_failing_one() -> None:
+    issue = "area(-1, 4) raises ValueError: negative side"
+    base = _trace(3, _err(2, "ValueError", "negative side"))
+    assert _statuses(base, _trace(3), issue) == {"issue code::statement 3": "PASSED"}
+    # The same type with another message is still the crash the issue reports: failing, not a finding.
+    still = _trace(3, _err(2, "ValueError", "sides must be >= 0"))
+    assert _statuses(base, still, issue) == {"issue code::statement 3": "FAILED"}
+    assert replay.compare(base, still, issue, "") == []
+    # Another exception: passing when the issue names it (it asks for it), else failing.
+    other = _trace(3, _err(2, "TypeError", "bad side"))
+    assert _statuses(base, other, issue) == {"issue code::statement 3": "FAILED"}
+    assert _statuses(base, other, issue + "; it should raise TypeError") == {"issue code::statement 3": "PASSED"}
+    (entry,) = replay.reproductions(base, still, issue)
+    assert entry["detail"] == ("statement 3 of the issue's code raises ValueError: negative side at pkg/mod.py:3 "
+                               "in f at the base commit; with the patch it raises ValueError: sides must be >= 0 "
+                               "at pkg/mod.py:3 in f")
+
+
+def test_only_a_crash_the_issue_reports_inside_the_repository_is_a_reproduction() -> None:
+    issue = "It raises ValueError, TypeError and KeyError."
+    clean = _trace(2)
+    not_reproductions = {
+        "the issue does not name it": _err(0, "ZeroDivisionError"),
+        "no repository frame (the issue's own code)": _err(0, "ValueError", path=""),
+        "raised in test code": _err(0, "ValueError", path="pkg/tests/test_mod.py"),
+        "the statement timer": _err(0, "StatementTimeout"),
+        "the prelude": _err(0, "prelude:ValueError", path=""),
+    }
+    for why, err in not_reproductions.items():
+        assert replay.reproductions(_trace(2, err), clean, issue) == [], why
+    base = _trace(2, _err(1, "KeyError", "'a'"))
+    # A statement the patched run never reached, or cut by its timer, says nothing.
+    assert replay.reproductions(base, _trace(1), issue) == []
+    assert replay.reproductions(base, _trace(2, _err(1, "StatementTimeout")), issue) == []
+    # Either run that did not happen gives nothing.
+    assert replay.reproductions(IssueTrace(reason="no environment"), clean, issue) == []
+    assert replay.reproductions(base, IssueTrace(reason="env could not be built"), issue) == []
+
+
+@sandboxed
+def test_the_sandboxed_replay_reproduces_the_issues_crash_without_an_llm(fixture) -> None:
+    fixed = _replayed(fixture, ISSUE_CRASH, GOOD_AREA)
+    assert fixed.reproduced == [{
+        "id": "issue code::statement 3", "status": "PASSED",
+        "detail": "statement 3 of the issue's code raises ValueError: negative side at shapes/core.py:3 in area "
+                  "at the base commit; with the patch it runs clean"}]
+    assert "the reported crash reproduced by 1, 1 passing with the patch" in fixed.note
+    assert fixed.to_dict()["reproduced"] == fixed.reproduced
+    unfixed = _replayed(fixture, ISSUE_CRASH, NOT_A_FIX)
+    assert [(r["id"], r["status"]) for r in unfixed.reproduced] == [("issue code::statement 3", "FAILED")]
+    # An issue whose code raises nothing reproduces nothing.
+    assert _replayed(fixture, ISSUE_CLEAN, GOOD_SCALE).reproduced == []
+
+
+EMPTY_MEAN = """mean() of an empty list crashes
+
+```python
+from calc.ops import mean
+mean([])
+```
+
+It raises `ZeroDivisionError: division by zero`; the mean of nothing should be 0.0.
+"""
+# Still raises the reported type, with its own message: not a finding, a failing reproduction.
+RAISES_ANOTHER_WAY = ("    if not values:\n        raise ZeroDivisionError('mean of an empty sequence')\n"
+                      "    return sum(values) / len(values) - 1\n")
+RETURNS_ZERO = "    return sum(values) / len(values) - 1 if values else 0.0\n"
+
+
+def _empty_mean_run(calc, cfg_factory, issue_code: bool) -> tuple[list[dict], ScriptedChatModel]:
+    """The loop on the empty-mean issue with no LLM-written reproduction test (``repro.enabled``
+    off): the first patch keeps the crash, the second removes it. The scripted LLM judges both 0.9."""
+    from eval import fixtures
+    from graph import run_tasks
+    from tests.conftest import read_record
+
+    mirrors, inst = calc
+    inst = inst.model_copy(update={"problem_statement": EMPTY_MEAN})
+    script = fixtures.calc_script(first_attempt_broken=False)
+    edit = {"path": "calc/ops.py", "search": fixtures.BUGGY_LINE}
+    script["CodeChange"] = [{"edits": [edit | {"replace": RAISES_ANOTHER_WAY}], "explanation": "Say why."},
+                            {"edits": [edit | {"replace": RETURNS_ZERO}], "explanation": "0.0 for nothing."}]
+    model = ScriptedChatModel(script=script)
+    cfg = cfg_factory("redo", **{"repro.enabled": False, "repro.issue_code": issue_code})
+    run_tasks([inst], cfg, run_id="issue-code", repos=mirrors, model_factory=lambda role: model, progress=False)
+    return read_record(cfg, "issue-code", inst.instance_id)["attempts"], model
+
+
+@sandboxed
+def test_in_the_graph_the_issues_own_code_is_the_reproduction_test_that_decides_the_retry(calc, cfg_factory) -> None:
+    attempts, model = _empty_mean_run(calc, cfg_factory, issue_code=True)
+    first, second = attempts
+    # The crash is still there (another message): Safe, but the reproduction fails and the loop retries.
+    assert first["verdict"] == "Safe" and first["score"]["replay"]["summaries"] == []
+    assert first["score"]["kind"] == "tests" and first["score"]["test_pass_rate"] == 0.0
+    assert first["score"]["fail_to_pass"] == {"issue code::statement 2": "FAILED"}
+    assert first["score"]["llm_score"] is None  # the tests decided: no LLM judgment was needed
+    assert any(f["rule"] == "reproduction" and "issue code::statement 2" in f["message"] for f in first["findings"])
+    retry_prompt = model.prompts_for("CodeChange")[1]
+    assert "with the patch it raises ZeroDivisionError: mean of an empty sequence" in retry_prompt
+    assert second["score"]["fail_to_pass"] == {"issue code::statement 2": "PASSED"}
+    assert second["score"]["test_pass_rate"] == 1.0 and second["score"]["fix_score"] >= 0.8
+    assert model.prompts_for("PatchJudgment") == []
+
+
+@sandboxed
+def test_without_the_issues_code_as_a_test_the_llms_word_lets_the_crash_through(calc, cfg_factory) -> None:
+    attempts, model = _empty_mean_run(calc, cfg_factory, issue_code=False)
+    (only,) = attempts  # the LLM's 0.9 stands in for the missing reproduction: over the threshold
+    assert only["score"]["kind"] == "partial" and only["score"]["test_pass_rate"] is None
+    assert only["score"]["fail_to_pass"] == {} and only["score"]["llm_score"] == 0.9
+    assert "mean of an empty sequence" in only["patch"]
+
+
+def test_the_pull_request_delivers_the_llms_test_file_not_the_issues_statements() -> None:
+    from agents.pr import _repro_to_deliver
+    from fixgraph.state import AttemptRecord, TaskState
+
+    state = TaskState(repro={"status": "accepted", "path": "tests/test_issue.py", "content": "def test_x(): ..."})
+    score = {"tests_source": "own", "fail_to_pass": {"tests/test_issue.py::test_x": "PASSED",
+                                                     replay.reproduction_id(1): "FAILED"}}
+    delivered = _repro_to_deliver(state, AttemptRecord(number=1, score=score))
+    assert delivered is not None and delivered["tests"] == ["tests/test_issue.py::test_x"]
+    # Only the issue's statements passing, and no LLM test accepted: nothing to deliver.
+    only = {"tests_source": "own", "fail_to_pass": {replay.reproduction_id(1): "PASSED"}}
+    assert _repro_to_deliver(TaskState(), AttemptRecord(number=1, score=only)) is None
+    assert _repro_to_deliver(state, AttemptRecord(number=1, score=only)) is None
