@@ -11,6 +11,7 @@ import pytest
 
 from eval.critic_bench import Tally, main
 from eval.critic_repo import edit, make_repo
+from tests.testrun_helpers import local_config
 
 OVERRIDE = "\n\nclass Big(Circle):\n    def area(self, scale):\n        return 2\n"
 
@@ -104,8 +105,7 @@ def _one_runtime_row(tmp_path: Path, src: Any, patch: str, issue: str) -> tuple[
                                    "problem_statement": issue}) + "\n")
     preds.write_text(json.dumps({"instance_id": "demo__shapes-1", "system": "agent", "model_patch": patch,
                                  "failure_kind": "runtime_error"}) + "\n")
-    config = tmp_path / "bench.toml"
-    config.write_text(f'name = "bench"\ncache_dir = "{tmp_path / "envs"}"\n\n[tests]\nbackend = "local"\n')
+    config = local_config(tmp_path, cache="envs")
     rows = tmp_path / "rows.jsonl"
     return rows, ["--predictions", str(preds), "--dataset", str(dataset), "--repos", str(mirrors), "--runtime",
                   "--config", str(config), "--cache-dir", str(tmp_path / "cache"), "-o", str(rows)]

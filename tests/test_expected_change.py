@@ -22,7 +22,7 @@ from scoring.runtime import runtime_findings
 from scoring.tests import TestOutcome, make_runner, own_outcome
 from tests.conftest import read_record
 from tests.test_repro_loop import _PRRecorder
-from tests.testrun_helpers import REPO, apply_to, diff_for, local_settings, make_repo
+from tests.testrun_helpers import REPO, apply_to, diff_for, local_config, local_settings, make_repo
 
 CALC = '''\
 def add(a, b):
@@ -142,8 +142,7 @@ def test_the_bench_does_not_count_an_expected_change_and_scores_old_rows_again(
     dataset.write_text(json.dumps(inst.model_dump()) + "\n")
     preds.write_text(json.dumps({"instance_id": inst.instance_id, "system": "agent", "resolved": True,
                                  "model_patch": diff_for(tmp_path, "calc.py", CALC, COLON)}) + "\n")
-    config = tmp_path / "local.toml"
-    config.write_text(f'name = "local"\ncache_dir = "{tmp_path / "cache"}"\n\n[tests]\nbackend = "local"\n')
+    config = local_config(tmp_path)
     rows = tmp_path / "rows.jsonl"
     args = ["--predictions", str(preds), "--dataset", str(dataset), "--repos", str(mirrors),
             "--config", str(config), "-o", str(rows)]

@@ -21,7 +21,7 @@ from tests.test_replay import (
     _patch,
     sandboxed,
 )
-from tests.testrun_helpers import make_repo
+from tests.testrun_helpers import local_config, make_repo
 
 RAISES_OTHERWISE = _patch(FILES["shapes/core.py"], FILES["shapes/core.py"].replace(
     'raise ValueError("negative side")', 'raise ValueError("sides must not be negative")'))
@@ -45,8 +45,7 @@ def test_the_bench_splits_each_verdict_by_resolved_and_checks_the_gold_patch(tmp
     preds.write_text("".join(json.dumps({"instance_id": iid, "system": f"agent{n}", "model_patch": patch,
                                          "resolved": resolved}) + "\n"
                              for n, (iid, patch, resolved) in enumerate(rows)))
-    config = tmp_path / "local.toml"
-    config.write_text(f'name = "local"\ncache_dir = "{tmp_path / "cache"}"\n\n[tests]\nbackend = "local"\n')
+    config = local_config(tmp_path)
     out_rows = tmp_path / "rows.jsonl"
     args = ["--predictions", str(preds), "--dataset", str(dataset), "--repos", str(mirrors),
             "--config", str(config), "-o", str(out_rows)]

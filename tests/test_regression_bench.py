@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from eval.regression_bench import main
-from tests.testrun_helpers import CALC, calc_instance, diff_for
+from tests.testrun_helpers import CALC, calc_instance, diff_for, local_config
 
 
 def test_bench_finds_the_visible_regression_and_records_what_it_cannot_judge(
@@ -30,8 +30,7 @@ def test_bench_finds_the_visible_regression_and_records_what_it_cannot_judge(
             ds.write(json.dumps(inst.model_dump() | {"instance_id": iid}) + "\n")
             pr.write(json.dumps({"instance_id": iid, "system": "agent", "model_patch": patch,
                                  "resolved": resolved}) + "\n")
-    config = tmp_path / "local.toml"
-    config.write_text(f'name = "local"\ncache_dir = "{tmp_path / "cache"}"\n\n[tests]\nbackend = "local"\n')
+    config = local_config(tmp_path)
     out_rows = tmp_path / "rows.jsonl"
     args = ["--predictions", str(preds), "--dataset", str(dataset), "--repos", str(tmp_path / "mirrors"),
             "--config", str(config), "-o", str(out_rows)]
@@ -87,8 +86,7 @@ def test_critic_bench_runtime_column_adds_what_the_tests_show(
             ds.write(json.dumps(inst.model_dump() | {"instance_id": iid}) + "\n")
             pr.write(json.dumps({"instance_id": iid, "system": "agent", "failure_kind": kind,
                                  "model_patch": diff_for(tmp_path, "calc.py", CALC, new)}) + "\n")
-    config = tmp_path / "local.toml"
-    config.write_text(f'name = "local"\ncache_dir = "{tmp_path / "cache"}"\n\n[tests]\nbackend = "local"\n')
+    config = local_config(tmp_path)
     assert critic_main(["--predictions", str(preds), "--dataset", str(dataset), "--repos", str(tmp_path / "mirrors"),
                         "--config", str(config), "--runtime", "-o", str(tmp_path / "rows.jsonl")]) == 0
     out = capsys.readouterr().out.strip().splitlines()
@@ -169,8 +167,7 @@ def test_flags_outside_pass_to_pass_are_checked_with_the_gold_patch(
                 "PASS_TO_PASS": [f"tests/test_calc.py::test_mul_{i}" for i in range(10)]}) + "\n")
             pr.write(json.dumps({"instance_id": iid, "system": "agent",
                                  "model_patch": diff(cand)}) + "\n")
-    config = tmp_path / "local.toml"
-    config.write_text(f'name = "local"\ncache_dir = "{tmp_path / "cache"}"\n\n[tests]\nbackend = "local"\n')
+    config = local_config(tmp_path)
     out_rows = tmp_path / "rows.jsonl"
     args = ["--predictions", str(preds), "--dataset", str(dataset), "--repos", str(mirrors),
             "--config", str(config), "-o", str(out_rows)]

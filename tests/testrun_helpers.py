@@ -119,3 +119,10 @@ def local_settings(**kw: object) -> TestSettings:
     base: dict[str, object] = {"backend": "local", "timeout_s": 60.0}
     base.update(kw)
     return TestSettings.model_validate(base)
+
+
+def local_config(root: Path, cache: str = "cache") -> Path:
+    """A config file for the benchmarks' ``--config``: the local test backend, caches under ``root``."""
+    config = root / "local.toml"
+    config.write_text(f'name = "local"\ncache_dir = "{root / cache}"\n\n[tests]\nbackend = "local"\n')
+    return config
