@@ -52,6 +52,9 @@ from scoring.testenv import SuiteRunner
 Kind = Literal["introduced", "changed", "persists"]
 TIMEOUT = "StatementTimeout"
 MAX_FINDINGS = 3
+# Statements of the issue's code kept as reproduction tests: the first ones (an issue that shows
+# dozens of crashing calls must not outweigh every other test, nor flood the Coder's prompt).
+MAX_REPRODUCTIONS = 10
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 
 
@@ -160,6 +163,8 @@ def reproductions(base: IssueTrace, patched: IssueTrace, issue_text: str) -> lis
         old, new = before[statement], after.get(statement)
         if statement >= patched.statements or (new is not None and new.type == TIMEOUT):
             continue
+        if len(out) == MAX_REPRODUCTIONS:
+            break
         fixed = new is None or (new.type != old.type and _named(new.type, issue_text))
         out.append({
             "id": reproduction_id(statement), "status": "PASSED" if fixed else "FAILED",

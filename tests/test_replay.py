@@ -293,6 +293,10 @@ def test_only_a_crash_the_issue_reports_inside_the_repository_is_a_reproduction(
     # A statement the patched run never reached, or cut by its timer, says nothing.
     assert replay.reproductions(base, _trace(1), issue) == []
     assert replay.reproductions(base, _trace(2, _err(1, "StatementTimeout")), issue) == []
+    # At most MAX_REPRODUCTIONS, the first ones.
+    many = _trace(30, *(_err(i, "KeyError", f"'{i}'") for i in range(30)))
+    kept = replay.reproductions(many, _trace(30), issue)
+    assert [r["id"] for r in kept] == [replay.reproduction_id(i) for i in range(replay.MAX_REPRODUCTIONS)]
     # Either run that did not happen gives nothing.
     assert replay.reproductions(IssueTrace(reason="no environment"), clean, issue) == []
     assert replay.reproductions(base, IssueTrace(reason="env could not be built"), issue) == []
