@@ -17,7 +17,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from agents.coder import coder_files
-from agents.common import messages, stops_cleanly
+from agents.common import execution_evidence, messages, stops_cleanly
 from fixgraph.context import TaskContext
 from fixgraph.state import ReproTestDraft, TaskState, Usage, merge_usage
 from fixgraph.workspace import PatchError
@@ -168,7 +168,7 @@ def reproducer(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any
             "the Reproducer", "reproducer", repo=ctx.task.repo, problem=ctx.task.issue,
             confidence=exploration.get("confidence", "unknown"), learned=exploration.get("learned", ""),
             suspects=suspects, files=files, test_files=test_files, example=example, tries=tries,
-            test_command=_command_text(ctx) + " <file>",
+            test_command=_command_text(ctx) + " <file>", execution=execution_evidence(ctx),
         )
         draft, delta = ctx.llm.structured("coder", "reproducer", ReproTestDraft, prompt)
         usage = merge_usage(usage, delta)

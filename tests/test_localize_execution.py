@@ -254,6 +254,21 @@ def test_the_planners_and_coders_prompts_carry_the_exception_the_issue_code_rais
     assert "# The issue's code, run at the base commit (exceptions raised inside the repository)" in coder_prompt
     assert "raised at shapes/engine.py:3 in apply, from shapes/front.py:14 in render" in coder_prompt
     assert coder_prompt.index("raised at shapes/engine.py:3") < coder_prompt.index("## shapes/engine.py")
+    # And the Reproducer, which writes the test that must fail now.
+    from agents.reproducer import reproducer
+
+    ctx.cfg = ctx.cfg.model_copy(update={"critic": ctx.cfg.critic.model_copy(update={"tests": "own"})})
+    model.script["ReproTestDraft"] = [{"path": "tests/test_render.py", "explanation": "scripted", "content": (
+        "from shapes.front import Widget\n\n\ndef test_negative_factor():\n    assert Widget().render(-1) == -1\n")}]
+    g = StateGraph(TaskState, context_schema=TaskContext)
+    g.add_node("reproducer", reproducer)
+    g.add_edge(START, "reproducer")
+    g.add_edge("reproducer", END)
+    reproduced = g.compile().invoke(state, context=ctx, config={"recursion_limit": 10})
+    assert reproduced["repro"]["status"] == "accepted"
+    [repro_prompt] = model.prompts_for("ReproTestDraft")
+    assert "# The issue's code, run at the base commit (exceptions raised inside the repository)" in repro_prompt
+    assert "raised at shapes/engine.py:3 in apply, from shapes/front.py:14 in render" in repro_prompt
     # An issue whose code raises nothing inside the repository adds no section.
     quiet = _context(task.model_copy(update={"problem_statement": ISSUE}), wt, tmp_path / "q", execute=True)
     quiet.index()
