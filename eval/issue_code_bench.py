@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
                 wt = repos.worktree(inst.repo, inst.base_commit, f"icb-{inst.repo_slug}")
             except (WorkspaceError, git.GitCommandError) as exc:
                 line = str(exc).strip().splitlines()
-                rec = {"instance_id": iid, "system": GOLD, "verdict": "not run",
+                rec = {"instance_id": iid, "repo": inst.repo, "system": GOLD, "verdict": "not run",
                        "note": f"cannot check out: {line[-1][:160] if line else ''}", "crashes": 0}
                 records.append(rec)
                 _emit(out, rec)
@@ -188,7 +188,7 @@ def report(records: list[dict[str, Any]]) -> None:
     """The tables and the headline (module docstring) over ``records``."""
     gold = [r for r in records if r["system"] == GOLD]
     reproduced = {r["instance_id"] for r in gold if r.get("crashes")}
-    by_repo = Counter(r.get("repo", r["instance_id"].split("__")[0]) for r in gold if r["instance_id"] in reproduced)
+    by_repo = Counter(r["repo"] for r in gold if r["instance_id"] in reproduced)
     print(f"instances: {len(gold)}; the issue's code raised the crash the issue reports at the base in "
           f"{len(reproduced)} ({', '.join(f'{k} {v}' for k, v in sorted(by_repo.items()))})")
     preds = [r for r in records if r["system"] != GOLD and r["instance_id"] in reproduced]
