@@ -18,12 +18,12 @@ def build_graph(checkpointer=None):  # noqa: ANN001 - any LangGraph checkpointer
     from langgraph.runtime import Runtime
 
     from agents.coder import coder, rounds_done
+    from agents.context import TaskContext
     from agents.critic import critic, should_retry
     from agents.explorer import explorer, needs_replan
     from agents.planner import planner
     from agents.pr import pr_agent
     from agents.reproducer import reproducer
-    from fixgraph.context import TaskContext
     from fixgraph.state import TaskState
 
     g = StateGraph(TaskState, context_schema=TaskContext)
@@ -76,20 +76,20 @@ def make_graph() -> Any:
 
 
 def run_tasks(*args: Any, **kwargs: Any) -> Any:
-    """fixgraph.runner.run_tasks with this graph: the runner is given the graph, never imports it."""
-    from fixgraph import runner
+    """fixgraph.run.runner.run_tasks with this graph: the runner is given the graph, never imports it."""
+    from fixgraph.run import runner
 
     return runner.run_tasks(*args, build_graph=build_graph, **kwargs)
 
 
 def run_task(*args: Any, **kwargs: Any) -> Any:
-    from fixgraph import runner
+    from fixgraph.run import runner
 
     return runner.run_task(*args, build_graph=build_graph, **kwargs)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from fixgraph.discover import ROLES
+    from fixgraph.models.discover import ROLES
 
     p = argparse.ArgumentParser(prog="graph.py", description="Turn issues into verified patches.")
     p.add_argument("--tasks", default="stratified50", help="stratified50 | all | ID[,ID...]")
@@ -113,7 +113,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from fixgraph.cli import run_cli
+    from fixgraph.run.cli import run_cli
 
     return run_cli(args, build_graph)
 

@@ -12,12 +12,12 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from agents.common import execution_evidence, messages, stops_cleanly
-from fixgraph.context import TaskContext
-from fixgraph.edits import apply_edits
-from fixgraph.llm import BudgetExceeded
+from agents.context import TaskContext
 from fixgraph.localize import RepoIndex, count_tokens
+from fixgraph.models.llm import BudgetExceeded
+from fixgraph.repo.edits import apply_edits
+from fixgraph.repo.workspace import PatchError, Worktree
 from fixgraph.state import AttemptRecord, CodeChange, TaskState, Usage, merge_usage
-from fixgraph.workspace import PatchError, Worktree
 
 
 def _windows(lines: list[str], ranges: list[tuple[int, int]], window: int) -> str:

@@ -9,9 +9,9 @@ from typing import Any, TypeVar, cast
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
-from agents.prompting import render
-from fixgraph.context import TaskContext
-from fixgraph.llm import BudgetExceeded, InvalidReply, LLMFailure
+from agents.context import TaskContext
+from fixgraph.models.llm import BudgetExceeded, InvalidReply, LLMFailure
+from fixgraph.prompts import render
 from fixgraph.state import TaskState
 
 F = TypeVar("F", bound=Callable[..., dict[str, Any]])

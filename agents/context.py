@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from fixgraph.config import RunConfig
 from fixgraph.dataset import EvaluationData, Task
-from fixgraph.llm import LLM
+from fixgraph.models.llm import LLM
 from fixgraph.publish import Publisher
-from fixgraph.workspace import Worktree
+from fixgraph.repo.workspace import Worktree
 
 if TYPE_CHECKING:
     from fixgraph.localize import RepoIndex
@@ -50,8 +50,8 @@ class TaskContext:
         """Run the issue's code at the base commit (sandboxed, cached) and hand the index what it
         called late (``fixgraph.localize.execution_signal``); the trace stays in ``scratch``."""
         from fixgraph.localize import execution_signal
-        from scoring.issue_run import trace_issue
-        from scoring.tests import make_runner
+        from scoring.execution.tests import make_runner
+        from scoring.runtime.issue_run import trace_issue
 
         runner = make_runner(self.cfg.tests, self.cache_dir)
         trace = trace_issue(runner, self.task, self.worktree, self.task.issue,

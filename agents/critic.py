@@ -1,18 +1,18 @@
 """Critic, REDO-style: differential static analysis, then an LLM check for runtime errors that
 static analysis misses, then the pipeline's own tests (the reproduction tests the Reproducer
 accepted, and the repository's existing tests for the changed code), and the unsafe-patch guard
-throughout. Before the tests, the issue's own code is run again with the patch (``scoring/replay.py``):
+throughout. Before the tests, the issue's own code is run again with the patch (``scoring/runtime/replay.py``):
 a statement that crashes in the repository where it ran clean at the base, or that still raises the
 exception the issue reports, makes the verdict Unsafe; a statement that raised the reported crash at the
 base is a reproduction test too (``repro.issue_code``), passing when the patch removes the crash. An existing test that passed at the base and now crashes in the patched code (with
 ``regression.runtime_scope = "source"``, anywhere in non-test source) is a
-runtime error like a static one (``scoring/runtime.py``): the verdict is Unsafe. One that fails an
+runtime error like a static one (``scoring/runtime/findings.py``): the verdict is Unsafe. One that fails an
 assertion is a regression, unless it asserts what the issue asks to change
-(``scoring/expected_change.py``: a warning to update the test, left out of ``no_regression``). It
+(``scoring/verdict/expected_change.py``: a warning to update the test, left out of ``no_regression``). It
 never sees the evaluation's hidden tests, except under the explicitly labelled ``oracle-tests``
 ablation (``critic.tests = "oracle"``).
 
-It yields ``fix_score`` (see scoring/fix_score.py) and, when it rejects a patch, the findings the
+It yields ``fix_score`` (see scoring/verdict/fix_score.py) and, when it rejects a patch, the findings the
 Coder must fix on the next attempt.
 """
 
@@ -24,23 +24,16 @@ from langgraph.runtime import Runtime
 
 from agents.coder import rounds_done
 from agents.common import messages, stops_cleanly
-from fixgraph.context import TaskContext
-from fixgraph.llm import BudgetExceeded
+from agents.context import TaskContext
+from fixgraph.models.llm import BudgetExceeded
 from fixgraph.state import AttemptRecord, Finding, PatchJudgment, ScoreParts, TaskState, Usage, merge_usage
-from scoring import (
-    expected_change,
-    fix_score,
-    guard,
-    harness,
-    llm_check,
-    quality,
-    replay,
-    select,
-    static,
-    tests,
-)
-from scoring.runtime import crash_summaries, explained, findings_of
-from scoring.testenv import PASSING
+from scoring.execution import harness, tests
+from scoring.execution.testenv import PASSING
+from scoring.runtime import llm_check, replay
+from scoring.runtime.findings import crash_summaries, explained, findings_of
+from scoring.static import differential as static
+from scoring.static import guard
+from scoring.verdict import expected_change, fix_score, quality, select
 
 
 def _fmt(f: Finding) -> str:
@@ -218,7 +211,7 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
 def _run_tests(ctx: TaskContext, state: TaskState, patch: str,
                issue_code: list[dict[str, str]]) -> tests.TestOutcome | None:
     """The tests' verdict on ``patch``; ``issue_code`` is the replay's reproduction of the issue's
-    own code (``scoring.replay.reproductions``), counted with the reproduction tests when
+    own code (``scoring.runtime.replay.reproductions``), counted with the reproduction tests when
     ``repro.issue_code`` is on."""
     mode = ctx.cfg.critic.tests
     if mode == "off":

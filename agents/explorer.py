@@ -18,8 +18,8 @@ from langchain_core.messages import BaseMessage
 from langgraph.runtime import Runtime
 
 from agents.common import messages, stops_cleanly
+from agents.context import TaskContext
 from fixgraph.config import ExplorerSettings
-from fixgraph.context import TaskContext
 from fixgraph.localize import Option, RepoIndex, clean_path, count_tokens, parse_problem, views_within
 from fixgraph.state import ExploreStep, Suspect, TaskState, Usage, merge_usage
 

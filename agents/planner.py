@@ -13,7 +13,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from agents.common import execution_evidence, messages, stops_cleanly
-from fixgraph.context import TaskContext
+from agents.context import TaskContext
 from fixgraph.localize import clean_path
 from fixgraph.state import Plan, TaskState
 

@@ -10,16 +10,17 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from fixgraph.context import TaskContext
+from agents.context import TaskContext
 from fixgraph.publish import Outcome
 from fixgraph.state import AttemptRecord, TaskState
-from scoring import replay, select
-from scoring.testenv import PASSING
+from scoring.execution.testenv import PASSING
+from scoring.runtime import replay
+from scoring.verdict import select
 
 
 def choose(attempts: list[AttemptRecord], guard_blocks: bool, rule: bool = False) -> AttemptRecord | None:
     """The best attempt by fix_score (the later one on ties), or with ``rule`` (coder.candidates > 1)
-    by the selection rule (scoring/select.py); None when none is deliverable."""
+    by the selection rule (scoring/verdict/select.py); None when none is deliverable."""
     if rule:
         return select.best_attempt(attempts, guard_blocks)
     usable = [a for a in attempts if a.get("patch")]
@@ -33,7 +34,7 @@ def choose(attempts: list[AttemptRecord], guard_blocks: bool, rule: bool = False
 def _repro_to_deliver(state: TaskState, chosen: AttemptRecord) -> dict[str, Any] | None:
     """The reproduction test, when it failed at the base and every one of its tests passes with
     the delivered patch: then it is worth keeping as a regression test. The issue's own code, a
-    reproduction too (``scoring.replay``), is no file to deliver."""
+    reproduction too (``scoring.runtime.replay``), is no file to deliver."""
     repro = state.get("repro") or {}
     after = {t: s for t, s in (chosen.get("score", {}).get("fail_to_pass") or {}).items()
              if not replay.is_reproduction_id(t)}

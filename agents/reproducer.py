@@ -18,13 +18,13 @@ from langgraph.runtime import Runtime
 
 from agents.coder import coder_files
 from agents.common import execution_evidence, messages, stops_cleanly
-from fixgraph.context import TaskContext
+from agents.context import TaskContext
+from fixgraph.repo.workspace import PatchError
 from fixgraph.state import ReproTestDraft, TaskState, Usage, merge_usage
-from fixgraph.workspace import PatchError
-from scoring import selection
-from scoring.specs import SpecsError, repo_specs
-from scoring.testenv import PASSING, SuiteRun, owned_by
-from scoring.tests import ReproTest, baseline, internal_error_frames, make_runner
+from scoring.execution import selection
+from scoring.execution.specs import SpecsError, repo_specs
+from scoring.execution.testenv import PASSING, SuiteRun, owned_by
+from scoring.execution.tests import ReproTest, baseline, internal_error_frames, make_runner
 
 # A failure of these kinds raised in the test file itself says the test is broken, not the code.
 _BROKEN_TEST = {"NameError", "ImportError", "ModuleNotFoundError", "SyntaxError", "IndentationError",

@@ -26,9 +26,9 @@ from bot.server import DeliveryLog, make_server
 from bot.worker import Worker
 from fixgraph import redaction
 from fixgraph.config import ConfigError, RunConfig, load_config
-from fixgraph.github_client import GitHubAccess, scrub_environ
+from fixgraph.github.client import GitHubAccess, scrub_environ
 from fixgraph.records import redact
-from fixgraph.workspace import RepoCache
+from fixgraph.repo.workspace import RepoCache
 
 log = logging.getLogger("fixgraph.bot")
 
@@ -80,7 +80,7 @@ def settings(args: argparse.Namespace) -> RunConfig:
     if not cfg.github.allowlist:
         raise ConfigError("FIXGRAPH_ALLOWLIST is empty: name the repositories the bot may act on "
                           "(owner/name or owner/*, comma-separated)")
-    from fixgraph.discover import local_servers, resolve_llm
+    from fixgraph.models.discover import local_servers, resolve_llm
 
     cfg, found = resolve_llm(cfg, local_servers())
     if found:
@@ -91,7 +91,7 @@ def settings(args: argparse.Namespace) -> RunConfig:
 def preflight_fails(cfg: RunConfig) -> bool:
     """The same checks as `graph.py --check`: a bot that cannot call its model or push should say
     so at start, not on the first issue someone labels."""
-    from fixgraph.preflight import print_report, run_checks
+    from fixgraph.run.preflight import print_report, run_checks
 
     report: list[str] = []
     if print_report(run_checks(cfg), report.append):

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fixgraph.config import GitHubSettings
-from fixgraph.github_client import repo_allowed
-from fixgraph.github_pr import MARKER
+from fixgraph.github.client import repo_allowed
+from fixgraph.github.pr import MARKER
 
 # GitHub's author_association values for people with write access or membership.
 TRUSTED_ASSOCIATIONS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})

@@ -21,8 +21,8 @@ from github.GithubException import GithubException
 
 from bot.events import Ignored, Trigger, comment_trigger, label_trigger
 from fixgraph.config import RunConfig
-from fixgraph.github_client import GitHubAccess
-from fixgraph.github_pr import MARKER
+from fixgraph.github.client import GitHubAccess
+from fixgraph.github.pr import MARKER
 from fixgraph.records import atomic_write
 
 log = logging.getLogger("fixgraph.bot")

@@ -1,6 +1,6 @@
 """One job: issue -> Task -> the pipeline -> a PR, with a comment when it starts and ends.
 
-The pipeline function is a parameter (default :func:`fixgraph.runner.run_task`), so the bot is
+The pipeline function is a parameter (default :func:`fixgraph.run.runner.run_task`), so the bot is
 tested with the real graph driven by a scripted model, or with a stand-in.
 """
 
@@ -20,10 +20,10 @@ from github.Repository import Repository
 from bot.events import Trigger, is_command, is_own_comment
 from fixgraph.config import RunConfig
 from fixgraph.dataset import Task
-from fixgraph.github_client import GitHubAccess, Session
-from fixgraph.github_pr import MARKER, GitHubPublisher, RemoteGitError, run_git
+from fixgraph.github.client import GitHubAccess, Session
+from fixgraph.github.pr import MARKER, GitHubPublisher, RemoteGitError, run_git
 from fixgraph.records import RunStore, file_lock, redact
-from fixgraph.workspace import RepoCache
+from fixgraph.repo.workspace import RepoCache
 
 log = logging.getLogger("fixgraph.bot")
 

@@ -65,7 +65,7 @@ def attack(cls: str, name: str, quick: bool = True,
 def _sandboxed(tmp: Path, script: str, timeout_s: float = 20.0, memory_mb: int = 1024, network: bool = True,
                env_extra: dict[str, str] | None = None) -> tuple[int, str]:
     """Run ``script`` (Python) the way a test process runs: in the sandbox, cwd its own copy."""
-    from scoring.sandbox import Limits, prepare_workdir, run_isolated, scrubbed_env
+    from fixgraph.sandbox.process import Limits, prepare_workdir, run_isolated, scrubbed_env
 
     run_dir = tmp / f"run-{uuid.uuid4().hex[:8]}"
     (run_dir / "repo").mkdir(parents=True)
@@ -145,7 +145,7 @@ def _mirror(tmp: Path, files: dict[str, str] | None = None) -> tuple[Path, str]:
 
 @attack("git-escape", "test writes a hook and config into the repository cache", sandbox=True)
 def _hook_into_cache(tmp: Path) -> str:
-    from fixgraph.workspace import RepoCache
+    from fixgraph.repo.workspace import RepoCache
 
     mirrors, sha = _mirror(tmp)
     cache = RepoCache(tmp / "cache", mirrors)
@@ -180,7 +180,7 @@ def _hook_into_cache(tmp: Path) -> str:
 
 @attack("git-escape", "fixgraph's git ignores hooks, fsmonitor and filters planted in the cache")
 def _planted_config(tmp: Path) -> str:
-    from fixgraph.workspace import RepoCache
+    from fixgraph.repo.workspace import RepoCache
 
     mirrors, sha = _mirror(tmp, {"calc.py": "x = 1\n", ".gitattributes": "*.py filter=evil diff=evil\n"})
     cache = RepoCache(tmp / "cache", mirrors)
@@ -205,7 +205,7 @@ def _planted_config(tmp: Path) -> str:
 
 @attack("git-escape", "a planted remote URL with the ext:: transport")
 def _ext_transport(tmp: Path) -> str:
-    from fixgraph.workspace import RepoCache, WorkspaceError
+    from fixgraph.repo.workspace import RepoCache, WorkspaceError
 
     mirrors, _ = _mirror(tmp)
     cache = RepoCache(tmp / "cache", mirrors)
@@ -268,7 +268,7 @@ def _dotenv(tmp: Path) -> str:
 
 @attack("secrets", "test lists and reads the repository cache", sandbox=True)
 def _read_cache(tmp: Path) -> str:
-    from fixgraph.workspace import RepoCache
+    from fixgraph.repo.workspace import RepoCache
 
     mirrors, sha = _mirror(tmp)
     cache = RepoCache(tmp / "cache", mirrors)
@@ -361,7 +361,7 @@ def _setsid_daemon(tmp: Path) -> str:
 
 @attack("sandbox-limits", "a fork bomb", sandbox=True)
 def _fork_bomb(tmp: Path) -> str:
-    from scoring.sandbox import Limits
+    from fixgraph.sandbox.process import Limits
 
     script = """
         import os, time
@@ -425,7 +425,7 @@ def _kill_run(tmp: Path) -> str:
         import sys
         from pathlib import Path
         sys.path.insert(0, {str(ROOT)!r})
-        from scoring.sandbox import Limits, prepare_workdir, run_isolated, scrubbed_env
+        from fixgraph.sandbox.process import Limits, prepare_workdir, run_isolated, scrubbed_env
         run = Path({str(run_dir)!r})
         (run / "repo").mkdir(parents=True)
         (run / "home").mkdir()
@@ -515,8 +515,8 @@ def _memory(tmp: Path) -> str:
 
 def _guard_attack(name: str, rel: str, old: str, new: str, rule: str) -> Callable[[Path], str]:
     def run(tmp: Path) -> str:
-        from eval.critic_repo import edit, make_repo
-        from scoring.guard import check_patch
+        from eval.fixtures.critic_repo import edit, make_repo
+        from scoring.static.guard import check_patch
 
         wt = make_repo(tmp / "repo")
         found = {f.get("rule") for f in check_patch(wt, edit(wt, rel, old, new))}
@@ -525,7 +525,7 @@ def _guard_attack(name: str, rel: str, old: str, new: str, rule: str) -> Callabl
 
 
 def _register_guard_attacks() -> None:
-    from eval.guard_cases import BYPASSES
+    from eval.fixtures.guard_cases import BYPASSES
 
     for name, (rel, old, new, rule) in sorted(BYPASSES.items()):
         ATTACKS.append(Attack("guard", f"patch: {name} ({rel})", _guard_attack(name, rel, old, new, rule)))
@@ -536,13 +536,13 @@ _register_guard_attacks()
 
 @attack("guard", "a guard-blocked patch in the bot is never pushed")
 def _guard_blocks_push(tmp: Path) -> str:
-    from eval.fake_github import FakeGitHub, fix_patch, make_fixture_repo
+    from eval.fakes.github_api import FakeGitHub, fix_patch, make_fixture_repo
     from fixgraph.config import load_config
     from fixgraph.dataset import Task
-    from fixgraph.github_client import GitHubAccess
-    from fixgraph.github_pr import GitHubPublisher
+    from fixgraph.github.client import GitHubAccess
+    from fixgraph.github.pr import GitHubPublisher
     from fixgraph.publish import Outcome
-    from fixgraph.workspace import RepoCache
+    from fixgraph.repo.workspace import RepoCache
 
     token = "ghp_benchTOKEN0123456789"
     fake = FakeGitHub(tmp / "served", tokens={token}).start()
@@ -576,7 +576,7 @@ def _guard_blocks_push(tmp: Path) -> str:
 
 @attack("edit-traversal", "a patch or an edit that writes outside the repository")
 def _edit_traversal(tmp: Path) -> str:
-    from fixgraph.workspace import PatchError, RepoCache
+    from fixgraph.repo.workspace import PatchError, RepoCache
 
     mirrors, sha = _mirror(tmp)
     wt = RepoCache(tmp / "cache", mirrors).worktree("acme/calc", sha, "task-1")
@@ -870,7 +870,7 @@ def _same_run_id(tmp: Path) -> str:
 
 
 def who() -> str:
-    from scoring.sandbox import sandbox_mode
+    from fixgraph.sandbox.process import sandbox_mode
 
     uid = os.geteuid()
     name = "root" if uid == 0 else f"uid {uid}"

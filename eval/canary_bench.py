@@ -28,8 +28,8 @@ from typing import Any
 from fixgraph.config import ConfigError, load_config
 from fixgraph.dataset import DatasetError, Instance, load_jsonl
 from fixgraph.localize import RepoIndex
-from fixgraph.scripted import ScriptedChatModel
-from fixgraph.workspace import RepoCache, WorkspaceError
+from fixgraph.models.scripted import ScriptedChatModel
+from fixgraph.repo.workspace import RepoCache, WorkspaceError
 from graph import run_tasks
 
 CANARY = "FIXGRAPH-CANARY-5d1e0c77"

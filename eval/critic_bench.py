@@ -12,18 +12,18 @@ failed only on assertions; every other row is skipped, as are rows whose reposit
 under ``--repos``. Each patch is judged, in the same run and in alternating order, by
 
 - ``redo_static``: REDO's static phase as published (eval/redo_static.py), the reference;
-- ``ours_static``: this Critic's differential static phase (scoring/static.py), with an empty
+- ``ours_static``: this Critic's differential static phase (scoring/static/differential.py), with an empty
   cache at the start of the run;
 - with ``--llm``, ``ours_static+llm``: the full REDO pipeline, the LLM check on the patches the
   static phase passes (a missing verdict counts as not flagged, and is reported);
 - with ``--runtime``, ``ours_static+runtime``: the static phase, then, on the patches it passes,
-  the Critic's replay of the issue's code with the patch (``scoring.replay``) and the loop's own
-  check (``scoring.tests.own_outcome``: the existing tests selected from the patch, no
-  reproduction test, no hidden data) turned into runtime findings (``scoring.runtime``). Test
+  the Critic's replay of the issue's code with the patch (``scoring.runtime.replay``) and the loop's own
+  check (``scoring.execution.tests.own_outcome``: the existing tests selected from the patch, no
+  reproduction test, no hidden data) turned into runtime findings (``scoring.runtime.findings``). Test
   environments come from the config's backend (venv) under its cache dir (``FIXGRAPH_CACHE_DIR``);
   a row whose tests cannot run counts as not flagged, and is reported. The runtime rule's scope
   (``--runtime-scope``, else the config's ``regression.runtime_scope``) names this column; every
-  regressed test's crash is saved in the row (``scoring.runtime.summarize``), and the other scope
+  regressed test's crash is saved in the row (``scoring.runtime.findings.summarize``), and the other scope
   is counted from those records as an extra row (``ours_static+runtime_<scope>``), so one run
   measures both, and ``--resume`` over saved rows counts both again. ``ours_static+tests_only``
   is the column without the replay; ``--add-replay`` replays saved rows that lack it.
@@ -56,13 +56,14 @@ from eval.redo_static import redo_static
 from eval.rows import add_row_options, mirrored_rows, row_choice, run_terminable, sample, written_rows
 from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Instance, load_jsonl
-from fixgraph.llm import RunMeter
-from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree
-from scoring import llm_check, replay, static
-from scoring.critic import InputError, load_predictions, make_llm
-from scoring.runtime import SCOPES, Scope, crash_summaries, findings_of, unsafe_in
-from scoring.testenv import SuiteRunner
-from scoring.tests import make_runner, own_outcome
+from fixgraph.models.llm import RunMeter
+from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
+from scoring.execution.testenv import SuiteRunner
+from scoring.execution.tests import make_runner, own_outcome
+from scoring.runtime import llm_check, replay
+from scoring.runtime.findings import SCOPES, Scope, crash_summaries, findings_of, unsafe_in
+from scoring.static import differential as static
+from scoring.verdict.critic import InputError, load_predictions, make_llm
 
 POSITIVE = {"runtime_error"}
 NEGATIVE = {"resolved", "assertion_failure"}
@@ -346,7 +347,7 @@ def _runtime(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, 
 
 
 def _replay(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, patch: str) -> dict[str, Any] | None:
-    """The Critic's replay of the issue's code (``scoring.replay``), as a row saves it; None when
+    """The Critic's replay of the issue's code (``scoring.runtime.replay``), as a row saves it; None when
     the config turns it off."""
     if not cfg.critic.replay_issue:
         return None

@@ -5,7 +5,7 @@
 It builds fixture repositories (a few small packages, each with many functions that have an
 off-by-one bug; one task per bug), then runs ``graph.py`` on all of them twice as a subprocess:
 once against a fault-free scripted server (the reference) and once against a
-:class:`~eval.faulty_llm_server.FaultyLLMServer` that injects every fault kind at ``--fault-rate``.
+:class:`~eval.fakes.faulty_llm_server.FaultyLLMServer` that injects every fault kind at ``--fault-rate``.
 The scripted replies are a pure function of the task named in the prompt, so retries and re-asks
 get the same answer and a task whose replies came through must produce the reference's patch.
 With ``--kill`` the faulty run is SIGKILLed (its whole process group) at a random moment, then
@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval.faulty_llm_server import FAULT_KINDS, FaultPlan, FaultyLLMServer
-from eval.fixtures import git_commit_all
+from eval.fakes.faulty_llm_server import FAULT_KINDS, FaultPlan, FaultyLLMServer
+from eval.fixtures.repos import git_commit_all
 
 PROJECT = Path(__file__).resolve().parent.parent
 CONFIG = """\

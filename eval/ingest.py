@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval.rundata import Run, RunsError, load_runs, read_json
+from eval.dashboard.rundata import Run, RunsError, load_runs, read_json
 from fixgraph.records import atomic_write
 
 DEFAULT_LOGS = Path("logs/run_evaluation")

@@ -5,11 +5,11 @@
         [--cache-dir DIR] [--env-dir DIR] [-o ROWS.jsonl [--resume]]
 
 For every instance that a predictions file names and whose repository is mirrored under ``--repos``,
-the issue's code runs at the base commit in the Critic's sandbox (``scoring.issue_run``: the test
+the issue's code runs at the base commit in the Critic's sandbox (``scoring.runtime.issue_run``: the test
 environment, no network; traces cached under the cache dir, so the localization benchmark's
 ``--execute`` runs serve here). Where it raises the crash the issue reports
-(``scoring.replay.reported_crashes``), the gold patch (read here, in the benchmark only, as the
-reference: the pipeline never sees it) and each prediction are replayed (``scoring.replay``), and
+(``scoring.runtime.replay.reported_crashes``), the gold patch (read here, in the benchmark only, as the
+reference: the pipeline never sees it) and each prediction are replayed (``scoring.runtime.replay``), and
 each gets the verdict the Critic would draw from the replay alone:
 
 - ``unsafe``: a finding of the replay (a new crash, another exception the issue does not ask for, or
@@ -41,12 +41,12 @@ import git
 from eval.rows import add_row_options, mirrored_rows, row_choice, run_terminable, sample, written_rows
 from fixgraph.config import load_config
 from fixgraph.dataset import Instance, Task, load_jsonl
-from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree
-from scoring import replay
-from scoring.critic import InputError, load_predictions
-from scoring.issue_run import IssueTrace, trace_issue
-from scoring.testenv import SuiteRunner
-from scoring.tests import make_runner
+from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
+from scoring.execution.testenv import SuiteRunner
+from scoring.execution.tests import make_runner
+from scoring.runtime import replay
+from scoring.runtime.issue_run import IssueTrace, trace_issue
+from scoring.verdict.critic import InputError, load_predictions
 
 VERDICTS = ("passes", "fails", "unsafe", "not run")
 GOLD = "gold"

@@ -23,7 +23,7 @@ overall it prints recall of the gold files within the top 1/3/5/8 of:
   repository out among them (``--fit`` prints the coefficients fitted on all rows);
 
 With ``--execute`` each issue's code is first run at its base commit in the test sandbox (the
-Critic's runner and environments, ``scoring.issue_run``; traces cached), and the files it called
+Critic's runner and environments, ``scoring.runtime.issue_run``; traces cached), and the files it called
 late enter the ranking as execution evidence (``W_EXECUTED``, searched by the grid with the other
 weights); the report says how many instances had such evidence and why the others had none.
 Without it every row has none, and the ranking is the text's.
@@ -333,8 +333,8 @@ def execution_tools(args: argparse.Namespace) -> tuple[Any, Any]:
     """The test runner (config ``--config``, environments under ``--env-dir``) and the worktree
     cache the execution evidence needs."""
     from fixgraph.config import load_config
-    from fixgraph.workspace import RepoCache
-    from scoring.tests import make_runner
+    from fixgraph.repo.workspace import RepoCache
+    from scoring.execution.tests import make_runner
 
     cfg = load_config(args.config)
     tests = cfg.tests.model_copy(update={"env_dir": args.env_dir}) if args.env_dir else cfg.tests
@@ -346,8 +346,8 @@ def execution_of(inst, args: argparse.Namespace) -> tuple[dict[str, float], str,
     note and seconds: the issue's code run at the base commit in the test sandbox (the runner the
     Critic uses; its environment built on first use and cached, as is the trace)."""
     from fixgraph.localize import execution_signal
-    from fixgraph.workspace import WorkspaceError
-    from scoring.issue_run import trace_issue
+    from fixgraph.repo.workspace import WorkspaceError
+    from scoring.runtime.issue_run import trace_issue
 
     runner, repos = args.execution_tools
     t0 = time.perf_counter()
@@ -417,7 +417,7 @@ def run(args: argparse.Namespace) -> int:
     from fixgraph.dataset import DatasetError, load_jsonl
     from fixgraph.localize import LocalizeError
     from fixgraph.records import atomic_write
-    from fixgraph.workspace import find_mirror
+    from fixgraph.repo.workspace import find_mirror
 
     try:
         instances = load_jsonl(args.dataset)

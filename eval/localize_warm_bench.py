@@ -103,7 +103,7 @@ def _reference_tree(rev: str, into: Path) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from fixgraph.dataset import DatasetError, load_jsonl
-    from fixgraph.workspace import find_mirror
+    from fixgraph.repo.workspace import find_mirror
 
     try:
         insts = [i for i in load_jsonl(args.dataset) if i.repo == args.repo]

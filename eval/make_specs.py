@@ -1,4 +1,4 @@
-"""Write scoring/data/swebench_specs.json: swebench 4.1.0's install specs for the SWE-bench repos.
+"""Write scoring/execution/data/swebench_specs.json: swebench 4.1.0's install specs for the SWE-bench repos.
 
 swebench 5 no longer ships ``MAP_REPO_VERSION_TO_SPECS`` (each dataset row carries its own
 ``eval_script`` instead, and the Lite JSONL has none), so the project ships the table it needs.
@@ -24,7 +24,7 @@ MEMBER = "swebench/harness/constants/python.py"
 REPOS = ("astropy/astropy", "django/django", "matplotlib/matplotlib", "mwaskom/seaborn", "pallets/flask",
          "psf/requests", "pydata/xarray", "pylint-dev/pylint", "pytest-dev/pytest",
          "scikit-learn/scikit-learn", "sphinx-doc/sphinx", "sympy/sympy")
-OUT = Path(__file__).resolve().parent.parent / "scoring" / "data" / "swebench_specs.json"
+OUT = Path(__file__).resolve().parent.parent / "scoring" / "execution" / "data" / "swebench_specs.json"
 
 
 def build(wheel: Path) -> dict:

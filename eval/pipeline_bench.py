@@ -1,6 +1,6 @@
 """The pipeline's own overhead per task on real SWE-bench Lite instances, LLM time excluded.
 
-The LLM is an oracle that replays the gold patch (eval/oracle.py), so every node runs for real
+The LLM is an oracle that replays the gold patch (eval/fixtures/oracle.py), so every node runs for real
 (ranking, reading, edits, pyright, tests, records) on a fetched mirror. Reference, measured in the
 same run: the bare work any harness does for the task (a worktree at the base commit, the gold
 patch applied, the instance's tests run once through the same test runner).
@@ -23,13 +23,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from eval.fixtures.oracle import oracle_script
 from eval.hidden import run_hidden
-from eval.oracle import oracle_script
 from fixgraph.config import ConfigError, load_config
 from fixgraph.dataset import DatasetError, load_jsonl, select
-from fixgraph.executors import ExecutorError, RayExecutor
-from fixgraph.scripted import ScriptedChatModel
-from fixgraph.workspace import RepoCache, WorkspaceError, find_mirror
+from fixgraph.models.scripted import ScriptedChatModel
+from fixgraph.repo.workspace import RepoCache, WorkspaceError, find_mirror
+from fixgraph.run.executors import ExecutorError, RayExecutor
 from graph import run_tasks
 
 DEFAULT_INSTANCES = "pallets__flask-4992,psf__requests-2317"
@@ -111,7 +111,7 @@ def _bench(instances, cfg, args) -> int:  # noqa: ANN001
 
 
 def _measure(instances, cfg, args, repo_cache, overhead, bare, executor, ray_vs_threads) -> int:  # noqa: ANN001
-    from scoring.tests import make_runner
+    from scoring.execution.tests import make_runner
 
     for run in range(args.runs + 1):
         for inst in instances:

@@ -13,9 +13,9 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from fixgraph.workspace import Worktree
-from scoring.patchinfo import PatchParseError, parse_patch
-from scoring.static import StaticAnalysisUnavailable
+from fixgraph.repo.workspace import Worktree
+from scoring.static.differential import StaticAnalysisUnavailable
+from scoring.static.patchinfo import PatchParseError, parse_patch
 
 
 @dataclass

@@ -8,17 +8,17 @@ For each prediction whose repository has a mirror under DIR, on the evaluation s
 hidden tests run at the base and with the patch (the configured backend, venv by default, with
 ``test_patch`` applied as swebench's harness does: ``eval.hidden.run_hidden``). A patch has a
 *visible regression* when a ``PASS_TO_PASS`` test that passed at the base fails with it. The
-prediction is the loop's own check (``scoring.tests.own_outcome`` with no reproduction test: the
-existing tests ``scoring.selection`` picks from the base tree and the patch, nothing hidden): it
+prediction is the loop's own check (``scoring.execution.tests.own_outcome`` with no reproduction test: the
+existing tests ``scoring.execution.selection`` picks from the base tree and the patch, nothing hidden): it
 flags the patch when a selected test that passed at the base fails with it, unless every such test
-is an expected behaviour change (``scoring.expected_change``: an assertion failure in a test named
+is an expected behaviour change (``scoring.verdict.expected_change``: an assertion failure in a test named
 after the issue's title, as the Critic reads it). The figures without that rule are printed too,
 and ``--rescore`` scores saved rows again by the current rules without running anything.
 
 It prints the patches judged, those with a visible regression, the recall and precision of the
 loop's check on them, the regressions the loop found in tests outside ``PASS_TO_PASS`` (real
 breakage the harness does not count; they are false positives in the headline precision and are
-listed), the runtime findings (``scoring.runtime``), tests run and seconds per patch, and, where
+listed), the runtime findings (``scoring.runtime.findings``), tests run and seconds per patch, and, where
 the harness's verdict is known (``resolved`` in the predictions file), how often the hidden-test
 run here agrees with it, per repo, with the disagreements.
 
@@ -49,12 +49,12 @@ from eval.hidden import gold_check, run_hidden, tests_the_test_patch_edits
 from eval.rows import add_row_options, mirrored_rows, row_choice, run_terminable, sample, written_rows
 from fixgraph.config import load_config
 from fixgraph.dataset import Instance, load_jsonl
-from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree
-from scoring import expected_change
-from scoring.critic import InputError, load_predictions
-from scoring.runtime import runtime_findings
-from scoring.testenv import PASSING, SuiteRunner
-from scoring.tests import listed_among, make_runner, own_outcome
+from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
+from scoring.execution.testenv import PASSING, SuiteRunner
+from scoring.execution.tests import listed_among, make_runner, own_outcome
+from scoring.runtime.findings import runtime_findings
+from scoring.verdict import expected_change
+from scoring.verdict.critic import InputError, load_predictions
 
 
 def parser() -> argparse.ArgumentParser:
@@ -65,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--base-runs", type=int, default=0, choices=(0, 1, 2, 3),
                    help="runs of the selected tests at the base (flaky ones left out); 0: the config's")
     p.add_argument("--expected-changes", action="store_true",
-                   help="count no expected behaviour change as a flag (scoring.expected_change); default: the "
+                   help="count no expected behaviour change as a flag (scoring.verdict.expected_change); default: the "
                         "config's regression.expected_changes")
     p.add_argument("--rescore", action="store_true",
                    help="score the rows already in --output by the current rules and judge no new row (safe beside a "
@@ -142,7 +142,7 @@ def judge_row(row: dict[str, Any], inst: Instance, wt_key: str, repos: RepoCache
 
 def apply_expected(rec: dict[str, Any], inst: Instance, enabled: bool) -> None:
     """The loop's verdict on a judged row: its broken tests, but, when ``enabled``, the expected
-    behaviour changes (``scoring.expected_change``, from the issue's title and the failures' kinds,
+    behaviour changes (``scoring.verdict.expected_change``, from the issue's title and the failures' kinds,
     nothing hidden; recorded either way). Rows saved before the rule (no ``broken``) are scored
     again from what they recorded."""
     if "broken" not in rec:
@@ -150,7 +150,7 @@ def apply_expected(rec: dict[str, Any], inst: Instance, enabled: bool) -> None:
     rec["expected_change"] = expected_change.expected_changes(
         rec["broken"], rec.get("flag_kinds") or {}, inst.problem_statement, inst.repo)
     rec["flagged"] = [t for t in rec["broken"] if not enabled or t not in rec["expected_change"]]
-    # The loop's ids are whole; the dataset lists some cut at a space (scoring.tests.as_listed).
+    # The loop's ids are whole; the dataset lists some cut at a space (scoring.execution.tests.as_listed).
     listed = set(listed_among(rec["flagged"], inst.PASS_TO_PASS))
     rec["extra"] = [t for t in rec["flagged"] if t not in listed]
 

@@ -7,7 +7,7 @@
 For each SWE-bench Lite instance whose repository has a mirror in DIR, the real Reproducer node
 runs with a scripted model whose "reproduction test" is the instance's own test file as its
 ``test_patch`` leaves it (the evaluation side hands it over here, in the benchmark only: the
-pipeline never sees it). Then the Critic's test phase (``scoring.tests.own_outcome``) judges the
+pipeline never sees it). Then the Critic's test phase (``scoring.execution.tests.own_outcome``) judges the
 gold patch with that test and the existing tests it selects from the patch. Per repo it prints:
 
 - ``repro_ok``: the share of instances whose test was accepted (it runs, and fails at the base)
@@ -34,20 +34,20 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from agents.context import TaskContext
 from agents.reproducer import reproducer
+from eval.fixtures.oracle import oracle_script
 from eval.hidden import test_file_from_test_patch
-from eval.oracle import oracle_script
 from fixgraph.config import ConfigError, load_config
-from fixgraph.context import TaskContext
 from fixgraph.dataset import DatasetError, Instance, load_jsonl
-from fixgraph.llm import LLM, Meter, RunMeter
+from fixgraph.models.llm import LLM, Meter, RunMeter
+from fixgraph.models.scripted import ScriptedChatModel
 from fixgraph.publish import DiffPublisher
 from fixgraph.records import RunStore
-from fixgraph.scripted import ScriptedChatModel
+from fixgraph.repo.workspace import RepoCache, WorkspaceError, find_mirror
 from fixgraph.state import TaskState
-from fixgraph.workspace import RepoCache, WorkspaceError, find_mirror
-from scoring.testenv import PASSING
-from scoring.tests import ReproTest, make_runner, own_outcome
+from scoring.execution.testenv import PASSING
+from scoring.execution.tests import ReproTest, make_runner, own_outcome
 
 
 def pick(instances: list[Instance], mirrors: Path, only: set[str], limit: int | None,

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fixgraph.dataset import Instance
-from fixgraph.workspace import find_mirror
-from scoring.critic import InputError, run_reporting_errors
+from fixgraph.repo.workspace import find_mirror
+from scoring.verdict.critic import InputError, run_reporting_errors
 
 T = TypeVar("T")
 

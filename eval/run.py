@@ -31,12 +31,12 @@ from typing import Any
 
 from dotenv import load_dotenv
 
-from eval.rundata import RUN_META, read_json
+from eval.dashboard.rundata import RUN_META, read_json
 from fixgraph.config import ConfigError, RunConfig, load_config
 from fixgraph.dataset import HUB_DATASET, DatasetError, Instance, load_dataset_any, select
 from fixgraph.records import atomic_write
-from fixgraph.runner import RunSummary
-from fixgraph.workspace import WorkspaceError
+from fixgraph.repo.workspace import WorkspaceError
+from fixgraph.run.runner import RunSummary
 
 SB_CLI_SUBSET = "swe-bench_lite"
 # Settings that say where things are or how to reach a server, not how the pipeline behaves:
@@ -154,8 +154,8 @@ def score_runs(runs: list[tuple[str, Path]], runs_dir: Path, *, dataset: str, wo
     if not ready:
         return failures
     if engine or modal:
+        from eval.dashboard.rundata import load_run
         from eval.ingest import DEFAULT_LOGS, ingest_run
-        from eval.rundata import load_run
 
         for run_id, preds in ready:
             cmd = harness_command(preds, run_id, dataset=dataset, workers=workers,

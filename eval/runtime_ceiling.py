@@ -8,7 +8,7 @@ instance's ``FAIL_TO_PASS`` and ``PASS_TO_PASS``, as benchmarks may; the pipelin
 A positive's label comes from the harness's log of the instance's hidden test files. The runtime
 column (``ours_static+runtime``) can add a true positive only where an existing test, one that
 passed at the base, raises a non-assertion exception with a frame in a file the patch touched
-(``scoring.runtime``). So each positive is put in one class, from the tests its log names, the
+(``scoring.runtime.findings``). So each positive is put in one class, from the tests its log names, the
 exception each raised and the frames under it:
 
 - ``p2p_runtime_touched``: a ``PASS_TO_PASS`` test (an existing test that passes at the base and
@@ -46,11 +46,11 @@ from typing import Any
 
 from eval.critic_bench import label
 from fixgraph.dataset import Instance, load_jsonl
-from fixgraph.workspace import find_mirror
-from scoring.critic import InputError, load_predictions, run_reporting_errors
-from scoring.runtime import NOT_RUNTIME
-from scoring.selection import is_test_file
-from scoring.specs import patch_files
+from fixgraph.repo.workspace import find_mirror
+from scoring.execution.selection import is_test_file
+from scoring.execution.specs import patch_files
+from scoring.runtime.findings import NOT_RUNTIME
+from scoring.verdict.critic import InputError, load_predictions, run_reporting_errors
 
 TARGET_F1 = 0.60
 CLASSES = ("p2p_runtime_touched", "unknown_touched", "p2p_runtime_elsewhere", "f2p_only", "unknown_elsewhere")

@@ -1,4 +1,4 @@
-"""How well the selection rule (scoring/select.py) picks among several agents' patches.
+"""How well the selection rule (scoring/verdict/select.py) picks among several agents' patches.
 
     python -m eval.select_bench --predictions FILE [FILE ...] --dataset ../shared/data/swebench_lite.jsonl \\
         --repos DIR [--only R,...] [--stride K] [--limit N] [--shard I/N] [--instances FILE] [--resume] \\
@@ -9,8 +9,8 @@ For each instance whose repository has a mirror under ``--repos`` (with ``--unmi
 only the others, from the signals a patch alone gives), the candidates are the given runs' patches
 (an instance missing from some runs uses those it has). Each candidate is applied at the base
 commit and judged with what the loop may know: the guard and the differential static
-phase (scoring.critic.judge; ``--no-static`` skips the static phase), code quality, and with
-``--tests`` the repository's existing tests selected from the patch (scoring.tests.own_outcome; no
+phase (scoring.verdict.critic.judge; ``--no-static`` skips the static phase), code quality, and with
+``--tests`` the repository's existing tests selected from the patch (scoring.execution.tests.own_outcome; no
 reproduction test exists here, since none was written by an LLM). An instance whose test
 environment cannot be built keeps the signals that need no test run, and the row says so. The
 static phase and the tests run once per distinct deliverable change, and with
@@ -54,10 +54,13 @@ import numpy as np
 from eval.rows import add_row_options, row_choice, run_terminable, sample, written_rows
 from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Instance, load_jsonl
-from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree, find_mirror
-from scoring import fix_score, guard, quality, select, static, tests
-from scoring.critic import InputError, judge, load_predictions
-from scoring.testenv import PASSING
+from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree, find_mirror
+from scoring.execution import tests
+from scoring.execution.testenv import PASSING
+from scoring.static import differential as static
+from scoring.static import guard
+from scoring.verdict import fix_score, quality, select
+from scoring.verdict.critic import InputError, judge, load_predictions
 
 # The weights tried when tuning: every combination (the test signals' only with --tests).
 GRID: dict[str, tuple[float, ...]] = {

@@ -87,7 +87,7 @@ class ExplorerSettings(_Strict):
     # The Planner's repository map (ranked candidates and folded tree) fits in this many tokens.
     map_tokens: int = Field(default=6000, ge=500)
     # Execution evidence for the ranking: the issue's own code run once at the base commit, in the
-    # test sandbox the Critic uses (scoring/issue_run.py), before the Planner ranks the files.
+    # test sandbox the Critic uses (scoring/runtime/issue_run.py), before the Planner ranks the files.
     execute_issue: bool = True
     execute_timeout_s: float = Field(default=60.0, gt=0)
 
@@ -98,7 +98,7 @@ class CoderSettings(_Strict):
     # Lines of raw context around each suspect when a file is too big to show whole.
     window_lines: int = Field(default=60, ge=5)
     # Patches the Coder writes per round, each judged by the Critic; the delivered one is chosen
-    # by scoring/select.py. 1 is one patch per round, chosen by fix_score.
+    # by scoring/verdict/select.py. 1 is one patch per round, chosen by fix_score.
     candidates: int = Field(default=1, ge=1, le=8)
     # Candidates after the first are sampled at this temperature, with the files shown in a
     # rotated order (the first is the usual prompt at llm.temperature).
@@ -124,7 +124,7 @@ class CriticSettings(_Strict):
     tests: Literal["own", "oracle", "off"] = "own"
     guard: Literal["block", "warn", "off"] = "warn"
     # Run the issue's code again with the patch and compare it with its run at the base
-    # (scoring/replay.py): a new crash in the repository, or the issue's reported crash still
+    # (scoring/runtime/replay.py): a new crash in the repository, or the issue's reported crash still
     # there, makes the patch Unsafe. Needs the venv or local backend; off with tests = "off".
     replay_issue: bool = True
     replay_timeout_s: float = Field(default=60.0, gt=0)
@@ -150,14 +150,14 @@ class ReproSettings(_Strict):
     max_tries: int = Field(default=3, ge=1, le=10)
     # Wall-clock cap for one run of the reproduction test.
     timeout_s: float = Field(default=180.0, gt=0)
-    # The issue's own code as a reproduction test too (scoring/replay.py): its statements that
+    # The issue's own code as a reproduction test too (scoring/runtime/replay.py): its statements that
     # raised the crash the issue reports at the base commit, run again with the patch by the
     # Critic's replay (critic.replay_issue), count with the reproduction tests in test_pass_rate.
     issue_code: bool = True
 
 
 class RegressionSettings(_Strict):
-    """The repository's existing tests that exercise the changed code (scoring/selection.py)."""
+    """The repository's existing tests that exercise the changed code (scoring/execution/selection.py)."""
 
     enabled: bool = True
     # At most this many test files are run; the rest are recorded as left out.
@@ -165,7 +165,7 @@ class RegressionSettings(_Strict):
     # Test files bigger than this are left out (a 10k-line test module is a slow, broad net).
     max_file_bytes: int = Field(default=400_000, ge=1000)
     # Seconds one run of the selection is expected to take, by the files' measured (else
-    # estimated) cost (scoring.selection.CostBook); files that do not fit are left out.
+    # estimated) cost (scoring.execution.selection.CostBook); files that do not fit are left out.
     max_expected_s: float = Field(default=40.0, gt=0)
     # Wall-clock cap for one run of the selection on an idle machine, stretched by the load per
     # core when the run starts (up to tests.timeout_s); tests it did not reach are left out.
@@ -177,10 +177,10 @@ class RegressionSettings(_Strict):
     # first attempt then takes about the slower of the two runs, not their sum.
     patched_beside_base: bool = True
     # Read an assertion failure in a test named after the issue's subject as an expected behaviour
-    # change, not a regression (scoring/expected_change.py). Off: on rows no rule was chosen on it
+    # change, not a regression (scoring/verdict/expected_change.py). Off: on rows no rule was chosen on it
     # dropped a true regression and cleared no false positive (docs/benchmarks.md, session 8).
     expected_changes: bool = False
-    # Where a selected test's non-assertion crash counts as a runtime error (scoring/runtime.py):
+    # Where a selected test's non-assertion crash counts as a runtime error (scoring/runtime/findings.py):
     # "touched", a frame in a file the patch touched; "source", also when the innermost repository
     # frame is any non-test source file (an untouched caller of a changed helper). "source": on
     # run 2's sample it added a true positive and no false positive (docs/benchmarks.md, session 10).
@@ -198,7 +198,7 @@ class TestSettings(_Strict):
     # Building a (repo, version) virtualenv: wall-clock cap for the whole build.
     build_timeout_s: float = Field(default=1800.0, gt=0)
     # An env's install at one base commit serves another commit of the same (repo, version) when
-    # nothing the install reads changed between them (scoring/envs.py); false reinstalls per commit.
+    # nothing the install reads changed between them (scoring/execution/envs.py); false reinstalls per commit.
     reuse_install: bool = True
     # Docker backend: registry namespace of the official SWE-bench instance images.
     docker_namespace: str = "swebench"
@@ -219,7 +219,7 @@ class GitHubSettings(_Strict):
     # Push to this remote URL instead of the issue's repository (a fork, or a local bare repo).
     push_remote: str | None = None
     max_concurrent_jobs: int = Field(default=2, ge=1)
-    # The bot (bot/, fixgraph/github_pr.py).
+    # The bot (bot/, fixgraph/github/pr.py).
     # The installation to use when an event does not name one (polling as a GitHub App).
     app_installation_id: int | None = None
     # Commenters allowed to trigger with the command, besides the repo's owners, members and
@@ -261,7 +261,7 @@ class TaskResources(_Strict):
 
 
 class ExecutorSettings(_Strict):
-    """``--executor ray`` (fixgraph/executors.py); the thread pool ignores this block."""
+    """``--executor ray`` (fixgraph/run/executors.py); the thread pool ignores this block."""
 
     cpus: float = Field(default=1.0, gt=0)
     memory_mb: int = Field(default=0, ge=0)

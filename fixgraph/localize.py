@@ -34,8 +34,8 @@ import numpy as np
 import orjson
 
 from fixgraph.records import atomic_write, file_lock, open_wal
+from fixgraph.repo.workspace import Worktree, content_key
 from fixgraph.terms import _CAMEL, _WORD, STOP, split_identifier, terms_of  # noqa: F401
-from fixgraph.workspace import Worktree, content_key
 
 if TYPE_CHECKING:
     from fixgraph.history import HistoryView
@@ -74,7 +74,7 @@ MAX_FILE_BYTES = 1_000_000
 #   relative to the best test's (``RepoIndex._test_cochange``): where T(f) finds the module a test
 #   is named after, TC(f) finds the module the test's past fixes changed with it.
 # E(f): execution evidence (``execution_signal``): the issue's own code, run at the base commit in
-#   the sandboxed test environment (scoring/issue_run.py), called f's functions first in a later
+#   the sandboxed test environment (scoring/runtime/issue_run.py), called f's functions first in a later
 #   statement than its setup: how late, from 0 (the first traced statement) to 1 (the last). The
 #   setup (building the objects) runs the core every snippet runs; the call the issue is about
 #   reaches the code it is about. Absent when the issue has no runnable code or no env (then the
@@ -620,7 +620,7 @@ class RankParts:
 
 def execution_signal(first: Mapping[str, int]) -> dict[str, float]:
     """E(f) of the formula: for each file the issue's code called, how late it was first called,
-    from the statement index of its first call (``first``, as ``scoring.issue_run`` records it):
+    from the statement index of its first call (``first``, as ``scoring.runtime.issue_run`` records it):
     0 for the earliest traced statement, 1 for the last; files at 0 are left out. One statement
     (or one file) says nothing about order: no signal."""
     if not first:

@@ -10,8 +10,8 @@ from typing import Any, Protocol
 
 from fixgraph.dataset import Task
 from fixgraph.records import RunStore
+from fixgraph.repo.workspace import Worktree
 from fixgraph.state import AttemptRecord, ScoreParts, Usage
-from fixgraph.workspace import Worktree
 
 
 @dataclass

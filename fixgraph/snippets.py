@@ -13,7 +13,7 @@ returns the pieces of Python it shows, each one a block that ``ast.parse`` accep
 
 The result is deterministic for a given text, holds at most :data:`MAX_BLOCKS` blocks and
 :data:`MAX_CHARS` characters, and any text (non-UTF-8 leftovers, NUL bytes, garbage) gives a list,
-never an exception. ``scoring.issue_run`` runs the blocks at the base commit.
+never an exception. ``scoring.runtime.issue_run`` runs the blocks at the base commit.
 """
 
 from __future__ import annotations

@@ -121,8 +121,8 @@ class ScoreParts(TypedDict, total=False):
     pass_to_pass: dict[str, str]
     note: str
     test_run: dict[str, Any]  # backend, runnable, reason, seconds, timed_out, network_isolated
-    quality_detail: dict[str, Any]  # how code_quality was reached (scoring/quality.py)
-    replay: dict[str, Any]  # the code run with the patch against the base (scoring/replay.py)
+    quality_detail: dict[str, Any]  # how code_quality was reached (scoring/verdict/quality.py)
+    replay: dict[str, Any]  # the code run with the patch against the base (scoring/runtime/replay.py)
 
 
 class AttemptRecord(TypedDict, total=False):

@@ -14,10 +14,10 @@ from bot.events import sign
 from bot.jobs import JobQueue
 from bot.server import DeliveryLog, make_server
 from bot.worker import RunFn, Worker
-from eval.fake_github import FakeGitHub
+from eval.fakes.github_api import FakeGitHub
 from fixgraph.config import RunConfig, load_config
-from fixgraph.github_client import GitHubAccess
-from fixgraph.workspace import RepoCache
+from fixgraph.github.client import GitHubAccess
+from fixgraph.repo.workspace import RepoCache
 
 TOKEN = "ghp_webhookSECRETtoken987654321"
 SECRET = "hook-secret-abc"

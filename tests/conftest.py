@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from eval.fixtures import make_calc_repo
+from eval.fixtures.repos import make_calc_repo
 from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Instance
 
@@ -21,7 +21,7 @@ TEST_KEY = "sk-test-0123456789abcdef"
 def idle_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """Test costs are measured as on an idle machine: the load of whatever else runs beside the
     suite must not change which files a selection prices out."""
-    monkeypatch.setattr("scoring.testenv.slowdown", lambda: 1.0)
+    monkeypatch.setattr("scoring.execution.testenv.slowdown", lambda: 1.0)
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eval.fake_llm_server import FakeLLMServer, ScriptResponder
-from eval.fixtures import calc_script, make_calc_repo, write_dataset
+from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
+from eval.fixtures.repos import calc_script, make_calc_repo, write_dataset
 from fixgraph.config import CONFIGS_DIR
 
 OWNERS = ["alpha", "beta", "gamma", "delta"]

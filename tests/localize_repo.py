@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from fixgraph.localize import RepoIndex
-from fixgraph.workspace import Worktree
+from fixgraph.repo.workspace import Worktree
 
 SECRET = "OUTSIDE_SECRET_TOKEN_7f3a"
 

@@ -9,7 +9,7 @@ import pytest
 
 from eval import attack_bench
 from eval.attack_bench import ATTACKS, Attack
-from scoring.sandbox import sandbox_mode
+from fixgraph.sandbox.process import sandbox_mode
 
 
 @pytest.mark.parametrize("attack", [a for a in ATTACKS if a.quick], ids=lambda a: f"{a.cls}:{a.name}")

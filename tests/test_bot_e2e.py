@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from eval.fake_github import FakeGitHub, comment_payload, labeled_payload, make_fixture_repo
-from fixgraph.scripted import ScriptedChatModel
+from eval.fakes.github_api import FakeGitHub, comment_payload, labeled_payload, make_fixture_repo
+from fixgraph.models.scripted import ScriptedChatModel
 from graph import run_task
 from tests.bot_harness import TOKEN, Bot
 

@@ -13,11 +13,11 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 import bot.__main__ as cli
 from bot.events import Trigger
 from bot.poll import Poller
-from eval.fake_github import FakeGitHub, labeled_payload, make_fixture_repo
-from eval.fake_llm_server import FakeLLMServer, ScriptResponder
+from eval.fakes.github_api import FakeGitHub, labeled_payload, make_fixture_repo
+from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
 from fixgraph.config import ConfigError, load_config
-from fixgraph.github_client import GitHubAccess
-from fixgraph.github_pr import MARKER
+from fixgraph.github.client import GitHubAccess
+from fixgraph.github.pr import MARKER
 from tests.bot_harness import SECRET, TOKEN, Bot, bot_config
 from tests.test_bot_webhook import StandInPipeline
 

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from eval.fake_github import BUGGY, FakeGitHub, fix_patch, make_fixture_repo, reject_pushes, show
+from eval.fakes.github_api import BUGGY, FakeGitHub, fix_patch, make_fixture_repo, reject_pushes, show
 from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Task
-from fixgraph.github_client import GitHubAccess
-from fixgraph.github_pr import MARKER, GitHubPublisher, branch_name, git_auth, render_body
+from fixgraph.github.client import GitHubAccess
+from fixgraph.github.pr import MARKER, GitHubPublisher, branch_name, git_auth, render_body
 from fixgraph.publish import Outcome
-from fixgraph.workspace import RepoCache, Worktree
+from fixgraph.repo.workspace import RepoCache, Worktree
 
 TOKEN = "ghp_publisherSECRET0123456789"
 BUGGY_SWAPPED = BUGGY.replace("a - b", "b + a")
@@ -257,7 +257,7 @@ def test_a_push_that_meets_a_connection_reset_is_retried(tmp_path, monkeypatch) 
     """A network hiccup on push is tried again; a rejection is not."""
     import git as gitpython
 
-    from fixgraph import github_pr
+    from fixgraph.github import pr as github_pr
 
     calls: list[list[str]] = []
 

@@ -22,7 +22,7 @@ import pytest
 from bot.events import Trigger, sign
 from bot.jobs import JobQueue
 from bot.worker import NO_BODY
-from eval.fake_github import (
+from eval.fakes.github_api import (
     FakeGitHub,
     comment_payload,
     fix_patch,
@@ -33,10 +33,10 @@ from eval.fake_github import (
 )
 from fixgraph.config import RunConfig
 from fixgraph.dataset import Task
-from fixgraph.github_client import scrub_environ
-from fixgraph.github_pr import MARKER
+from fixgraph.github.client import scrub_environ
+from fixgraph.github.pr import MARKER
 from fixgraph.publish import Outcome, Publisher
-from fixgraph.workspace import RepoCache
+from fixgraph.repo.workspace import RepoCache
 from tests.bot_harness import SECRET, TOKEN, Bot
 
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from eval.fixtures import calc_script
+from eval.fixtures.repos import calc_script
 from fixgraph.dataset import EvaluationData, Instance, Task
-from fixgraph.runner import model_name, split
-from fixgraph.scripted import ScriptedChatModel
+from fixgraph.models.scripted import ScriptedChatModel
+from fixgraph.run.runner import model_name, split
 from graph import run_tasks
 from tests.conftest import read_record
 

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from eval.fixtures import BROKEN_LINE, BUGGY_LINE, FIXED_LINE, WRONG_LINE, calc_script, make_calc_repo
+from eval.fixtures.repos import BROKEN_LINE, BUGGY_LINE, FIXED_LINE, WRONG_LINE, calc_script, make_calc_repo
 from fixgraph.dataset import Instance
-from fixgraph.scripted import ScriptedChatModel
+from fixgraph.models.scripted import ScriptedChatModel
 from graph import run_tasks
 from tests.conftest import read_record
 

@@ -29,7 +29,7 @@ def test_no_api_key_fails_in_seconds_naming_the_setting(tmp_path):
 
 
 def test_unknown_task_id(tmp_path, calc):
-    from eval.fixtures import make_calc_repo, write_dataset
+    from eval.fixtures.repos import make_calc_repo, write_dataset
 
     ds = write_dataset(tmp_path / "ds.jsonl", [make_calc_repo(tmp_path / "m2")])
     proc = run_graph(["--tasks", "nope__nope-1", "--dataset", str(ds)], tmp_path, {"OPENAI_API_KEY": "k"})
@@ -49,7 +49,7 @@ def test_malformed_jsonl_line(tmp_path):
 
 
 def test_checkpoint_file_that_is_not_a_database_stops_the_run_with_one_line(tmp_path, calc):
-    from eval.fixtures import make_calc_repo, write_dataset
+    from eval.fixtures.repos import make_calc_repo, write_dataset
 
     ds = write_dataset(tmp_path / "ds.jsonl", [make_calc_repo(tmp_path / "m3")])
     db = tmp_path / "runs" / "r1" / "checkpoints.sqlite"
@@ -75,8 +75,8 @@ def test_ctrl_c_keeps_finished_tasks_and_the_next_run_resumes(tmp_path):
     import signal
     import threading
 
-    from eval.fake_llm_server import FakeLLMServer, ScriptResponder
-    from eval.fixtures import calc_script, make_calc_repo, write_dataset
+    from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
+    from eval.fixtures.repos import calc_script, make_calc_repo, write_dataset
 
     mirrors = tmp_path / "mirrors"
     insts = [make_calc_repo(mirrors, name="calc"), make_calc_repo(mirrors, name="calc2")]

@@ -6,7 +6,7 @@ import subprocess
 
 from agents.coder import coder_files
 from fixgraph.localize import RepoIndex, count_tokens
-from fixgraph.workspace import RepoCache
+from fixgraph.repo.workspace import RepoCache
 
 
 def _repo(tmp_path):

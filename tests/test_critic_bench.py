@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from eval.critic_bench import Tally, main
-from eval.critic_repo import edit, make_repo
+from eval.fixtures.critic_repo import edit, make_repo
 from tests.testrun_helpers import local_config
 
 OVERRIDE = "\n\nclass Big(Circle):\n    def area(self, scale):\n        return 2\n"

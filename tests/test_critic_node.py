@@ -3,8 +3,8 @@ record says which of them the next attempt fixed."""
 
 from __future__ import annotations
 
-from eval.fixtures import calc_script
-from fixgraph.scripted import ScriptedChatModel
+from eval.fixtures.repos import calc_script
+from fixgraph.models.scripted import ScriptedChatModel
 from graph import run_tasks
 from tests.conftest import read_record
 

@@ -1,4 +1,4 @@
-"""eval.ingest and eval.dashboard on records of four configs over eight fixture tasks.
+"""eval.ingest and eval.dashboard.page on records of four configs over eight fixture tasks.
 
 The harness's report files are written in its own format (see tests/dashboard_fixture.py); the
 numbers on the page are checked against hand computations: wins/losses/ties, McNemar's exact
@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from eval import dashboard, ingest
-from eval.stats import bootstrap_delta_ci, mcnemar_exact, pair
+from eval import ingest
+from eval.dashboard import page as dashboard
+from eval.dashboard.stats import bootstrap_delta_ci, mcnemar_exact, pair
 from tests import dashboard_fixture as fx
 
 
@@ -346,8 +347,8 @@ def test_ingest_from_a_run_summary_alone(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_retries_from_test_results_count_with_their_cause(tmp_path: Path) -> None:
-    from eval.dashboard import config_view, retry_causes
-    from eval.rundata import Run
+    from eval.dashboard.page import config_view, retry_causes
+    from eval.dashboard.rundata import Run
 
     tests_low = {"fix_score": 0.4, "kind": "tests"}
     rec = {"instance_id": "a__b-1", "final": True, "verdict": "Safe", "critic_flagged": False,

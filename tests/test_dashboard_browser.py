@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from eval import dashboard, ingest
+from eval import ingest
+from eval.dashboard import page as dashboard
 from tests import dashboard_fixture as fx
 
 CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"),

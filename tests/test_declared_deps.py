@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OWN = {"fixgraph", "agents", "scoring", "eval", "bot", "tests", "graph"}
-# Imported only as an alternative when present (fixgraph/llm.py falls back to httpx).
+# Imported only as an alternative when present (fixgraph/models/llm.py falls back to httpx).
 OPTIONAL = {"httpx2"}
 # Modules of the fixture repositories the tests create and import from their checkouts.
 FIXTURES = {"calc", "calc_version"}

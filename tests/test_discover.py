@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from eval.fake_llm_server import FakeLLMServer, ScriptResponder
+from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
 from fixgraph.config import ConfigError, load_config
-from fixgraph.discover import LOCAL_SERVERS, probe, resolve_llm
+from fixgraph.models.discover import LOCAL_SERVERS, probe, resolve_llm
 
 ROOT = Path(__file__).resolve().parent.parent
 

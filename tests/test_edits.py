@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fixgraph.edits import apply_edits
+from fixgraph.repo.edits import apply_edits
+from fixgraph.repo.workspace import PatchError, RepoCache
 from fixgraph.state import Edit
-from fixgraph.workspace import PatchError, RepoCache
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ def test_a_commit_that_cannot_be_checked_out_is_a_workspace_error(calc, tmp_path
     """A mirror missing a blob (seen with astropy here): one clear reason, no half-made worktree."""
     import subprocess
 
-    from fixgraph.workspace import WorkspaceError
+    from fixgraph.repo.workspace import WorkspaceError
 
     mirrors, inst = calc
     cache = RepoCache(tmp_path / "cache", mirrors)

@@ -12,8 +12,8 @@ import pytest
 
 from eval.hidden import run_hidden
 from fixgraph import config
-from fixgraph.workspace import Worktree
-from scoring.envs import VenvEnvs, install_differs
+from fixgraph.repo.workspace import Worktree
+from scoring.execution.envs import VenvEnvs, install_differs
 from tests.testrun_helpers import CALC, CALC_PYPROJECT, REPO, calc_instance, git
 
 SETUP_PY = """from setuptools import setup
@@ -105,7 +105,7 @@ def test_a_commit_that_changes_only_code_runs_on_the_install_of_another(tmp_path
     mirror = tmp_path / "mirrors" / REPO.replace("/", "+")
 
     def envs_with(**kw: Any) -> tuple[VenvEnvs, Any]:
-        from scoring.tests import SubprocessRunner
+        from scoring.execution.tests import SubprocessRunner
         settings = config.TestSettings(backend="venv", timeout_s=120, **kw)
         envs = VenvEnvs(tmp_path / "envs", tmp_path / "cache", settings, specs=lambda repo, version: spec)
         return envs, SubprocessRunner(settings, tmp_path / "cache", envs, "venv")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import eval.run as evrun
-from eval import dashboard
-from eval.fake_llm_server import FakeLLMServer
+from eval.dashboard import page as dashboard
+from eval.fakes.llm_server import FakeLLMServer
 from fixgraph.config import ConfigError, load_config
 from tests import dashboard_fixture as fx
 from tests.eval_run_helpers import config_files, jsonl_lines, llm_env, make_tasks, responder

@@ -13,13 +13,13 @@ import pytest
 from eval.regression_bench import main
 from fixgraph.config import RegressionSettings
 from fixgraph.dataset import Instance, Task
-from fixgraph.scripted import ScriptedChatModel
-from fixgraph.workspace import RepoCache
+from fixgraph.models.scripted import ScriptedChatModel
+from fixgraph.repo.workspace import RepoCache
 from graph import run_tasks
-from scoring import expected_change, fix_score
-from scoring.crash import failures_of
-from scoring.runtime import runtime_findings
-from scoring.tests import TestOutcome, make_runner, own_outcome
+from scoring.execution.tests import TestOutcome, make_runner, own_outcome
+from scoring.runtime.crash import failures_of
+from scoring.runtime.findings import runtime_findings
+from scoring.verdict import expected_change, fix_score
 from tests.conftest import read_record
 from tests.test_repro_loop import _PRRecorder
 from tests.testrun_helpers import REPO, apply_to, diff_for, local_config, local_settings, make_repo
@@ -279,8 +279,8 @@ def test_a_sympy_run_killed_by_its_timeout_keeps_the_kinds_its_f_and_e_say() -> 
     """sympy's runner prints its tracebacks only at the end, which a run killed by its timeout never
     reaches; but it says F (an AssertionError, nothing else) or E (any other exception) as each test
     ends. F is a failed assertion; E stays unknown."""
-    from scoring.crash import assertions_by_status
-    from scoring.specs import parse_log
+    from scoring.execution.specs import parse_log
+    from scoring.runtime.crash import assertions_by_status
 
     killed = LONG_NAME_LOG.split("\n\n\n", 1)[0].replace("test_mathematica ok", "test_mathematica E")
     statuses = parse_log("sympy/sympy", killed)

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from langgraph.graph import END, START, StateGraph
 
+from agents.context import TaskContext
 from agents.explorer import explorer, needs_replan
 from agents.planner import planner
 from fixgraph.config import RunConfig
-from fixgraph.context import TaskContext
 from fixgraph.dataset import Task
-from fixgraph.llm import LLM, Meter
 from fixgraph.localize import count_tokens
-from fixgraph.scripted import ScriptedChatModel
+from fixgraph.models.llm import LLM, Meter
+from fixgraph.models.scripted import ScriptedChatModel
 from fixgraph.state import TaskState
 from tests.localize_repo import make_repo
 

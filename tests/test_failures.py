@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from eval.fake_llm_server import FakeLLMServer, ScriptResponder
-from eval.fixtures import BUGGY_LINE, calc_script
+from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
+from eval.fixtures.repos import BUGGY_LINE, calc_script
 from fixgraph.dataset import Instance
-from fixgraph.scripted import ScriptedChatModel
+from fixgraph.models.scripted import ScriptedChatModel
 from graph import run_tasks
 from tests.conftest import read_record
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from eval.fake_llm_server import ScriptResponder
+from eval.fakes.faulty_llm_server import FAULT_KINDS, FaultPlan, FaultyLLMServer
+from eval.fakes.llm_server import ScriptResponder
 from eval.fault_bench import BenchResponder, came_through, make_bench_repos, run_graph, task_tag
-from eval.faulty_llm_server import FAULT_KINDS, FaultPlan, FaultyLLMServer
-from eval.fixtures import calc_script
+from eval.fixtures.repos import calc_script
 from fixgraph.dataset import Instance
-from fixgraph.scripted import ScriptedChatModel
-from fixgraph.workspace import RepoCache
+from fixgraph.models.scripted import ScriptedChatModel
+from fixgraph.repo.workspace import RepoCache
 from graph import run_tasks
 from tests.conftest import TEST_KEY, make_config, read_record
 

@@ -8,9 +8,9 @@ import pytest
 
 from eval.hidden import run_hidden
 from fixgraph.state import PatchJudgment
-from scoring import fix_score
-from scoring.quality import code_quality
-from scoring.tests import TestOutcome, make_runner
+from scoring.execution.tests import TestOutcome, make_runner
+from scoring.verdict import fix_score
+from scoring.verdict.quality import code_quality
 from tests.testrun_helpers import CALC, apply_to, calc_instance, diff_for, local_settings
 
 
@@ -52,7 +52,7 @@ def test_semantic_fallback_and_none() -> None:
 
 
 def test_repo_where_nothing_is_collected_falls_back_to_the_llm(tmp_path: Path) -> None:
-    from fixgraph.scripted import ScriptedChatModel
+    from fixgraph.models.scripted import ScriptedChatModel
 
     # the package cannot be imported by its tests: nothing is collected
     broken = "import no_such_dependency_xyz\n\n\n" + CALC

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from eval import gold_bench
-from eval.fixtures import make_calc_repo, write_dataset
+from eval.fixtures.repos import make_calc_repo, write_dataset
 
 
 def test_gold_and_empty_patch_on_a_fixture(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

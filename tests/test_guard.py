@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from eval.critic_repo import edit, make_repo, snapshot
-from eval.guard_cases import BENIGN, BYPASSES, LOAD
-from fixgraph.workspace import Worktree
-from scoring.guard import check_patch
+from eval.fixtures.critic_repo import edit, make_repo, snapshot
+from eval.fixtures.guard_cases import BENIGN, BYPASSES, LOAD
+from fixgraph.repo.workspace import Worktree
+from scoring.static.guard import check_patch
 
 TIDY = "    if os.path.exists(path):\n        return path\n"
 

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from fixgraph.dataset import Task
+from fixgraph.repo.workspace import RepoCache, Worktree
+from fixgraph.sandbox.process import sandbox_mode
 from fixgraph.snippets import MAX_BLOCKS, MAX_CHARS, issue_snippets
-from fixgraph.workspace import RepoCache, Worktree
-from scoring import issue_run
-from scoring.envs import installed_pythons
-from scoring.issue_run import NO_BACKEND, IssueTrace, TracedError, trace_issue
-from scoring.sandbox import sandbox_mode
-from scoring.testenv import EnvError, TestEnv, UnavailableRunner
-from scoring.tests import SubprocessRunner, make_runner
+from scoring.execution.envs import installed_pythons
+from scoring.execution.testenv import EnvError, TestEnv, UnavailableRunner
+from scoring.execution.tests import SubprocessRunner, make_runner
+from scoring.runtime import issue_run
+from scoring.runtime.issue_run import NO_BACKEND, IssueTrace, TracedError, trace_issue
 from tests.testrun_helpers import local_settings, make_repo
 
 REPO = "fixture/mylib"

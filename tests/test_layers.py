@@ -1,4 +1,5 @@
-"""One-way layers: the import graph of the non-test code has no cycle.
+"""One-way layers: the import graph of the non-test code has no cycle, and no package imports one
+above it in the order the README states.
 
 A small AST walk: every ``import`` and ``from ... import`` in fixgraph/, agents/, scoring/, eval/,
 bot/ and graph.py, at any depth (a lazy import inside a function is still a dependency), is an
@@ -98,8 +99,8 @@ def import_graph() -> dict[str, set[str]]:
 
 def test_the_walk_sees_real_edges() -> None:
     graph = import_graph()
-    assert "fixgraph.config" in graph["fixgraph.runner"]
-    assert "fixgraph.github_client" in graph["fixgraph.github_pr"]
+    assert "fixgraph.config" in graph["fixgraph.run.runner"]
+    assert "fixgraph.github.client" in graph["fixgraph.github.pr"]
     assert "agents.critic" in graph["graph"]  # imported inside build_graph: still an edge
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
 
@@ -108,11 +109,52 @@ def test_no_import_cycle() -> None:
     assert [sorted(c) for c in cycles(import_graph())] == []
 
 
-def test_the_floor_imports_nothing_above_it() -> None:
-    """fixgraph's runner, state, config, llm, workspace and records import no agent, graph or bot."""
+# Low to high, as README.md states it. A module belongs to the longest prefix that names it.
+LAYERS: list[tuple[str, ...]] = [
+    ("fixgraph",),
+    ("scoring",),
+    ("agents",),
+    ("fixgraph.run", "graph"),
+    ("bot",),
+    ("eval",),
+]
+
+
+def layer_of(module: str) -> int:
+    best, rank = -1, -1
+    for i, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, rank = len(prefix), i
+    assert rank >= 0, f"{module} is in no layer: add it to LAYERS and to the README"
+    return rank
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets if layer_of(b) > layer_of(a))
+
+
+def test_no_package_imports_one_above_it() -> None:
+    assert upward(import_graph()) == []
+
+
+def test_an_upward_import_is_caught(tmp_path: Path) -> None:
+    """Plant a lazy upward import (the floor reaching into scoring inside a function) and see it fail."""
+    planted = tmp_path / "planted.py"
+    planted.write_text("def f():\n    from scoring.verdict import fix_score\n    return fix_score\n")
+    mods = modules()
     graph = import_graph()
-    floor = ["fixgraph.runner", "fixgraph.state", "fixgraph.config", "fixgraph.llm", "fixgraph.workspace",
-             "fixgraph.records", "fixgraph.github_pr", "fixgraph.github_client"]
+    graph["fixgraph.planted"] = imports("fixgraph.planted", planted, set(mods))
+    assert upward(graph) == ["fixgraph.planted -> scoring.verdict.fix_score"]
+    assert layer_of("fixgraph.run.cli") > layer_of("agents.critic") > layer_of("scoring.execution.tests")
+
+
+def test_the_floor_imports_nothing_above_it() -> None:
+    """The floor's core modules import nothing but the floor (the layer test, said for the modules
+    everything else stands on)."""
+    graph = import_graph()
+    floor = ["fixgraph.state", "fixgraph.config", "fixgraph.models.llm", "fixgraph.repo.workspace",
+             "fixgraph.records", "fixgraph.github.pr", "fixgraph.github.client", "fixgraph.sandbox.process"]
     for name in floor:
-        above = sorted(t for t in graph[name] if t == "graph" or t.split(".")[0] in ("agents", "bot", "eval"))
+        above = sorted(t for t in graph[name] if layer_of(t) > 0)
         assert above == [], name

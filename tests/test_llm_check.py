@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from eval.critic_repo import edit, make_repo
+from eval.fixtures.critic_repo import edit, make_repo
 from fixgraph.config import Budget, CriticSettings, Price
 from fixgraph.dataset import Task
-from fixgraph.llm import LLM, Meter
-from fixgraph.scripted import ScriptedChatModel, tool_reply
-from fixgraph.workspace import Worktree
-from scoring.llm_check import original_functions, runtime_check
-from scoring.static import analyze_patch
+from fixgraph.models.llm import LLM, Meter
+from fixgraph.models.scripted import ScriptedChatModel, tool_reply
+from fixgraph.repo.workspace import Worktree
+from scoring.runtime.llm_check import original_functions, runtime_check
+from scoring.static.differential import analyze_patch
 
 # The patch reads an attribute Circle does not have, through an untyped parameter: pyright cannot
 # know what ``c`` is, so only a reader of the repository sees the AttributeError.

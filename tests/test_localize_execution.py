@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from agents.context import TaskContext
 from fixgraph.config import load_config
-from fixgraph.context import TaskContext
 from fixgraph.dataset import Task
 from fixgraph.localize import RepoIndex, execution_signal
-from fixgraph.workspace import RepoCache, Worktree
-from scoring.issue_run import IssueTrace, TracedError, trace_issue
-from scoring.sandbox import sandbox_mode
-from scoring.tests import make_runner
+from fixgraph.repo.workspace import RepoCache, Worktree
+from fixgraph.sandbox.process import sandbox_mode
+from scoring.execution.tests import make_runner
+from scoring.runtime.issue_run import IssueTrace, TracedError, trace_issue
 from tests.testrun_helpers import local_settings, make_repo
 
 REPO = "acme/shapes"
@@ -214,8 +214,8 @@ def test_the_planners_and_coders_prompts_carry_the_exception_the_issue_code_rais
     from langgraph.graph import END, START, StateGraph
 
     from agents.planner import planner
-    from fixgraph.llm import LLM, Meter
-    from fixgraph.scripted import ScriptedChatModel
+    from fixgraph.models.llm import LLM, Meter
+    from fixgraph.models.scripted import ScriptedChatModel
     from fixgraph.state import TaskState
 
     _, task, wt = repo

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from eval.fixtures import calc_script
-from fixgraph.scripted import ScriptedChatModel
+from eval.fixtures.repos import calc_script
+from fixgraph.models.scripted import ScriptedChatModel
 from graph import run_tasks
 from tests.conftest import read_record
 

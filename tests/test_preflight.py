@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from eval.fake_github import FakeGitHub
-from eval.fake_llm_server import FakeLLMServer, ScriptResponder
+from eval.fakes.github_api import FakeGitHub
+from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
 from fixgraph.config import load_config
-from fixgraph.preflight import check_github, check_tool_calling, print_report, run_checks
+from fixgraph.run.preflight import check_github, check_tool_calling, print_report, run_checks
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_TOOLS = ("NOT READY  tool calling m1: the model did not answer with a tool call: the nodes need tool "
@@ -98,8 +98,8 @@ def test_github_is_not_checked_in_eval_mode() -> None:
 
 
 def test_test_backend_docker_without_an_engine_and_venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import scoring.docker  # noqa: F401 - imported (it imports GitPython, which needs git) before PATH goes
-    from fixgraph.preflight import check_test_backend
+    import scoring.execution.docker  # noqa: F401 - imported (it imports GitPython, which needs git) before PATH goes
+    from fixgraph.run.preflight import check_test_backend
 
     with monkeypatch.context() as m:
         m.setenv("PATH", str(tmp_path))  # no docker CLI on it
@@ -111,7 +111,7 @@ def test_test_backend_docker_without_an_engine_and_venv(tmp_path: Path, monkeypa
     assert venv.detail.endswith(("tests sandboxed as uid 59999 in namespaces of their own",
                                  "tests sandboxed in a user namespace of their own"))
     # a container without namespaces (the probe is cached: a stand-in, not a PATH change)
-    monkeypatch.setattr("scoring.sandbox.sandbox_mode", lambda: "none")
+    monkeypatch.setattr("fixgraph.sandbox.process.sandbox_mode", lambda: "none")
     bare = check_test_backend(load_config("redo", env={}, overrides={"tests.backend": "local"}))
     assert bare.ready and "NO SANDBOX: namespaces (unshare) are unavailable here" in bare.detail
     assert check_test_backend(load_config("baseline", env={})).detail == "not used by this config"

@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 import ray
 
+from eval.fakes.faulty_llm_server import FaultyLLMServer
 from eval.fault_bench import BenchResponder, came_through, make_bench_repos, task_tag
-from eval.faulty_llm_server import FaultyLLMServer
 from fixgraph.config import RunConfig
 from fixgraph.dataset import Instance
-from fixgraph.executors import RayExecutor
+from fixgraph.run.executors import RayExecutor
 from graph import run_tasks
 from tests.conftest import make_config
 
@@ -247,7 +247,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def test_without_ray_installed_one_line_names_the_extra(tmp_path):
-    from eval.fixtures import make_calc_repo, write_dataset
+    from eval.fixtures.repos import make_calc_repo, write_dataset
 
     fake = tmp_path / "noray" / "ray"
     fake.mkdir(parents=True)
@@ -262,7 +262,7 @@ def test_without_ray_installed_one_line_names_the_extra(tmp_path):
 
 
 def test_an_address_that_does_not_answer_fails_in_seconds_with_one_line(tmp_path):
-    from eval.fixtures import make_calc_repo, write_dataset
+    from eval.fixtures.repos import make_calc_repo, write_dataset
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -282,7 +282,7 @@ def test_an_address_that_does_not_answer_fails_in_seconds_with_one_line(tmp_path
 
 @pytest.mark.slow
 def test_ctrl_c_on_the_driver_cancels_the_workers_tasks_and_keeps_finished_work(tmp_path):
-    from eval.fake_llm_server import FakeLLMServer
+    from eval.fakes.llm_server import FakeLLMServer
 
     mirrors, insts, responder, dataset = _tasks(tmp_path, 3)
     release = threading.Event()

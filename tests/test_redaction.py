@@ -9,7 +9,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 
 from bot.server import DeliveryLog
 from fixgraph import redaction
-from fixgraph.llm import _redacted
+from fixgraph.models.llm import _redacted
 from fixgraph.records import RunStore, redact
 
 SECRET = "sk-redaction-test-4f1d2e"

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from fixgraph.dataset import Task
-from fixgraph.scripted import ScriptedChatModel
-from fixgraph.workspace import RepoCache, Worktree
-from scoring import replay
-from scoring.issue_run import IssueTrace, TracedError
-from scoring.sandbox import sandbox_mode
-from scoring.tests import SubprocessRunner, make_runner
+from fixgraph.models.scripted import ScriptedChatModel
+from fixgraph.repo.workspace import RepoCache, Worktree
+from fixgraph.sandbox.process import sandbox_mode
+from scoring.execution.tests import SubprocessRunner, make_runner
+from scoring.runtime import replay
+from scoring.runtime.issue_run import IssueTrace, TracedError
 from tests.testrun_helpers import local_settings, make_repo
 
 REPO = "fixture/shapes"
@@ -174,8 +174,8 @@ def test_in_the_graph_the_replay_rejects_a_patch_before_its_tests_and_tells_the_
     """The whole loop, scripted LLM: the first patch passes static analysis and the LLM check, and
     crashes when the issue's code runs; the Critic says Unsafe with the replay's finding, the
     Coder's retry prompt has it, and the second patch passes the replay."""
-    from eval import fixtures
-    from fixgraph.scripted import ScriptedChatModel
+    from eval.fixtures import repos as fixtures
+    from fixgraph.models.scripted import ScriptedChatModel
     from graph import run_tasks
     from tests.conftest import read_record
 
@@ -333,7 +333,7 @@ RETURNS_ZERO = "    return sum(values) / len(values) - 1 if values else 0.0\n"
 def _empty_mean_run(calc, cfg_factory, issue_code: bool) -> tuple[list[dict], ScriptedChatModel]:
     """The loop on the empty-mean issue with no LLM-written reproduction test (``repro.enabled``
     off): the first patch keeps the crash, the second removes it. The scripted LLM judges both 0.9."""
-    from eval import fixtures
+    from eval.fixtures import repos as fixtures
     from graph import run_tasks
     from tests.conftest import read_record
 

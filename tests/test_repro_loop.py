@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from eval.fixtures import REPRO_PATH, REPRO_TEST, REPRO_TEST_PASSING, calc_script, make_calc_repo
+from eval.fixtures.repos import REPRO_PATH, REPRO_TEST, REPRO_TEST_PASSING, calc_script, make_calc_repo
 from fixgraph.dataset import Instance
-from fixgraph.scripted import ScriptedChatModel
+from fixgraph.models.scripted import ScriptedChatModel
 from graph import run_tasks
 from tests.conftest import read_record
 
@@ -132,7 +132,7 @@ class _PRRecorder:
         self.seen: list[str] = []
 
     def publish(self, outcome) -> dict[str, Any]:  # noqa: ANN001
-        from fixgraph.github_pr import render_body
+        from fixgraph.github.pr import render_body
 
         self.seen.append(render_body(outcome, self.cfg, 1) + json.dumps(outcome.repro_test) + outcome.patch)
         return {"kind": "pr", "ok": True}
@@ -231,7 +231,7 @@ def test_a_reproduction_test_brings_the_data_file_it_reads(tmp_path, cfg_factory
 
 
 def _run_of(statuses: dict[str, str], log: str = "", records: list[dict[str, Any]] | None = None):
-    from scoring.testenv import SuiteRun
+    from scoring.execution.testenv import SuiteRun
 
     return SuiteRun(statuses=statuses, log=log, seconds=1.0, crash_records=records or [], root="/tmp/run-x")
 
@@ -248,7 +248,7 @@ def test_a_session_that_crashes_in_the_repositorys_code_reproduces_as_a_whole_fi
     """pytest's own bugs can crash the session before any test is reported (pytest-7168): the
     file as a whole is then the failing test, and it passes when every test of it passes."""
     from agents.reproducer import judge_run
-    from scoring.tests import ReproTest
+    from scoring.execution.tests import ReproTest
 
     path = "testing/io/test_saferepr.py"
     assert judge_run(_run_of({}, INTERNAL), path) == ("", [path])
@@ -317,9 +317,9 @@ def test_the_repositorys_own_pytest_patterns_name_its_test_files(tmp_path, files
     """pytest's repository collects ``testing/*/*.py`` (pytest-5221's tests live in
     ``testing/python/fixtures.py``): a reproduction test there is a test file. The patterns are
     read from the base commit."""
-    from eval.fixtures import git_commit_all
-    from fixgraph.workspace import RepoCache
-    from scoring.selection import matches_patterns, python_files_patterns
+    from eval.fixtures.repos import git_commit_all
+    from fixgraph.repo.workspace import RepoCache
+    from scoring.execution.selection import matches_patterns, python_files_patterns
 
     repo = tmp_path / "mirrors" / "fixture+patterns"
     (repo / "pkg").mkdir(parents=True)

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from eval.fixtures import BUGGY_LINE, FIXED_LINE, calc_script
+from eval.fixtures.repos import BUGGY_LINE, FIXED_LINE, calc_script
 from fixgraph.config import RegressionSettings, RunConfig
 from fixgraph.dataset import Instance, Task
-from fixgraph.scripted import ScriptedChatModel
-from fixgraph.workspace import RepoCache
+from fixgraph.models.scripted import ScriptedChatModel
+from fixgraph.repo.workspace import RepoCache
 from graph import run_tasks
-from scoring.crash import failures_of
-from scoring.runtime import SCOPES, crash_summaries, crashed_tests, runtime_findings
-from scoring.tests import make_runner, own_outcome
+from scoring.execution.tests import make_runner, own_outcome
+from scoring.runtime.crash import failures_of
+from scoring.runtime.findings import SCOPES, crash_summaries, crashed_tests, runtime_findings
 from tests.conftest import read_record
 from tests.testrun_helpers import REPO, apply_to, diff_for, git, local_settings, make_repo
 
@@ -213,7 +213,7 @@ def test_a_test_that_flips_between_base_runs_is_left_out_and_recorded(tmp_path: 
     """A test whose outcome changes from one run to the next. The sandbox keeps no state between
     runs (by design), so the flip is made at the runner's boundary: every other base run reports it
     failed, and so does the patched run (which may run beside the first base run, in either order)."""
-    from scoring.tests import SubprocessRunner
+    from scoring.execution.tests import SubprocessRunner
 
     real = SubprocessRunner.run_suite
     calls = {"n": 0}
@@ -245,7 +245,7 @@ def test_a_base_run_cut_by_its_timeout_runs_once_and_prices_its_files_for_the_ne
     """sympy's rubi tests took the 300 s timeout twice per task, and again on every task: nothing
     was learnt from a cut run. Now it is not repeated, and the files it did not finish carry the
     timeout in the cost book, so the next selection leaves them out."""
-    from scoring.selection import CostBook, select_tests
+    from scoring.execution.selection import CostBook, select_tests
 
     slow = "import time\nimport calc\n\n\ndef test_slow_scale():\n    time.sleep(60)\n    assert calc.scale\n"
     change = CALC.replace('return "n=%d" % x', 'return "n=%d!" % x')
@@ -282,7 +282,7 @@ def test_tests_a_patched_run_cut_by_its_timeout_did_not_reach_are_not_broken(tmp
 def test_on_a_busy_machine_the_selection_s_timeout_stretches_with_the_load(tmp_path: Path, monkeypatch) -> None:
     """A test that takes 6 s runs out a 4 s timeout on an idle machine; at several processes per
     core it takes longer for the same work, and the timeout grows with it (five per core: 20 s)."""
-    from scoring import testenv
+    from scoring.execution import testenv
 
     slow = "import time\nimport calc\n\n\ndef test_slow():\n    time.sleep(6)\n    assert calc.add(1, 1) == 2\n"
     change = CALC.replace('return "n=%d" % x', 'return "n=%d!" % x')
@@ -294,7 +294,7 @@ def test_on_a_busy_machine_the_selection_s_timeout_stretches_with_the_load(tmp_p
 
 
 def test_a_suite_s_timeout_stretches_with_the_load_never_past_the_backend_s_cap() -> None:
-    from scoring.testenv import Suite, suite_timeout
+    from scoring.execution.testenv import Suite, suite_timeout
 
     own = Suite(targets=("tests/test_calc.py",), timeout_s=30)
     assert [suite_timeout(own, 600, slowed) for slowed in (1.0, 4.0, 40.0)] == [30, 120, 600]
@@ -360,7 +360,7 @@ def test_a_runner_that_dies_before_any_test_explains_the_tests_it_never_reached(
     """The patched package no longer imports: every selected test that passed at the base goes
     unreported, and the runner's own traceback, through a patched frame, is their runtime error.
     A test the run did report (here: failed on its own) is not explained by it."""
-    from scoring.tests import TestOutcome
+    from scoring.execution.tests import TestOutcome
 
     wanted = ["test_pretty_basic", "test_upretty_greek", "test_reported"]
     recs = failures_of([], RUNNER_DIED, "/tmp/run/repo", wanted, unreported=wanted[:2])
@@ -422,7 +422,7 @@ def test_a_selected_file_that_cannot_run_at_the_base_does_not_silence_the_others
 def test_a_slow_file_still_gives_the_tests_that_name_the_changed_code(tmp_path: Path) -> None:
     """A file measured too slow to run whole is left out, but its tests that name the changed
     function run alone (by node id) and catch the regression; its other tests do not run."""
-    from scoring.selection import CostBook
+    from scoring.execution.selection import CostBook
 
     others = "".join(f"def test_other_{i}():\n    assert calc.add({i}, 0) == {i}\n\n\n" for i in range(30))
     slow = "import calc\n\n\n" + others + "class TestFormats:\n    def test_label(self):\n        assert calc.label(3) == 'n=3'\n"
@@ -487,7 +487,7 @@ tests/test_x.py:3: AssertionError
 def test_without_the_plugin_pytest_s_long_report_gives_the_frames(tmp_path: Path) -> None:
     """tox passes the test process neither PYTHONPATH nor the plugin's variables (sphinx): the
     runtime finding comes from pytest's own report, with the place that raised."""
-    from scoring.tests import TestOutcome
+    from scoring.execution.tests import TestOutcome
 
     ids = ["tests/test_ext_autodoc_autoclass.py::test_classes", "tests/test_x.py::TestX::test_y[a.b]"]
     crashes = failures_of([], PYTEST_LONG_REPORT, str(tmp_path), ids)
@@ -506,8 +506,8 @@ def test_without_the_plugin_pytest_s_long_report_gives_the_frames(tmp_path: Path
 def test_a_base_run_that_reports_no_test_is_not_cached(tmp_path: Path) -> None:
     """Nothing reported at all may be the environment's passing trouble (caught mid-reinstall):
     it is run again next time rather than pinned."""
-    from scoring.testenv import Suite
-    from scoring.tests import baseline
+    from scoring.execution.testenv import Suite
+    from scoring.execution.tests import baseline
 
     mirrors, commit = make_repo(tmp_path, {"calc.py": CALC, "tests/test_calc.py": TESTS,
                                            "tests/test_empty.py": "import calc\n"})
@@ -538,7 +538,7 @@ def test_the_patched_run_goes_beside_an_uncached_base_run_and_alone_after_a_cach
     import threading
     import time
 
-    from scoring.tests import SubprocessRunner
+    from scoring.execution.tests import SubprocessRunner
 
     real = SubprocessRunner.run_suite
     spans: list[tuple[bool, float, float]] = []
@@ -581,7 +581,7 @@ def test_a_base_run_on_a_busy_machine_is_priced_as_on_an_idle_one(tmp_path: Path
     """Seconds measured while the machine ran four processes per core are a quarter of that on an
     idle one: else a file measured under load is priced out of every later selection, and, never
     selected again, never measured again."""
-    from scoring import selection, testenv
+    from scoring.execution import selection, testenv
 
     monkeypatch.setattr(testenv, "slowdown", lambda: 4.0)
     outcome, _ = _judge(tmp_path, CALC.replace("def label(x):", "def label(x):  # formats x"))
@@ -598,7 +598,7 @@ def test_a_base_run_on_a_busy_machine_is_priced_as_on_an_idle_one(tmp_path: Path
 def test_a_run_killed_by_its_timeout_still_reports_the_tests_it_finished(tmp_path: Path) -> None:
     """pytest prints its summary at the end: a run killed by its timeout printed none, and every
     test it had finished was lost. The plugin writes each outcome as it comes."""
-    from scoring.tests import Suite
+    from scoring.execution.tests import Suite
 
     hang = "import time\n\n\ndef test_hang():\n    time.sleep(120)\n"
     mirrors, commit = make_repo(tmp_path, {"calc.py": CALC, "tests/test_calc.py": TESTS, "tests/test_zz_hang.py": hang})
@@ -652,7 +652,7 @@ diff --git a/sympy/combinatorics/permutations.py b/sympy/combinatorics/permutati
 
 
 def test_a_chained_traceback_is_read_to_the_patched_frame_before_the_runner_s_own_error() -> None:
-    from scoring.tests import TestOutcome
+    from scoring.execution.tests import TestOutcome
 
     wanted = ["test_Permutation", "test_josephus"]
     recs = failures_of([], RUNNER_CHAINED, "/tmp/run/repo", wanted, unreported=wanted)
@@ -676,7 +676,7 @@ def test_the_critic_reads_the_runtime_scope_from_the_config(tmp_path: Path, calc
     calc/report.py's total_label() raises TypeError on it in an existing test. With
     ``regression.runtime_scope = "source"`` the Critic says Unsafe with the caller's frame, and the
     Coder's next prompt has it; with ``touched`` it is a plain regression."""
-    from eval.fixtures import TESTS_BASE, git_commit_all
+    from eval.fixtures.repos import TESTS_BASE, git_commit_all
 
     mirrors, inst = calc
     repo = mirrors / "fixture+calc"

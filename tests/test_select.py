@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from eval.fixtures import BUGGY_LINE, FIXED_LINE, OPS_BUGGY, REPRO_PATH, REPRO_TEST, WRONG_LINE, _diff
+from eval.fixtures.repos import BUGGY_LINE, FIXED_LINE, OPS_BUGGY, REPRO_PATH, REPRO_TEST, WRONG_LINE, _diff
 from fixgraph.config import RegressionSettings
 from fixgraph.dataset import Instance
-from fixgraph.workspace import PatchError, RepoCache
-from scoring import fix_score, guard, quality, select, tests
+from fixgraph.repo.workspace import PatchError, RepoCache
+from scoring.execution import tests
+from scoring.static import guard
+from scoring.verdict import fix_score, quality, select
 from tests.testrun_helpers import local_settings
 
 REPRO = tests.ReproTest(REPRO_PATH, REPRO_TEST, ("tests/test_mean_issue.py::test_mean_is_sum_over_count",))
@@ -210,7 +212,7 @@ def test_a_patch_that_changes_only_docstrings_and_comments_is_never_delivered(ca
     ('def f(x:\n', True),  # no longer parses
 ])
 def test_changes_code_sets_docstrings_comments_and_spacing_aside(after: str, changes: bool):
-    from scoring.patchinfo import changes_code
+    from scoring.static.patchinfo import changes_code
 
     before = 'def f(x):\n    """Doc."""\n    return x\n'
     patch = _diff(before, after, "pkg/mod.py")

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from eval import select_bench
-from eval.fixtures import make_calc_repo, write_dataset
+from eval.fixtures.repos import make_calc_repo, write_dataset
 from tests.test_select import FIX, FIX_AGAIN, WRONG, scratch_patch
 
 
@@ -131,7 +131,7 @@ def test_bench_skips_the_static_phase_where_no_signal_can_change_the_outcome(tmp
 
 
 def test_nested_cross_validation_chooses_the_family_without_the_repository_it_counts():
-    from scoring import select
+    from scoring.verdict import select
     from tests.test_select import FIX_BREAKS_CLAMP
 
     def row(repo: str, n: int, large_resolves: bool) -> select_bench.Prepared:

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from scoring import specs
-from scoring.sandbox import netns_prefix
+from fixgraph.sandbox.process import netns_prefix
+from scoring.execution import specs
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def test_shipped_table_covers_the_swebench_repos_and_says_where_it_came_from() -
 def test_specs_load_with_the_network_cut() -> None:
     code = ("from pathlib import Path\nfrom swebench.harness import constants as c\n"
             "c.__dict__.pop('MAP_REPO_VERSION_TO_SPECS', None)\n"
-            "from scoring.specs import repo_specs\n"
+            "from scoring.execution.specs import repo_specs\n"
             "print(repo_specs(Path('.'), 'pytest-dev/pytest', '5.4')['test_cmd'])")
     prefix = netns_prefix()
     assert prefix is not None
@@ -80,7 +80,7 @@ AssertionError
 def test_a_sympy_failure_has_the_id_its_pass_will_have():
     """The last test of a sympy file that fails is found only under its failure header
     (``path:test_mod``); it passes as ``test_mod``. One id for both, or the fix reads as MISSING."""
-    from scoring.specs import parse_log
+    from scoring.execution.specs import parse_log
 
     statuses = parse_log("sympy/sympy", SYMPY_LOG)
     assert statuses == {"test_one": "PASSED", "test_two": "FAILED", "test_mod": "FAILED"}

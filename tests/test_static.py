@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from eval.critic_repo import edit, git, make_repo, snapshot
+from eval.fixtures.critic_repo import edit, git, make_repo, snapshot
 from fixgraph.config import CriticSettings
-from fixgraph.workspace import Worktree
-from scoring.static import StaticAnalysisUnavailable, StaticResult, analyze_patch, normalize
+from fixgraph.repo.workspace import Worktree
+from scoring.static.differential import StaticAnalysisUnavailable, StaticResult, analyze_patch, normalize
 
 SETTINGS = CriticSettings()
 

@@ -8,10 +8,10 @@ import pytest
 
 from eval.hidden import run_hidden
 from fixgraph import config
-from scoring import fix_score
-from scoring.docker import make_docker_runner
-from scoring.envs import best_python
-from scoring.tests import make_runner
+from scoring.execution.docker import make_docker_runner
+from scoring.execution.envs import best_python
+from scoring.execution.tests import make_runner
+from scoring.verdict import fix_score
 from tests.testrun_helpers import CALC, TEST_FILE, apply_to, calc_instance, diff_for, local_settings
 
 FIXED = CALC.replace("return a - b", "return a + b")
@@ -105,7 +105,7 @@ def test_no_fail_to_pass_tests(tmp_path: Path) -> None:
 
 
 def test_docker_backend_without_an_engine_says_so(tmp_path: Path) -> None:
-    from scoring.docker import engine_status
+    from scoring.execution.docker import engine_status
 
     if not engine_status() == "":
         runner = make_docker_runner(config.TestSettings(backend="docker"), tmp_path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scoring.crash import format_records, from_log
+from scoring.runtime.crash import format_records, from_log
 
 ROOT = Path("/tmp/run/repo")
 

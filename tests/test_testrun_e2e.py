@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from eval.fixtures import BUGGY_LINE, calc_script
-from fixgraph.scripted import ScriptedChatModel
+from eval.fixtures.repos import BUGGY_LINE, calc_script
+from fixgraph.models.scripted import ScriptedChatModel
 from graph import run_tasks
 from tests.conftest import read_record
 

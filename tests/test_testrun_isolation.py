@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from eval.hidden import run_hidden
-from scoring.sandbox import netns_prefix
-from scoring.tests import make_runner
+from fixgraph.sandbox.process import netns_prefix
+from scoring.execution.tests import make_runner
 from tests.testrun_helpers import CALC, apply_to, calc_instance, diff_for, local_settings
 
 FIXED = CALC.replace("return a - b", "return a + b")

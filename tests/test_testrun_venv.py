@@ -12,9 +12,9 @@ import pytest
 
 from eval.hidden import run_hidden
 from fixgraph import config
-from scoring.envs import VenvEnvs, _pointed_at
-from scoring.sandbox import Limits, can_bind
-from scoring.tests import SubprocessRunner
+from fixgraph.sandbox.process import Limits, can_bind
+from scoring.execution.envs import VenvEnvs, _pointed_at
+from scoring.execution.tests import SubprocessRunner
 from tests.testrun_helpers import CALC, CALC_PYPROJECT, apply_to, calc_instance, diff_for
 
 FIXED = CALC.replace("return a - b", "return a + b")
@@ -41,7 +41,7 @@ def test_generated_module():
 def test_venv_backend_builds_once_and_runs_the_patched_code(tmp_path: Path, monkeypatch, bind: bool) -> None:
     if bind and not can_bind(Limits(60, 60, 512, network_isolation=True)):
         pytest.skip("no mount namespace here: runs use the repointed link")  # .ci/run fails on a skip
-    monkeypatch.setattr("scoring.tests.can_bind", lambda limits: bind)
+    monkeypatch.setattr("scoring.execution.tests.can_bind", lambda limits: bind)
     spec: dict[str, Any] = {
         "python": "{}.{}".format(*sys.version_info[:2]),
         "pip_packages": ["pytest"],
@@ -129,7 +129,7 @@ def test_a_failed_build_is_cached_with_its_reason(tmp_path: Path) -> None:
 def test_a_failed_install_is_tried_once_more_then_its_failure_is_final(tmp_path: Path) -> None:
     """A reinstall that met a busy machine failed once and was then refused for good; now a commit
     gets a second install, and only a second failure is cached as final."""
-    from scoring.testenv import EnvError
+    from scoring.execution.testenv import EnvError
 
     inst, wt, _ = calc_instance(tmp_path)
     inst = inst.model_copy(update={"version": "0.1"})
@@ -149,7 +149,7 @@ def test_a_build_that_failed_in_pip_is_built_once_more_then_its_failure_is_final
     """A build that met a busy package index was refused for good until its folder was deleted;
     now a pip step's failure gets a second build, and only a second failure is final. A failure
     that cannot change (no such Python) is not retried (test above)."""
-    from scoring.testenv import EnvError
+    from scoring.execution.testenv import EnvError
 
     inst, wt, _ = calc_instance(tmp_path)
     inst = inst.model_copy(update={"version": "0.1"})
@@ -170,7 +170,7 @@ def test_a_build_that_failed_in_pip_is_built_once_more_then_its_failure_is_final
 
 
 def test_requirements_are_flattened_as_swebench_does(tmp_path: Path) -> None:
-    from scoring.specs import requirements_text
+    from scoring.execution.specs import requirements_text
 
     (tmp_path / "reqs").mkdir()
     (tmp_path / "reqs" / "test.txt").write_text("-e .\n-r min.txt\npytest>=7\n# comment\ntypes-pkg_resources==0.1\n")
@@ -184,7 +184,7 @@ def test_requirements_are_flattened_as_swebench_does(tmp_path: Path) -> None:
 def test_the_harness_s_python_overrides_the_specs_in_an_env_of_its_own(tmp_path: Path, monkeypatch) -> None:
     """Where the harness whose verdicts we compare with ran another Python (sympy 1.0: 3.7 in the
     AutoCodeRover logs, 3.9 in today's specs), that one is built, beside the specs' env."""
-    from scoring import envs as envs_mod
+    from scoring.execution import envs as envs_mod
 
     inst, wt, _ = calc_instance(tmp_path)
     inst = inst.model_copy(update={"version": "0.1"})

@@ -38,8 +38,8 @@ def test_each_run_keeps_its_own_patch_and_predictions_holds_the_latest(tmp_path:
 
 
 def test_the_dashboard_links_a_run_to_its_own_patch(tmp_path: Path) -> None:
-    from eval.dashboard import _diff_file
-    from eval.rundata import load_run
+    from eval.dashboard.page import _diff_file
+    from eval.dashboard.rundata import load_run
 
     preds, runs = tmp_path / "predictions", tmp_path / "runs"
     for run_id, text in (("run-a", "patch A\n"), ("run-b", "patch B\n")):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from eval.fake_llm_server import FakeLLMServer, ScriptResponder
-from eval.fixtures import calc_script
+from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
+from eval.fixtures.repos import calc_script
 from fixgraph.config import Price
 from graph import run_tasks
 from tests.conftest import TEST_KEY, read_record

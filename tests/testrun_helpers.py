@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fixgraph.config import TestSettings
 from fixgraph.dataset import Instance
-from fixgraph.workspace import RepoCache, Worktree
+from fixgraph.repo.workspace import RepoCache, Worktree
 
 REPO = "fixture/calc"
 

@@ -22,9 +22,9 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from eval import charts
-from eval.rundata import Run, RunsError, load_runs
-from eval.stats import Paired, bootstrap_delta_ci, mcnemar_exact, pair
+from eval.dashboard import charts
+from eval.dashboard.rundata import Run, RunsError, load_runs
+from eval.dashboard.stats import Paired, bootstrap_delta_ci, mcnemar_exact, pair
 from fixgraph.records import atomic_write
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"

@@ -1,6 +1,6 @@
 """A loopback OpenAI-compatible server that misbehaves on purpose, for fault tests and benchmarks.
 
-It answers like :class:`~eval.fake_llm_server.FakeLLMServer` (scripted tool-call replies), except
+It answers like :class:`~eval.fakes.llm_server.FakeLLMServer` (scripted tool-call replies), except
 that a request may get one of these faults instead:
 
 =============  ================================================================================
@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval.fake_llm_server import FakeLLMServer, Responder, completion
+from eval.fakes.llm_server import FakeLLMServer, Responder, completion
 
 FAULT_KINDS: tuple[str, ...] = ("rate_limit", "server_error", "drop", "silent", "trickle", "bad_json",
                                 "bad_args", "huge_usage")

@@ -162,7 +162,7 @@ class FakeLLMServer:
 def main() -> None:  # pragma: no cover - manual use: serve the calc fixture's script
     import argparse
 
-    from eval.fixtures import calc_script
+    from eval.fixtures.repos import calc_script
 
     p = argparse.ArgumentParser(description="Serve scripted chat completions on 127.0.0.1.")
     p.add_argument("--port", type=int, default=0)

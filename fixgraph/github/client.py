@@ -1,6 +1,6 @@
 """GitHub access: a personal/fine-grained token, or a GitHub App's installation tokens.
 
-Used by publishing (fixgraph/github_pr.py), the bot and the preflight; it depends on no bot module.
+Used by publishing (fixgraph/github/pr.py), the bot and the preflight; it depends on no bot module.
 
 Every client points at ``cfg.github.base_url`` (GitHub Enterprise: ``https://HOST/api/v3``), keeps
 GitHub's pauses between calls, and waits on rate limits: PyGithub's ``GithubRetry`` sleeps for

@@ -31,14 +31,14 @@ from github.Repository import Repository
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from fixgraph.config import RunConfig
-from fixgraph.github_client import GitHubAccess, TokenSource, repo_allowed
+from fixgraph.github.client import GitHubAccess, TokenSource, repo_allowed
+from fixgraph.prompts import PROMPTS_DIR
 from fixgraph.publish import Outcome
 from fixgraph.records import redact
-from fixgraph.workspace import PatchError, Worktree
+from fixgraph.repo.workspace import PatchError, Worktree
 
-log = logging.getLogger("fixgraph.github_pr")
+log = logging.getLogger("fixgraph.github.pr")
 
-PROMPTS_DIR = Path(__file__).resolve().parent.parent / "agents" / "prompts"
 MAX_FINDINGS = 10
 MAX_TESTS = 15
 # Open PRs looked through for this branch when the exact lookup finds none.

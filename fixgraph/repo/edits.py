@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fixgraph.repo.workspace import PatchError, Worktree
 from fixgraph.state import Edit
-from fixgraph.workspace import PatchError, Worktree
 
 
 def _locate(content: str, search: str) -> tuple[int, int]:

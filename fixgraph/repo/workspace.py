@@ -17,9 +17,9 @@ from pathlib import Path
 
 import git
 
-from fixgraph import gitsafe
 from fixgraph.records import file_lock
-from scoring import sandbox
+from fixgraph.repo import gitsafe
+from fixgraph.sandbox import process as sandbox
 
 # Every git command this process runs (GitPython's too) ignores hooks and outside config.
 gitsafe.harden()

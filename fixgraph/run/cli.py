@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fixgraph.config import ConfigError, RunConfig, load_config
-from fixgraph.discover import ROLES
+from fixgraph.models.discover import ROLES
 
 if TYPE_CHECKING:
     from fixgraph.dataset import Instance, Task
-    from fixgraph.runner import GraphFactory
+    from fixgraph.run.runner import GraphFactory
 
 
 def fail(message: str) -> int:
@@ -48,7 +48,7 @@ def _check_inputs(run_id: str, instances: list[Instance] | list[Task], out_dirs:
 
 def check_ray(cfg: RunConfig) -> None:
     """Ray installed, and the settings it needs: before the dataset is read or anything written."""
-    from fixgraph.executors import require_ray
+    from fixgraph.run.executors import require_ray
 
     require_ray()
     if not cfg.eval_mode:
@@ -70,7 +70,7 @@ def configure(args: argparse.Namespace) -> RunConfig:
     """The run's config with an LLM it can reach (a local server found, said in one line)."""
     from dotenv import load_dotenv
 
-    from fixgraph.discover import local_servers, resolve_llm
+    from fixgraph.models.discover import local_servers, resolve_llm
 
     load_dotenv(override=False)
     cfg = load_config(args.config, overrides=model_overrides(args))
@@ -83,8 +83,8 @@ def configure(args: argparse.Namespace) -> RunConfig:
 def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
     from fixgraph.dataset import DatasetError
     from fixgraph.records import RunLockedError
-    from fixgraph.workspace import WorkspaceError
-    from scoring.static import StaticAnalysisUnavailable
+    from fixgraph.repo.workspace import WorkspaceError
+    from scoring.static.differential import StaticAnalysisUnavailable
 
     try:
         if args.workers is not None and args.workers < 1:
@@ -97,7 +97,7 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
         if args.executor == "ray":
             check_ray(cfg)
         if getattr(args, "check", False):
-            from fixgraph.preflight import print_report, run_checks
+            from fixgraph.run.preflight import print_report, run_checks
 
             return 0 if print_report(run_checks(cfg)) else 1
         from fixgraph.dataset import load_dataset_any, select
@@ -108,23 +108,23 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
             prepare_hub(cfg.cache_dir)  # offline: say so in seconds, not after the hub's retries
         instances = select(load_dataset_any(args.dataset, cfg.cache_dir), args.tasks)
         if cfg.critic.enabled and cfg.critic.static:
-            from scoring.static import check_available
+            from scoring.static.differential import check_available
 
             check_available(cfg.critic)  # pyright missing: say so before any work
         from fixgraph.publish import Publisher
 
         publisher: Publisher | None = None
         if not cfg.eval_mode:
-            from fixgraph.github_pr import GitHubPublisher
+            from fixgraph.github.pr import GitHubPublisher
 
             publisher = GitHubPublisher(cfg)
         run_id = args.run_id or cfg.label
         _check_inputs(run_id, instances, [cfg.predictions_dir, cfg.runs_dir / run_id, cfg.cache_dir])
-        from fixgraph.workspace import preflight
+        from fixgraph.repo.workspace import preflight
 
         preflight(cfg.cache_dir, args.repos, [(i.repo, i.base_commit) for i in instances])
-        from fixgraph.executors import RayExecutor
-        from fixgraph.runner import run_tasks
+        from fixgraph.run.executors import RayExecutor
+        from fixgraph.run.runner import run_tasks
 
         executor = None
         if args.executor == "ray":

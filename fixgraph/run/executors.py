@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 from fixgraph.config import ConfigError, RunConfig
 from fixgraph.dataset import Instance, Task
-from fixgraph.llm import ModelFactory, RunMeter
+from fixgraph.models.llm import ModelFactory, RunMeter
 from fixgraph.records import RunStore
 
 if TYPE_CHECKING:
-    from fixgraph.runner import GraphFactory  # the runner's side of the seam; executors stand above it
+    from fixgraph.run.runner import GraphFactory  # the runner's side of the seam; executors stand above it
 
 RAY_EXTRA = 'pip install -e ".[ray]"'
 
@@ -173,8 +173,8 @@ def execute(instance: Instance | Task, cfg: RunConfig, run_id: str, predictions_
     import ray
 
     from fixgraph.publish import DiffPublisher
-    from fixgraph.runner import run_task
-    from fixgraph.workspace import RepoCache
+    from fixgraph.repo.workspace import RepoCache
+    from fixgraph.run.runner import run_task
 
     store = WorkerStore(run_id, predictions_dir, runs_dir, model_name, account)
     # This node's own cache, filled from the mirror (or GitHub) on first use.
@@ -331,7 +331,7 @@ class RayExecutor:
         """Write one finished task: its patch, then its record (the order the thread pool keeps)."""
         from ray import exceptions as rx
 
-        from fixgraph.runner import build_record, split
+        from fixgraph.run.runner import build_record, split
 
         try:
             result = self.ray.get(ref)

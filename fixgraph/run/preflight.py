@@ -19,7 +19,7 @@ from langchain_core.messages import HumanMessage
 from pydantic import BaseModel, Field
 
 from fixgraph.config import Budget, ConfigError, RunConfig
-from fixgraph.discover import ROLES, list_models
+from fixgraph.models.discover import ROLES, list_models
 
 OPENAI_URL = "https://api.openai.com/v1"
 # Each model's probe call: a small reply, and a few cents at most even on an expensive model.
@@ -66,7 +66,7 @@ def check_models(cfg: RunConfig, listed: list[str]) -> list[Check]:
 
 def check_tool_calling(cfg: RunConfig, model: str) -> Check:
     """One tiny real call through the project's LLM class, asking for a Ping tool call."""
-    from fixgraph.llm import LLM, LLMFailure, Meter, make_chat_model
+    from fixgraph.models.llm import LLM, LLMFailure, Meter, make_chat_model
 
     llm_settings = cfg.llm.model_copy(update={"timeout_s": min(cfg.llm.timeout_s, CHECK_TIMEOUT_S),
                                               "max_retries": 0, "max_output_tokens": 64})
@@ -92,7 +92,7 @@ def check_tool_calling(cfg: RunConfig, model: str) -> Check:
 def check_pyright(cfg: RunConfig) -> Check:
     if not (cfg.critic.enabled and cfg.critic.static):
         return Check("pyright", True, "not used by this config")
-    from scoring.static import StaticAnalysisUnavailable, check_available
+    from scoring.static.differential import StaticAnalysisUnavailable, check_available
 
     try:
         return Check("pyright", True, check_available(cfg.critic))
@@ -119,7 +119,7 @@ def check_test_backend(cfg: RunConfig) -> Check:
     if backend == "local":
         return Check(part, True, "runs the tests in this Python" + _sandbox_note())
     if backend == "docker":
-        from scoring.docker import engine_status
+        from scoring.execution.docker import engine_status
 
         why = engine_status()
         if why:
@@ -140,7 +140,7 @@ def check_test_backend(cfg: RunConfig) -> Check:
 def _sandbox_note() -> str:
     """How test processes will be held: a machine without namespaces still runs them, but the
     user should know the tests are not contained (SECURITY.md)."""
-    from scoring.sandbox import SANDBOX_UID, sandbox_mode
+    from fixgraph.sandbox.process import SANDBOX_UID, sandbox_mode
 
     return {"uid": f"; tests sandboxed as uid {SANDBOX_UID} in namespaces of their own",
             "userns": "; tests sandboxed in a user namespace of their own"}.get(
@@ -153,7 +153,7 @@ def check_github(cfg: RunConfig) -> Check:
         return Check("GitHub", True, "not used in EVAL_MODE")
     from github.GithubException import GithubException
 
-    from fixgraph.github_client import GitHubAccess
+    from fixgraph.github.client import GitHubAccess
 
     try:
         access = GitHubAccess(cfg)

@@ -26,15 +26,15 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.errors import GraphRecursionError
 
+from agents.context import TaskContext
 from fixgraph import astlock, redaction
 from fixgraph.config import RunConfig
-from fixgraph.context import TaskContext
 from fixgraph.dataset import EvaluationData, Instance, Task
-from fixgraph.llm import LLM, ChargeHook, Meter, ModelFactory, RunMeter, default_factory
+from fixgraph.models.llm import LLM, ChargeHook, Meter, ModelFactory, RunMeter, default_factory
 from fixgraph.publish import DiffPublisher, Publisher
 from fixgraph.records import RunLock, RunStore, open_wal
+from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
 from fixgraph.state import TaskState, Usage
-from fixgraph.workspace import PatchError, RepoCache, WorkspaceError, Worktree
 
 
 class GraphFactory(Protocol):
@@ -45,7 +45,7 @@ class GraphFactory(Protocol):
 
 
 class Executor(Protocol):
-    """Where tasks run when not on the runner's own thread pool (fixgraph/executors.py implements
+    """Where tasks run when not on the runner's own thread pool (fixgraph/run/executors.py implements
     it for Ray; the runner defines the seam and imports no executor)."""
 
     def run(self, todo: list[Instance | Task], cfg: RunConfig, *, build_graph: GraphFactory, store: RunStore,
@@ -251,7 +251,7 @@ def run_tasks(instances: list[Instance] | list[Task], cfg: RunConfig, *, build_g
               executor: Executor | None = None) -> RunSummary:
     """Run every task not already done; Ctrl-C keeps what finished and exits for a later resume.
 
-    Tasks run on a thread pool of ``workers``, or on ``executor`` (fixgraph/executors.py) when given.
+    Tasks run on a thread pool of ``workers``, or on ``executor`` (fixgraph/run/executors.py) when given.
     """
     # Workers are threads, and ast.parse is not thread-safe on CPython 3.11 (see fixgraph/astlock.py).
     astlock.install()

@@ -3,7 +3,7 @@
 - Environment: built from nothing but an allow-list (PATH, HOME, LANG, ...) plus what the caller
   passes, so API keys and tokens in the parent's environment never reach the tests.
 - Namespaces (``unshare``, probed once; as root directly, otherwise inside a user namespace): a
-  new PID namespace whose first process is ``scoring/jail.py``, a mount namespace and, unless
+  new PID namespace whose first process is ``fixgraph/sandbox/jail.py``, a mount namespace and, unless
   ``network_isolation`` is off, a network namespace where even loopback is down.
 - Rights: as root the command runs as a dedicated unprivileged uid (``SANDBOX_UID``) with no
   groups and no capabilities; otherwise as a non-root uid of a nested user namespace. Either
@@ -142,7 +142,7 @@ while os.path.exists(path):
 def hidden_files() -> list[str]:
     """Files no test may read: every ``.env`` that python-dotenv could load for fixgraph, that is
     in the current folder, the project's folder, or any folder above them."""
-    project = Path(__file__).resolve().parent.parent
+    project = Path(__file__).resolve().parents[2]
     found = set()
     for start in (Path.cwd().resolve(), project):
         for folder in (start, *start.parents):

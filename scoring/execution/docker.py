@@ -7,7 +7,7 @@ files, writes the suite's reproduction tests, runs swebench's test command for t
 version on the suite's test files, and parses the output with swebench's log parsers. The run
 without the patch is the same script without its first step.
 
-When no Docker engine answers (``docker version`` fails), ``scoring.tests.make_runner`` gives a
+When no Docker engine answers (``docker version`` fails), ``scoring.execution.tests.make_runner`` gives a
 runner whose every run says so, and the Critic's fallback applies.
 """
 
@@ -24,10 +24,10 @@ from pathlib import Path
 
 from fixgraph.config import TestSettings
 from fixgraph.dataset import Task
-from fixgraph.workspace import Worktree
-from scoring import testenv
-from scoring.specs import SpecsError, parse_log, repo_specs, test_directives
-from scoring.testenv import Suite, SuiteRun, UnavailableRunner, run_root, suite_timeout
+from fixgraph.repo.workspace import Worktree
+from scoring.execution import testenv
+from scoring.execution.specs import SpecsError, parse_log, repo_specs, test_directives
+from scoring.execution.testenv import Suite, SuiteRun, UnavailableRunner, run_root, suite_timeout
 
 START, END = ">>>>> Start Test Output", ">>>>> End Test Output"
 

@@ -34,14 +34,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from fixgraph import gitsafe
 from fixgraph.config import TestSettings
 from fixgraph.dataset import Task
 from fixgraph.records import atomic_write, file_lock
-from fixgraph.workspace import Worktree
-from scoring.sandbox import Limits, run_isolated, scrubbed_env
-from scoring.specs import repo_specs, requirements_paths, requirements_text
-from scoring.testenv import EnvError, TestEnv, materialize
+from fixgraph.repo import gitsafe
+from fixgraph.repo.workspace import Worktree
+from fixgraph.sandbox.process import Limits, run_isolated, scrubbed_env
+from scoring.execution.specs import repo_specs, requirements_paths, requirements_text
+from scoring.execution.testenv import EnvError, TestEnv, materialize
 
 # Later releases of these packages break the old code of these repos (docutils 0.22 dropped the
 # ``roman`` module Sphinx 3.x imports); swebench's images were built before those releases.

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from fixgraph.config import TestSettings
 from fixgraph.dataset import Task
-from fixgraph.workspace import Worktree
-from scoring.sandbox import Limits, prepare_workdir, run_isolated, scrubbed_env
-from scoring.specs import SpecsError, patch_files, repo_specs
-from scoring.testenv import git_apply, materialize, run_root
+from fixgraph.repo.workspace import Worktree
+from fixgraph.sandbox.process import Limits, prepare_workdir, run_isolated, scrubbed_env
+from scoring.execution.specs import SpecsError, patch_files, repo_specs
+from scoring.execution.testenv import git_apply, materialize, run_root
 
 
 def pre_install_for(task: Task, cache_dir: Path) -> list[str]:

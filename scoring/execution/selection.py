@@ -46,8 +46,8 @@ from typing import Any
 
 from fixgraph.config import RegressionSettings
 from fixgraph.records import atomic_write, file_lock
-from fixgraph.workspace import Worktree
-from scoring.patchinfo import PatchParseError, SymbolMap, parse_patch
+from fixgraph.repo.workspace import Worktree
+from scoring.static.patchinfo import PatchParseError, SymbolMap, parse_patch
 
 W_CONVENTION, W_MIRROR, W_IMPORT, W_PACKAGE, W_NAME, MAX_NAME_HITS = 4, 3, 2, 1, 1, 3
 # A mirrored test folder (or flattened prefix) with more test files than this names a whole

@@ -3,7 +3,7 @@
 Install specs and test commands are swebench's ``MAP_REPO_VERSION_TO_SPECS``. swebench 4.x keeps
 it in ``swebench.harness.constants``; swebench 5 moved it out of the package (into each dataset
 row's ``eval_script``), and the Lite JSONL this project reads has no such rows. So when the
-installed swebench has no map, the table comes from ``scoring/data/swebench_specs.json``, shipped
+installed swebench has no map, the table comes from ``scoring/execution/data/swebench_specs.json``, shipped
 with the package: swebench 4.1.0's map for the SWE-bench repos (its provenance is in the file;
 ``eval/make_specs.py`` wrote it). A run never needs a package index. Log parsers always come
 from the installed swebench.
@@ -45,10 +45,10 @@ def _specs_tables(cache_dir: Path) -> tuple[dict[str, dict[str, dict[str, Any]]]
     except ImportError:
         pass
     try:
-        data = json.loads(resources.files("scoring").joinpath(SPECS_DATA).read_text())
+        data = json.loads(resources.files("scoring.execution").joinpath(SPECS_DATA).read_text())
         return data["specs"], data["reqs_paths"]
     except (OSError, ValueError, KeyError) as exc:
-        raise SpecsError(f"swebench install specs unavailable: scoring/{SPECS_DATA} unreadable ({exc})") from exc
+        raise SpecsError(f"swebench install specs unavailable: scoring/execution/{SPECS_DATA} unreadable ({exc})") from exc
 
 
 def repo_specs(cache_dir: Path, repo: str, version: str) -> dict[str, Any] | None:

@@ -1,8 +1,8 @@
 """What every test backend shares: what a run executes (:class:`Suite`), what it reports
 (:class:`SuiteRun`), where it runs (:class:`TestEnv`) and the working copy it runs in.
 
-This module is the floor of the test-running layer: the backends (``scoring.tests``' subprocess
-runner, ``scoring.envs``' virtualenvs, ``scoring.docker``) build on it and not on each other.
+This module is the floor of the test-running layer: the backends (``scoring.execution.tests``' subprocess
+runner, ``scoring.execution.envs``' virtualenvs, ``scoring.execution.docker``) build on it and not on each other.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from fixgraph import gitsafe
 from fixgraph.dataset import Task
-from fixgraph.workspace import Worktree
+from fixgraph.repo import gitsafe
+from fixgraph.repo.workspace import Worktree
 
 PASSING = ("PASSED", "XFAIL")  # swebench's grading counts an expected failure as a pass
 LOG_TAIL_CHARS = 3000

@@ -5,23 +5,23 @@ Two sets of tests judge a patch, and neither comes from the evaluation:
 - **reproduction tests**, written by the pipeline from the issue (``agents/reproducer.py``) and
   accepted only if they fail at the base commit: they should pass after the patch;
 - **regression tests**, the repository's existing tests that exercise the changed code, chosen
-  from the base tree and the patch alone (``scoring.selection``): those that passed at the base
+  from the base tree and the patch alone (``scoring.execution.selection``): those that passed at the base
   should still pass.
 
 Each run builds its own working copy outside any project checkout (``git archive`` of the base
 commit from the task's worktree, which it only reads), applies the candidate patch, puts the
 tests back to the base commit's content (a patch cannot win by editing the tests), writes the
 reproduction tests, and runs the repository's own test command on the chosen files in an isolated
-process (``scoring.sandbox``). Outputs are parsed with swebench's log parsers. Runs without the
+process (``fixgraph.sandbox.process``). Outputs are parsed with swebench's log parsers. Runs without the
 patch are cached per task.
 
 The ``oracle-tests`` ablation (:func:`hidden_outcome`) runs the instance's hidden tests the same
 way instead; it needs the :class:`~fixgraph.dataset.EvaluationData` handed over explicitly.
 
 Backends (``TestSettings.backend``): ``venv`` builds a virtualenv per (repo, version) from
-swebench's install specs (``scoring.envs``); ``local`` runs with the current interpreter (for
+swebench's install specs (``scoring.execution.envs``); ``local`` runs with the current interpreter (for
 fixture repos and machines already set up); ``docker`` uses the official SWE-bench instance
-images (``scoring.docker``).
+images (``scoring.execution.docker``).
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ from typing import TYPE_CHECKING, Any
 from fixgraph.config import RegressionSettings, TestSettings
 from fixgraph.dataset import EvaluationData, Task
 from fixgraph.records import atomic_write
-from fixgraph.workspace import Worktree, content_key
-from scoring import crash, testenv
-from scoring.sandbox import Completed, Limits, can_bind, prepare_workdir, run_isolated, scrubbed_env
-from scoring.specs import (
+from fixgraph.repo.workspace import Worktree, content_key
+from fixgraph.sandbox.process import Completed, Limits, can_bind, prepare_workdir, run_isolated, scrubbed_env
+from scoring.execution import testenv
+from scoring.execution.specs import (
     NON_TEST_EXTS,
     SpecsError,
     parse_log,
@@ -57,7 +57,7 @@ from scoring.specs import (
     test_directives,
     uses_pytest,
 )
-from scoring.testenv import (
+from scoring.execution.testenv import (
     LOG_TAIL_CHARS,
     PASSING,
     EnvError,
@@ -72,9 +72,10 @@ from scoring.testenv import (
     run_root,
     suite_timeout,
 )
+from scoring.runtime import crash
 
 if TYPE_CHECKING:
-    from scoring.selection import Selection
+    from scoring.execution.selection import Selection
 
 __all__ = ["PASSING", "LOG_TAIL_CHARS", "Suite", "SuiteRun", "SuiteRunner", "TestEnv", "EnvError",
            "TestOutcome", "ReproTest", "make_runner", "baseline", "own_outcome", "hidden_outcome"]
@@ -167,7 +168,7 @@ class TestOutcome:
     notes: list[str] = field(default_factory=list)
     selection: dict[str, Any] = field(default_factory=dict)  # the regression selection, as recorded
     # Why each selected test that passed at the base fails with the patch: crash records (the
-    # plugin's, or read from the log), each with ``test`` set; scoring.runtime reads them.
+    # plugin's, or read from the log), each with ``test`` set; scoring.runtime.findings reads them.
     regression_crashes: list[dict[str, Any]] = field(default_factory=list)
 
     __test__ = False  # pytest: not a test class, whatever its name
@@ -236,7 +237,7 @@ class SubprocessRunner:
         """``<env's python> *argv_tail`` in a fresh copy of the base commit (with ``patch`` applied,
         as the tests apply it, when given), isolated as the tests are (scrubbed environment, no
         network, the backend's CPU and memory limits, killed with its processes after
-        ``timeout_s``): for code that is no test suite (``scoring.issue_run``).
+        ``timeout_s``): for code that is no test suite (``scoring.runtime.issue_run``).
 
         ``files`` (repository-relative path -> text) are written into the copy first, and the
         command runs from its root; returns what it did and the bytes of each of ``outputs``
@@ -468,9 +469,9 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
                 issue_code: Sequence[Mapping[str, str]] = ()) -> TestOutcome:
     """Judge ``patch`` (applied in ``wt``) with the reproduction tests and the selected existing tests.
     ``issue_code``: the issue's own code as a reproduction test, already run with the patch by the
-    Critic's replay (``scoring.replay.reproductions``: id, status, detail); its statements count
+    Critic's replay (``scoring.runtime.replay.reproductions``: id, status, detail); its statements count
     with the reproduction tests."""
-    from scoring import selection
+    from scoring.execution import selection
 
     out = TestOutcome(runnable=False, reason="", source="own", backend=runner.backend)
     why: list[str] = []
@@ -840,10 +841,10 @@ def make_runner(settings: TestSettings, cache_dir: Path) -> SuiteRunner:
     if settings.backend == "local":
         return SubprocessRunner(settings, cache_dir, LocalEnvs(cache_dir), "local")
     if settings.backend == "venv":
-        from scoring.envs import VenvEnvs
+        from scoring.execution.envs import VenvEnvs
 
         root = settings.env_dir or cache_dir / "envs"
         return SubprocessRunner(settings, cache_dir, VenvEnvs(root, cache_dir, settings), "venv")
-    from scoring.docker import make_docker_runner
+    from scoring.execution.docker import make_docker_runner
 
     return make_docker_runner(settings, cache_dir)

@@ -3,7 +3,7 @@
 :func:`trace_issue` takes the issue's Python snippets (``fixgraph.snippets``) and runs them in
 the task's test environment, on a fresh copy of the base commit, isolated as the tests are
 (``SubprocessRunner.run_python``: scrubbed environment, no network, CPU and memory limits, the
-process group killed at the timeout), under the profiler of ``scoring/issue_tracer.py``. The
+process group killed at the timeout), under the profiler of ``scoring/runtime/issue_tracer.py``. The
 :class:`IssueTrace` says which repository files' functions the code called (and from which
 statement on), and for each exception it raised its repository frames: a localization signal,
 read by whoever ranks the files to fix (nothing here ranks).
@@ -23,9 +23,9 @@ from typing import Any
 from fixgraph import redaction
 from fixgraph.dataset import Task
 from fixgraph.records import atomic_write
+from fixgraph.repo.workspace import Worktree, content_key
 from fixgraph.snippets import issue_snippets
-from fixgraph.workspace import Worktree, content_key
-from scoring.testenv import EnvError, SuiteRunner
+from scoring.execution.testenv import EnvError, SuiteRunner
 
 TRACER = Path(__file__).with_name("issue_tracer.py")
 # Where the tracer and its input and output go in the run's copy of the base commit.
@@ -177,7 +177,7 @@ def trace_issue(
     patch: str | None = None,
 ) -> IssueTrace:
     """Run the snippets of the issue ``text`` at ``task``'s base commit (``wt`` is only read), or
-    with ``patch`` applied to it (the Critic's replay, ``scoring.replay``), and record what they
+    with ``patch`` applied to it (the Critic's replay, ``scoring.runtime.replay``), and record what they
     ran. ``timeout_s`` bounds the whole run, ``statement_timeout_s`` each statement (default: a
     quarter of it, at most 10 s). Never raises for the issue's code, the patch, the environment
     or the backend: ``reason`` says why nothing ran."""

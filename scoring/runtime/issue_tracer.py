@@ -1,7 +1,7 @@
 """Runs an issue's code blocks statement by statement under a profiler, and writes what ran.
 
 Run inside a test sandbox with the repository's own interpreter, from the root of the run's copy
-of the base commit (``scoring.issue_run`` copies it there)::
+of the base commit (``scoring.runtime.issue_run`` copies it there)::
 
     python issue_tracer.py INPUT.json OUTPUT.json
 

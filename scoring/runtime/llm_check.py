@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
-from agents.prompting import render
 from fixgraph.dataset import Task
-from fixgraph.llm import LLM, InvalidReply
+from fixgraph.models.llm import LLM, InvalidReply
+from fixgraph.prompts import render
+from fixgraph.repo.workspace import Worktree
 from fixgraph.state import Finding, RuntimeCheck, SuspectedError, Usage, merge_usage
-from fixgraph.workspace import Worktree
-from scoring.patchinfo import PatchParseError, SymbolMap, base_content, parse_patch
+from scoring.static.patchinfo import PatchParseError, SymbolMap, base_content, parse_patch
 
 ROLE = "critic"
 NODE = "critic"

@@ -1,7 +1,7 @@
 """The issue's own code, run again with the patch: runtime evidence that needs no test at all.
 
 An issue often carries the code that shows the bug (``fixgraph.snippets``), and
-``scoring.issue_run`` already runs it at the base commit for localization. The Critic runs it
+``scoring.runtime.issue_run`` already runs it at the base commit for localization. The Critic runs it
 once more on the patched copy, in the same sandbox, and compares the two runs statement by
 statement (the same snippets give the same statements, in the same order). A statement is
 compared only where both runs reached it and neither was cut by its timer; an exception counts
@@ -30,7 +30,7 @@ issue's text names is the reported crash, reproduced without an LLM; it failed b
 a reproduction test must. With the patch it passes when it runs clean, or raises another exception
 the issue names (the one it asks for); it fails when it still raises the reported type, or anything
 else. A statement the patched run did not reach, or cut by its timer, says nothing. The Critic adds
-these statuses to the reproduction tests' (``scoring.tests.own_outcome``), so they count in
+these statuses to the reproduction tests' (``scoring.execution.tests.own_outcome``), so they count in
 ``test_pass_rate``.
 """
 
@@ -42,12 +42,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fixgraph.dataset import Task
+from fixgraph.repo.workspace import Worktree
 from fixgraph.state import Finding
-from fixgraph.workspace import Worktree
-from scoring.issue_run import IssueTrace, TracedError, trace_issue
-from scoring.runtime import NOT_RUNTIME, is_test_code
-from scoring.specs import patch_files
-from scoring.testenv import SuiteRunner
+from scoring.execution.specs import patch_files
+from scoring.execution.testenv import SuiteRunner
+from scoring.runtime.findings import NOT_RUNTIME, is_test_code
+from scoring.runtime.issue_run import IssueTrace, TracedError, trace_issue
 
 Kind = Literal["introduced", "changed", "persists"]
 TIMEOUT = "StatementTimeout"

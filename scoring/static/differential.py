@@ -39,7 +39,7 @@ it fails for the whole type (not for one member of a union); an unknown attribut
 already reports on the base code of the same file is its misjudgement of a class that gets
 attributes at run time, and not evidence; and an import of a module that the repository's own
 package lacks is an ImportError whether the import is relative or absolute. A third analyzer,
-``scoring/names.py``, adds the attributes the patch reads that exist nowhere. Two more, found on
+``scoring/static/names.py``, adds the attributes the patch reads that exist nowhere. Two more, found on
 the candidates of eval/select_bench.py (README, Choosing among candidates): a diagnostic the base
 had in the same function with only the composed types it quotes changed (pyright's inference
 drifting) is not new; and what a test file or a new top-level scratch script would raise is not
@@ -66,10 +66,10 @@ from typing import Any, Literal
 from fixgraph import astlock
 from fixgraph.config import CriticSettings
 from fixgraph.records import atomic_write
+from fixgraph.repo.workspace import Worktree
 from fixgraph.state import Finding
-from fixgraph.workspace import Worktree
-from scoring import names
-from scoring.patchinfo import (
+from scoring.static import names
+from scoring.static.patchinfo import (
     FileChange,
     PatchParseError,
     SymbolMap,

@@ -22,9 +22,9 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from fixgraph.repo.workspace import Worktree
 from fixgraph.state import Finding
-from fixgraph.workspace import Worktree
-from scoring.patchinfo import FileChange, PatchParseError, SymbolMap, base_content, parse_patch
+from scoring.static.patchinfo import FileChange, PatchParseError, SymbolMap, base_content, parse_patch
 
 # Qualified callee -> (rule, index of the key argument, its keyword name).
 PROTECTED: dict[str, tuple[str, int, str]] = {}

@@ -32,7 +32,7 @@ import warnings
 from functools import lru_cache
 from pathlib import Path
 
-from scoring.patchinfo import FileChange
+from scoring.static.patchinfo import FileChange
 
 RULE = "UnknownAttribute"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -15,7 +15,7 @@ from unidiff.errors import UnidiffParseError
 from unidiff.patch import PatchSet
 
 from fixgraph import astlock
-from fixgraph.workspace import Worktree
+from fixgraph.repo.workspace import Worktree
 
 
 class PatchParseError(Exception):

@@ -1,7 +1,7 @@
 """fix_score exactly as the seed defines it, from the loop's own tests.
 
 With tests that ran (the reproduction tests: the accepted LLM-written test's and the statements of
-the issue's own code that raised its reported crash at the base, ``scoring.replay``; and the selected
+the issue's own code that raised its reported crash at the base, ``scoring.runtime.replay``; and the selected
 existing tests):
     test_pass_rate = reproduction tests passing after / reproduction tests
     no_regression  = existing tests passing after / existing tests passing before (1.0 if none passed before)
@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from fixgraph.state import ScoreParts
-from scoring.testenv import PASSING
-from scoring.tests import TestOutcome
+from scoring.execution.testenv import PASSING
+from scoring.execution.tests import TestOutcome
 
 W_TESTS, W_REGRESSION, W_QUALITY = 0.5, 0.3, 0.2
 W_LLM, W_LLM_QUALITY = 0.8, 0.2

@@ -28,9 +28,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from fixgraph.workspace import Worktree
-from scoring.patchinfo import changes_code
-from scoring.specs import patch_files
+from fixgraph.repo.workspace import Worktree
+from scoring.execution.specs import patch_files
+from scoring.static.patchinfo import changes_code
 
 W_LINT, W_COMPLEXITY, W_SIZE = 0.5, 0.25, 0.25
 LINT_PENALTY = 0.25
@@ -128,7 +128,7 @@ def code_quality(wt: Worktree, patch: str, gold_patch: str = "") -> tuple[float,
         "lint": lint, "new_lint_findings": new_findings, "lint_detail": lint_note,
         "complexity": complexity, "branches_added": added, "branches_allowed": allowed,
         "size": size, "lines_changed": lines, "size_ref": ref,
-        # Only docstrings or comments changed: nothing the interpreter runs (scoring/select.py).
+        # Only docstrings or comments changed: nothing the interpreter runs (scoring/verdict/select.py).
         "changes_code": changes_code(patch, before, after),
     }
 

@@ -9,7 +9,7 @@ Signals per candidate (none comes from the evaluation's hidden tests):
 - **tests**: the reproduction tests' pass rate after the patch, the existing tests' no_regression
   rate, and whether any test that passed at the base now fails (``broke``).
 - **static**: the Critic's verdict; ``Unsafe`` (a runtime error the patch introduces) costs.
-- **quality**: scoring/quality.py's code_quality, and the patch's size (changed source lines).
+- **quality**: scoring/verdict/quality.py's code_quality, and the patch's size (changed source lines).
 - **agreement**: candidates that make the same change agree. Counting every copy: ``exact``, the
   share of the other candidates whose patch is equal after :func:`normalize`, or, when tests ran
   for both, that left every test in the same state; ``soft``, the mean Jaccard similarity of the
@@ -38,8 +38,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, astuple, dataclass, field
 
 from fixgraph.state import AttemptRecord
-from scoring.patchinfo import is_scaffold
-from scoring.specs import patch_files
+from scoring.execution.specs import patch_files
+from scoring.static.patchinfo import is_scaffold
 
 NEUTRAL = 0.5
 # A token of a changed line: a name, a number, or any other single character (as BLEU-style
@@ -102,7 +102,7 @@ class Candidate:
     # Every test's status after the patch, for agreement by behaviour.
     behaviour: dict[str, str] | None = None
     judged: float | None = None
-    # False when the patch changes only docstrings or comments (scoring/quality.py); None: unknown.
+    # False when the patch changes only docstrings or comments (scoring/verdict/quality.py); None: unknown.
     changes_code: bool | None = None
 
 
