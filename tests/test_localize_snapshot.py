@@ -31,11 +31,11 @@ def test_a_warm_load_reads_the_snapshot_and_ranks_the_same(tmp_path: Path, monke
         raise AssertionError("the per-blob cache was read although the snapshot exists")
 
     with monkeypatch.context() as m:
-        m.setattr(localize, "_BlobCache", no_blob_cache)
+        m.setattr("fixgraph.localize.index._BlobCache", no_blob_cache)  # where RepoIndex._build reads it
         warm = RepoIndex.build_from_git(wt.path / ".git", wt.base, cache, history=False)
     assert ranking(warm) == ranking(first)
     # Where no snapshot can be written (a full disk), terms are looked up file by file: same ranking.
-    monkeypatch.setattr(localize, "_write_snapshot", lambda path, infos: None)
+    monkeypatch.setattr("fixgraph.localize.index._write_snapshot", lambda path, infos: None)
     plain = RepoIndex.build_from_git(wt.path / ".git", wt.base, tmp_path / "other", history=False)
     assert plain._term_index is None and ranking(plain) == ranking(first)
     assert warm.posting("merge") == plain.posting("merge") and warm.posting("merge")
