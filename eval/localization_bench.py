@@ -18,7 +18,7 @@ overall it prints recall of the gold files within the top 1/3/5/8 of:
   weights (since session 9; a line below gives the figure with ties straight to the smaller weights);
 - ``bm25``: plain BM25 (bm25s) over whole ``.py`` files with the issue text as the query;
 - ``before``: the linear formula with the weights shipped before the title and prose signals;
-- ``rrcv``: the learned re-ranking of the formula's top 8 (``fixgraph.rerank``), cross-validated:
+- ``rrcv``: the learned re-ranking of the formula's top 8 (``fixgraph.localize.rerank``), cross-validated:
   each repository ranked by a model fitted on the others' rows, its L2 chosen by leave one
   repository out among them (``--fit`` prints the coefficients fitted on all rows);
 
@@ -253,7 +253,7 @@ def pool_of(r: Row, point: Point) -> Pool:
     import numpy as np
 
     from fixgraph.localize import combine, penalty
-    from fixgraph.rerank import FEATURES, features
+    from fixgraph.localize.rerank import FEATURES, features
 
     linear = combine(r.parts, *point)
     feats = features(r.parts, [(c.path, c.score) for c in linear], penalty)
@@ -264,13 +264,13 @@ def pool_of(r: Row, point: Point) -> Pool:
 
 
 def learned_top(pool: Pool, w: Any) -> list[str]:  # noqa: ANN401 - np.ndarray
-    from fixgraph.rerank import top_of
+    from fixgraph.localize.rerank import top_of
 
     return top_of(pool.x, pool.paths, list(range(len(pool.paths))), w) + pool.rest
 
 
 def _fit_rows(pools: list[Pool], l2: float) -> Any:  # noqa: ANN401
-    from fixgraph.rerank import fit
+    from fixgraph.localize.rerank import fit
 
     return fit([(p.x, p.gold) for p in pools if p.gold.sum() > 0], l2)
 
@@ -361,8 +361,8 @@ def execution_of(inst, args: argparse.Namespace) -> tuple[dict[str, float], str,
 
 def measure(inst, git_dir: Path, args: argparse.Namespace, settings, first: bool) -> Row:  # noqa: ANN001
     """One instance's row: its signals, recalls, prompt size and times."""
-    from fixgraph.history import HistoryIndex
     from fixgraph.localize import RepoIndex, combine, count_tokens
+    from fixgraph.localize.history import HistoryIndex
 
     gold = gold_files(inst.patch)
     t0 = time.perf_counter()
@@ -482,7 +482,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     # The full ranking is recomputed from each row's signals with the weights and coefficients
     # shipped now, so that rows written before they changed are still read right (--resume).
-    from fixgraph import rerank
+    from fixgraph.localize import rerank
 
     shipped = (localize.W_HISTORY, localize.W_COCHANGE, localize.W_LITERAL, localize.W_TESTS, localize.W_TITLE,
                localize.W_PROSE, localize.W_TEST_COCHANGE, localize.W_LITERAL_TOP, localize.W_EXECUTED)
@@ -540,7 +540,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"re-ranking L2: on all rows {l2_all:g}; chosen without each repository: "
           + ", ".join(f"{repo.split('/')[1]} {l2:g}" for repo, l2 in sorted(l2_folds.items())))
     if args.fit:
-        print("fitted on all rows (fixgraph/rerank.py COEF):")
+        print("fitted on all rows (fixgraph/localize/rerank.py COEF):")
         print("COEF = {" + ", ".join(f'"{n}": {v:.4g}' for n, v in zip(rerank.FEATURES, fitted, strict=True)) + "}")
     if args.show_misses and misses:
         print("\nmissed at 8:")
@@ -625,7 +625,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-o", "--output", type=Path, help="append each instance's row to this JSONL file as it is done")
     p.add_argument("--resume", action="store_true", help="keep the rows already in --output and do only the rest")
     p.add_argument("--fit", action="store_true",
-                   help="print the re-ranking's coefficients fitted on all rows (for fixgraph/rerank.py)")
+                   help="print the re-ranking's coefficients fitted on all rows (for fixgraph/localize/rerank.py)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     if args.resume and args.output is None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fixgraph.history import HistoryIndex, parse_log
 from fixgraph.localize import LocalizeError, RepoIndex, combine, terms_of
+from fixgraph.localize.history import HistoryIndex, parse_log
 from tests.history_repo import ISSUE, HistoryRepo, make_history_repo
 from tests.localize_repo import make_repo
 
@@ -158,7 +158,7 @@ def test_a_base_commit_missing_from_the_mirror_is_one_clear_error(hist_repo: His
 
 def test_the_history_index_is_built_once_and_cached(hist_repo: HistoryRepo, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from fixgraph import history
+    from fixgraph.localize import history
 
     first = HistoryIndex.open(git_dir(hist_repo), tmp_path / "c")
     history._OPEN.clear()  # a new process: the in-memory copy is gone, the SQLite file is not
@@ -248,7 +248,7 @@ def test_localization_bench_base_missing_from_the_mirror_is_one_line(hist_repo: 
 
 def test_ancestry_is_cached_per_base_commit(hist_repo: HistoryRepo, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from fixgraph import history
+    from fixgraph.localize import history
 
     hist = HistoryIndex.open(git_dir(hist_repo), tmp_path / "c")
     first = hist.at(hist_repo.base)
@@ -267,7 +267,7 @@ def test_ancestry_is_cached_per_base_commit(hist_repo: HistoryRepo, tmp_path: Pa
 
 def test_a_cached_base_costs_one_git_process(hist_repo: HistoryRepo, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from fixgraph import history
+    from fixgraph.localize import history
 
     hist = HistoryIndex.open(git_dir(hist_repo), tmp_path / "c")
     assert hist.at(hist_repo.base) is not None

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from fixgraph.dataset import Task
+from fixgraph.localize.snippets import MAX_BLOCKS, MAX_CHARS, issue_snippets
 from fixgraph.repo.workspace import RepoCache, Worktree
 from fixgraph.sandbox.process import sandbox_mode
-from fixgraph.snippets import MAX_BLOCKS, MAX_CHARS, issue_snippets
 from scoring.execution.envs import installed_pythons
 from scoring.execution.testenv import EnvError, TestEnv, UnavailableRunner
 from scoring.execution.tests import SubprocessRunner, make_runner

@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fixgraph import rerank
-from fixgraph.localize import RepoIndex, combine
+from fixgraph.localize import RepoIndex, combine, rerank
 from tests.history_repo import _commit, _git
 from tests.localize_repo import FILES, index_without_history
 

@@ -11,13 +11,12 @@ The folder holds the repository index and what it is made of:
 - ``index``: ``RepoIndex``, built once per (repository, commit), and its ranking; the formula and
   its shipped weights (``W_*``) are in that module's header;
 - ``views``: what the LLM is shown: the Planner's map, the Explorer's views of files and the files
-  it may read next (``RepoViews``, mixed into ``RepoIndex``; ``views_within``).
-
-The history index, the learned re-ranking, the snippets and the shared tokenizer
-(fixgraph/history.py, rerank.py, snippets.py, terms.py) will live here too.
+  it may read next (``RepoViews``, mixed into ``RepoIndex``; ``views_within``);
+- ``history``: what past commits said and touched; ``rerank``: the learned re-ranking of the top
+  candidates; ``snippets``: the issue's code as something to run; ``terms``: the shared tokenizer.
 
 Imports: this package sits on the floor of fixgraph. It may import config, state, dataset,
-records, workspace and the localization modules above (history, rerank, snippets, terms); never
+records, repo/workspace and its own modules; never
 scoring, agents, graph, bot or eval, which are built on it. Its modules import one another by
 module (``from fixgraph.localize.files import ...``), never through this package.
 
@@ -55,8 +54,8 @@ from fixgraph.localize.query import (
     penalty,
 )
 from fixgraph.localize.sources import _BlobCache, _GitSource, _WorktreeSource
+from fixgraph.localize.terms import terms_of
 from fixgraph.localize.views import clean_path, views_within
-from fixgraph.terms import terms_of
 
 __all__ = [
     "LITERAL_TOP",

@@ -3,7 +3,7 @@ module-level statements, message-like string literals, term counts), and the tok
 prompt budget uses.
 
 An analysis depends on the file's bytes and path only, so it is cached by git blob id
-(``sources._BlobCache``). Tokenizing identifiers and prose lives in fixgraph/terms.py, shared with
+(``sources._BlobCache``). Tokenizing identifiers and prose lives in fixgraph/localize/terms.py, shared with
 the history index.
 """
 
@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from fixgraph.terms import terms_of
+from fixgraph.localize.terms import terms_of
 
 MAX_FILE_BYTES = 1_000_000
 PY_SUFFIXES = (".py", ".pyi")

@@ -36,9 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
+from fixgraph.localize.terms import terms_of
 from fixgraph.records import file_lock
 from fixgraph.repo.workspace import content_key
-from fixgraph.terms import terms_of
 
 HISTORY_VERSION = 1
 # Changelog-sized messages are cut: their tail lists everything and points at nothing.

@@ -56,13 +56,13 @@ from fixgraph.localize.sources import (
     _WorktreeSource,
     _write_snapshot,
 )
+from fixgraph.localize.terms import STOP, terms_of
 from fixgraph.localize.views import RepoViews, clean_path
 from fixgraph.records import atomic_write, file_lock
 from fixgraph.repo.workspace import Worktree, content_key
-from fixgraph.terms import STOP, terms_of
 
 if TYPE_CHECKING:
-    from fixgraph.history import HistoryView
+    from fixgraph.localize.history import HistoryView
 
 # The ranking, one formula (README, "Localization"):
 #
@@ -78,13 +78,13 @@ if TYPE_CHECKING:
 # literals reorder the files the formula already chose, they never bring one in from below.
 #
 # (each added signal normalized to its best file and scaled to today's best score, so that its
-# weight means the same on every issue). A learned re-ranking of the top 8 (fixgraph/rerank.py)
+# weight means the same on every issue). A learned re-ranking of the top 8 (fixgraph/localize/rerank.py)
 # can follow; it is off (``rerank.COEF`` empty): cross-validated it was not a stable gain.
 # today(f): W_LEXICAL x BM25 over file contents (normalized to the best file) + W_DEF per name the
 #   issue uses that f defines + bonuses for dotted names, paths and traceback frames written in the
 #   issue, and for f's own name said in it.
 # H(f): files touched by past commits (ancestors of the base only) whose messages resemble the
-#   issue, each commit weighted by its match, recency and focus (fixgraph/history.py).
+#   issue, each commit weighted by its match, recency and focus (fixgraph/localize/history.py).
 # C(f): co-change with the CO_SEEDS files ``today`` ranks highest, weighted by their score.
 # L(f): the issue quotes f's string literals verbatim (an error message, a warning, an option
 #   name: pieces between placeholders, see ``is_message``); each piece weighs
@@ -202,8 +202,8 @@ class RepoIndex(RepoViews):
         return index
 
     def attach_history(self, git_dir: Path, base: str, cache_dir: Path) -> None:
-        """Use the repository's history before ``base`` in the ranking (see ``fixgraph.history``)."""
-        from fixgraph.history import HistoryError, history_status
+        """Use the repository's history before ``base`` in the ranking (see ``fixgraph.localize.history``)."""
+        from fixgraph.localize.history import HistoryError, history_status
 
         try:
             self.history, self.history_note = history_status(git_dir, base, cache_dir)
@@ -403,7 +403,7 @@ class RepoIndex(RepoViews):
 
     def rank(self, problem: str, k: int = 30) -> list[Candidate]:
         """Files most likely to need changing for ``problem``, best first (deterministic)."""
-        from fixgraph import rerank
+        from fixgraph.localize import rerank
 
         learned = bool(rerank.COEF)
         parts = self.rank_parts(problem, cochange=W_COCHANGE > 0,

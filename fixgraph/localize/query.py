@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from fixgraph.localize.files import PY_SUFFIXES, _parts
-from fixgraph.terms import _WORD, STOP, terms_of
+from fixgraph.localize.terms import _WORD, STOP, terms_of
 
 # The quoted literals reorder this many of the best files (``literal_first``): the Explorer's first
 # reads, what recall@8 counts.
@@ -131,7 +131,7 @@ class RankParts:
     cochange: dict[str, float]
     literal: dict[str, float] = field(default_factory=dict)
     tests: dict[str, float] = field(default_factory=dict)
-    # ``today`` taken apart, and the evidence only the learned re-ranking reads (fixgraph/rerank.py).
+    # ``today`` taken apart, and the evidence only the learned re-ranking reads (fixgraph/localize/rerank.py).
     lexical: dict[str, float] = field(default_factory=dict)  # BM25, relative to the best file
     defs: dict[str, float] = field(default_factory=dict)  # defines names the issue uses
     written: dict[str, float] = field(default_factory=dict)  # dotted names, paths, traceback frames

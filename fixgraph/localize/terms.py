@@ -1,6 +1,6 @@
 """Index terms of code and prose: identifiers whole and split into their parts, stop words dropped.
 
-Shared by the repository index (``fixgraph.localize``) and the history index (``fixgraph.history``),
+Shared by the repository index (``fixgraph.localize``) and the history index (``fixgraph.localize.history``),
 so both rank with the same words.
 """
 

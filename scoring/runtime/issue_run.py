@@ -1,6 +1,6 @@
 """Execution evidence: an issue's code run at the base commit, and what of the repository it ran.
 
-:func:`trace_issue` takes the issue's Python snippets (``fixgraph.snippets``) and runs them in
+:func:`trace_issue` takes the issue's Python snippets (``fixgraph.localize.snippets``) and runs them in
 the task's test environment, on a fresh copy of the base commit, isolated as the tests are
 (``SubprocessRunner.run_python``: scrubbed environment, no network, CPU and memory limits, the
 process group killed at the timeout), under the profiler of ``scoring/runtime/issue_tracer.py``. The
@@ -22,9 +22,9 @@ from typing import Any
 
 from fixgraph import redaction
 from fixgraph.dataset import Task
+from fixgraph.localize.snippets import issue_snippets
 from fixgraph.records import atomic_write
 from fixgraph.repo.workspace import Worktree, content_key
-from fixgraph.snippets import issue_snippets
 from scoring.execution.testenv import EnvError, SuiteRunner
 
 TRACER = Path(__file__).with_name("issue_tracer.py")

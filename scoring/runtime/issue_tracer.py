@@ -5,7 +5,7 @@ of the base commit (``scoring.runtime.issue_run`` copies it there)::
 
     python issue_tracer.py INPUT.json OUTPUT.json
 
-INPUT holds ``blocks`` (the code, see ``fixgraph.snippets``), ``prelude`` (code run first,
+INPUT holds ``blocks`` (the code, see ``fixgraph.localize.snippets``), ``prelude`` (code run first,
 untraced: a REPL's session setup), ``statement_timeout_s`` and ``budget_s`` (the whole run's
 seconds; the tracer stops starting statements past it). The repository is the current folder.
 

@@ -1,6 +1,6 @@
 """The issue's own code, run again with the patch: runtime evidence that needs no test at all.
 
-An issue often carries the code that shows the bug (``fixgraph.snippets``), and
+An issue often carries the code that shows the bug (``fixgraph.localize.snippets``), and
 ``scoring.runtime.issue_run`` already runs it at the base commit for localization. The Critic runs it
 once more on the patched copy, in the same sandbox, and compares the two runs statement by
 statement (the same snippets give the same statements, in the same order). A statement is
