@@ -50,7 +50,7 @@ class TaskContext:
         """Run the issue's code at the base commit (sandboxed, cached) and hand the index what it
         called late (``fixgraph.localize.execution_signal``); the trace stays in ``scratch``."""
         from fixgraph.localize import execution_signal
-        from scoring.execution.tests import make_runner
+        from scoring.execution.runner import make_runner
         from scoring.runtime.issue_run import trace_issue
 
         runner = make_runner(self.cfg.tests, self.cache_dir)

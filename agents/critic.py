@@ -28,6 +28,7 @@ from agents.context import TaskContext
 from fixgraph.models.llm import BudgetExceeded
 from fixgraph.state import AttemptRecord, Finding, PatchJudgment, ScoreParts, TaskState, Usage, merge_usage
 from scoring.execution import harness, tests
+from scoring.execution.runner import make_runner
 from scoring.execution.testenv import PASSING
 from scoring.runtime import llm_check, replay
 from scoring.runtime.findings import crash_summaries, explained, findings_of
@@ -154,7 +155,7 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
     if verdict == "Safe" and settings.replay_issue and settings.tests != "off":
         # The issue's own code, run with the patch and compared with its run at the base (cached
         # by the localization): a crash the patch introduced, or the issue's crash still there.
-        replayed = replay.replay_issue(tests.make_runner(ctx.cfg.tests, ctx.cache_dir), ctx.task, wt, patch,
+        replayed = replay.replay_issue(make_runner(ctx.cfg.tests, ctx.cache_dir), ctx.task, wt, patch,
                                        timeout_s=settings.replay_timeout_s, base=ctx.scratch.get("issue_trace"))
         if replayed.summaries:
             verdict = "Unsafe"
@@ -216,7 +217,7 @@ def _run_tests(ctx: TaskContext, state: TaskState, patch: str,
     mode = ctx.cfg.critic.tests
     if mode == "off":
         return None
-    runner = tests.make_runner(ctx.cfg.tests, ctx.cache_dir)
+    runner = make_runner(ctx.cfg.tests, ctx.cache_dir)
     if mode == "oracle":
         if ctx.oracle is None:
             return tests.TestOutcome(runnable=False, reason="oracle-tests ablation run without evaluation data",

@@ -22,9 +22,10 @@ from agents.context import TaskContext
 from fixgraph.repo.workspace import PatchError
 from fixgraph.state import ReproTestDraft, TaskState, Usage, merge_usage
 from scoring.execution import selection
+from scoring.execution.runner import make_runner
 from scoring.execution.specs import SpecsError, repo_specs
 from scoring.execution.testenv import PASSING, SuiteRun, owned_by
-from scoring.execution.tests import ReproTest, baseline, internal_error_frames, make_runner
+from scoring.execution.tests import ReproTest, baseline, internal_error_frames
 
 # A failure of these kinds raised in the test file itself says the test is broken, not the code.
 _BROKEN_TEST = {"NameError", "ImportError", "ModuleNotFoundError", "SyntaxError", "IndentationError",

@@ -58,8 +58,9 @@ from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.models.llm import RunMeter
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
+from scoring.execution.runner import make_runner
 from scoring.execution.testenv import SuiteRunner
-from scoring.execution.tests import make_runner, own_outcome
+from scoring.execution.tests import own_outcome
 from scoring.runtime import llm_check, replay
 from scoring.runtime.findings import SCOPES, Scope, crash_summaries, findings_of, unsafe_in
 from scoring.static import differential as static

@@ -3,7 +3,7 @@
     python -m eval.gold_bench --dataset ../shared/data/swebench_lite.jsonl --repos DIR [--limit N]
 
 For each selected instance it runs the gold patch and an empty patch through the runner the
-Critic uses (``scoring.execution.tests.make_runner``) and prints, per repo: how many instances could run
+Critic uses (``scoring.execution.runner.make_runner``) and prints, per repo: how many instances could run
 their tests here, the gold patch's mean test_pass_rate and no_regression (1.0 expected where
 tests run), the empty patch's mean test_pass_rate (0 expected) and seconds per run (median).
 Every gold result below 1.0 is listed with the tests behind it. Per-instance results go to
@@ -29,7 +29,8 @@ from eval.hidden import run_hidden
 from fixgraph.config import TestSettings
 from fixgraph.dataset import DatasetError, Instance, load_jsonl, select
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, find_mirror
-from scoring.execution.tests import PASSING, TestOutcome, make_runner
+from scoring.execution.runner import make_runner
+from scoring.execution.tests import PASSING, TestOutcome
 from scoring.verdict import fix_score
 from scoring.verdict.quality import code_quality
 

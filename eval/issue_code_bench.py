@@ -42,8 +42,8 @@ from eval.rows import add_row_options, mirrored_rows, row_choice, run_terminable
 from fixgraph.config import load_config
 from fixgraph.dataset import Instance, Task, load_jsonl
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
+from scoring.execution.runner import make_runner
 from scoring.execution.testenv import SuiteRunner
-from scoring.execution.tests import make_runner
 from scoring.runtime import replay
 from scoring.runtime.issue_run import IssueTrace, trace_issue
 from scoring.verdict.critic import InputError, load_predictions

@@ -334,7 +334,7 @@ def execution_tools(args: argparse.Namespace) -> tuple[Any, Any]:
     cache the execution evidence needs."""
     from fixgraph.config import load_config
     from fixgraph.repo.workspace import RepoCache
-    from scoring.execution.tests import make_runner
+    from scoring.execution.runner import make_runner
 
     cfg = load_config(args.config)
     tests = cfg.tests.model_copy(update={"env_dir": args.env_dir}) if args.env_dir else cfg.tests

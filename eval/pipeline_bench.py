@@ -111,7 +111,7 @@ def _bench(instances, cfg, args) -> int:  # noqa: ANN001
 
 
 def _measure(instances, cfg, args, repo_cache, overhead, bare, executor, ray_vs_threads) -> int:  # noqa: ANN001
-    from scoring.execution.tests import make_runner
+    from scoring.execution.runner import make_runner
 
     for run in range(args.runs + 1):
         for inst in instances:

@@ -50,8 +50,9 @@ from eval.rows import add_row_options, mirrored_rows, row_choice, run_terminable
 from fixgraph.config import load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
+from scoring.execution.runner import make_runner
 from scoring.execution.testenv import PASSING, SuiteRunner
-from scoring.execution.tests import listed_among, make_runner, own_outcome
+from scoring.execution.tests import listed_among, own_outcome
 from scoring.runtime.findings import runtime_findings
 from scoring.verdict import expected_change
 from scoring.verdict.critic import InputError, load_predictions

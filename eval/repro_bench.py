@@ -46,8 +46,9 @@ from fixgraph.publish import DiffPublisher
 from fixgraph.records import RunStore
 from fixgraph.repo.workspace import RepoCache, WorkspaceError, find_mirror
 from fixgraph.state import TaskState
+from scoring.execution.runner import make_runner
 from scoring.execution.testenv import PASSING
-from scoring.execution.tests import ReproTest, make_runner, own_outcome
+from scoring.execution.tests import ReproTest, own_outcome
 
 
 def pick(instances: list[Instance], mirrors: Path, only: set[str], limit: int | None,

@@ -56,6 +56,7 @@ from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree, find_mirror
 from scoring.execution import tests
+from scoring.execution.runner import make_runner
 from scoring.execution.testenv import PASSING
 from scoring.static import differential as static
 from scoring.static import guard
@@ -542,7 +543,7 @@ def run(args: argparse.Namespace) -> int:
                          "--stride, --shard)")
     cache_dir = (args.cache_dir or cfg.cache_dir).resolve()
     repos = RepoCache(cache_dir, mirrors=args.repos)
-    runner = tests.make_runner(cfg.tests, cache_dir) if args.tests else None
+    runner = make_runner(cfg.tests, cache_dir) if args.tests else None
     previous = load_rows(args.output) if args.resume and args.output.is_file() else {}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     prepared: list[Prepared] = []

@@ -105,7 +105,7 @@ def test_a_commit_that_changes_only_code_runs_on_the_install_of_another(tmp_path
     mirror = tmp_path / "mirrors" / REPO.replace("/", "+")
 
     def envs_with(**kw: Any) -> tuple[VenvEnvs, Any]:
-        from scoring.execution.tests import SubprocessRunner
+        from scoring.execution.runner import SubprocessRunner
         settings = config.TestSettings(backend="venv", timeout_s=120, **kw)
         envs = VenvEnvs(tmp_path / "envs", tmp_path / "cache", settings, specs=lambda repo, version: spec)
         return envs, SubprocessRunner(settings, tmp_path / "cache", envs, "venv")

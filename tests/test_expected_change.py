@@ -16,7 +16,8 @@ from fixgraph.dataset import Instance, Task
 from fixgraph.models.scripted import ScriptedChatModel
 from fixgraph.repo.workspace import RepoCache
 from graph import run_tasks
-from scoring.execution.tests import TestOutcome, make_runner, own_outcome
+from scoring.execution.runner import make_runner
+from scoring.execution.tests import TestOutcome, own_outcome
 from scoring.runtime.crash import failures_of
 from scoring.runtime.findings import runtime_findings
 from scoring.verdict import expected_change, fix_score

@@ -15,8 +15,8 @@ from fixgraph.localize.snippets import MAX_BLOCKS, MAX_CHARS, issue_snippets
 from fixgraph.repo.workspace import RepoCache, Worktree
 from fixgraph.sandbox.process import sandbox_mode
 from scoring.execution.envs import installed_pythons
+from scoring.execution.runner import SubprocessRunner, make_runner
 from scoring.execution.testenv import EnvError, TestEnv, UnavailableRunner
-from scoring.execution.tests import SubprocessRunner, make_runner
 from scoring.runtime import issue_run
 from scoring.runtime.issue_run import NO_BACKEND, IssueTrace, TracedError, trace_issue
 from tests.testrun_helpers import local_settings, make_repo

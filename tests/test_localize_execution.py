@@ -16,7 +16,7 @@ from fixgraph.dataset import Task
 from fixgraph.localize import RepoIndex, execution_signal
 from fixgraph.repo.workspace import RepoCache, Worktree
 from fixgraph.sandbox.process import sandbox_mode
-from scoring.execution.tests import make_runner
+from scoring.execution.runner import make_runner
 from scoring.runtime.issue_run import IssueTrace, TracedError, trace_issue
 from tests.testrun_helpers import local_settings, make_repo
 

@@ -12,7 +12,7 @@ from fixgraph.dataset import Task
 from fixgraph.models.scripted import ScriptedChatModel
 from fixgraph.repo.workspace import RepoCache, Worktree
 from fixgraph.sandbox.process import sandbox_mode
-from scoring.execution.tests import SubprocessRunner, make_runner
+from scoring.execution.runner import SubprocessRunner, make_runner
 from scoring.runtime import replay
 from scoring.runtime.issue_run import IssueTrace, TracedError
 from tests.testrun_helpers import local_settings, make_repo

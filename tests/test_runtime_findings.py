@@ -16,7 +16,8 @@ from fixgraph.dataset import Instance, Task
 from fixgraph.models.scripted import ScriptedChatModel
 from fixgraph.repo.workspace import RepoCache
 from graph import run_tasks
-from scoring.execution.tests import make_runner, own_outcome
+from scoring.execution.runner import make_runner
+from scoring.execution.tests import own_outcome
 from scoring.runtime.crash import failures_of
 from scoring.runtime.findings import SCOPES, crash_summaries, crashed_tests, runtime_findings
 from tests.conftest import read_record
@@ -213,7 +214,7 @@ def test_a_test_that_flips_between_base_runs_is_left_out_and_recorded(tmp_path: 
     """A test whose outcome changes from one run to the next. The sandbox keeps no state between
     runs (by design), so the flip is made at the runner's boundary: every other base run reports it
     failed, and so does the patched run (which may run beside the first base run, in either order)."""
-    from scoring.execution.tests import SubprocessRunner
+    from scoring.execution.runner import SubprocessRunner
 
     real = SubprocessRunner.run_suite
     calls = {"n": 0}
@@ -538,7 +539,7 @@ def test_the_patched_run_goes_beside_an_uncached_base_run_and_alone_after_a_cach
     import threading
     import time
 
-    from scoring.execution.tests import SubprocessRunner
+    from scoring.execution.runner import SubprocessRunner
 
     real = SubprocessRunner.run_suite
     spans: list[tuple[bool, float, float]] = []

@@ -11,6 +11,7 @@ from fixgraph.config import RegressionSettings
 from fixgraph.dataset import Instance
 from fixgraph.repo.workspace import PatchError, RepoCache
 from scoring.execution import tests
+from scoring.execution.runner import make_runner
 from scoring.static import guard
 from scoring.verdict import fix_score, quality, select
 from tests.testrun_helpers import local_settings
@@ -44,7 +45,7 @@ def judged(calc: tuple[Path, Instance], tmp_path: Path):
     test and the existing tests, run for real."""
     mirrors, inst = calc
     wt = RepoCache(tmp_path / "cache", mirrors=mirrors).worktree(inst.repo, inst.base_commit, "select")
-    runner = tests.make_runner(local_settings(), tmp_path / "cache")
+    runner = make_runner(local_settings(), tmp_path / "cache")
 
     def judge(name: str, patch: str, guard_blocks: bool = True) -> select.Candidate:
         wt.reset()

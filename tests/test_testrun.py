@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from eval.hidden import run_hidden
-from scoring.execution.tests import make_runner
+from scoring.execution.runner import make_runner
 from scoring.verdict import fix_score
 from tests.testrun_helpers import CALC, apply_to, calc_instance, diff_for, local_settings
 

@@ -10,7 +10,7 @@ from eval.hidden import run_hidden
 from fixgraph import config
 from scoring.execution.docker import make_docker_runner
 from scoring.execution.envs import best_python
-from scoring.execution.tests import make_runner
+from scoring.execution.runner import make_runner
 from scoring.verdict import fix_score
 from tests.testrun_helpers import CALC, TEST_FILE, apply_to, calc_instance, diff_for, local_settings
 

@@ -12,7 +12,7 @@ import pytest
 
 from eval.hidden import run_hidden
 from fixgraph.sandbox.process import netns_prefix
-from scoring.execution.tests import make_runner
+from scoring.execution.runner import make_runner
 from tests.testrun_helpers import CALC, apply_to, calc_instance, diff_for, local_settings
 
 FIXED = CALC.replace("return a - b", "return a + b")

@@ -14,7 +14,7 @@ from eval.hidden import run_hidden
 from fixgraph import config
 from fixgraph.sandbox.process import Limits, can_bind
 from scoring.execution.envs import VenvEnvs, _pointed_at
-from scoring.execution.tests import SubprocessRunner
+from scoring.execution.runner import SubprocessRunner
 from tests.testrun_helpers import CALC, CALC_PYPROJECT, apply_to, calc_instance, diff_for
 
 FIXED = CALC.replace("return a - b", "return a + b")
@@ -41,7 +41,7 @@ def test_generated_module():
 def test_venv_backend_builds_once_and_runs_the_patched_code(tmp_path: Path, monkeypatch, bind: bool) -> None:
     if bind and not can_bind(Limits(60, 60, 512, network_isolation=True)):
         pytest.skip("no mount namespace here: runs use the repointed link")  # .ci/run fails on a skip
-    monkeypatch.setattr("scoring.execution.tests.can_bind", lambda limits: bind)
+    monkeypatch.setattr("scoring.execution.runner.can_bind", lambda limits: bind)
     spec: dict[str, Any] = {
         "python": "{}.{}".format(*sys.version_info[:2]),
         "pip_packages": ["pytest"],

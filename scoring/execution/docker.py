@@ -7,7 +7,7 @@ files, writes the suite's reproduction tests, runs swebench's test command for t
 version on the suite's test files, and parses the output with swebench's log parsers. The run
 without the patch is the same script without its first step.
 
-When no Docker engine answers (``docker version`` fails), ``scoring.execution.tests.make_runner`` gives a
+When no Docker engine answers (``docker version`` fails), ``scoring.execution.runner.make_runner`` gives a
 runner whose every run says so, and the Critic's fallback applies.
 """
 

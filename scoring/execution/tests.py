@@ -26,51 +26,35 @@ images (``scoring.execution.docker``).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import shutil
-import stat
-import sys
 import threading
-import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fixgraph.config import RegressionSettings, TestSettings
+from fixgraph.config import RegressionSettings
 from fixgraph.dataset import EvaluationData, Task
 from fixgraph.records import atomic_write
 from fixgraph.repo.workspace import Worktree, content_key
-from fixgraph.sandbox.process import Completed, Limits, can_bind, prepare_workdir, run_isolated, scrubbed_env
-from scoring.execution import testenv
+from scoring.execution.runner import make_runner
 from scoring.execution.specs import (
     NON_TEST_EXTS,
     SpecsError,
-    parse_log,
     patch_files,
     repo_specs,
     takes_node_ids,
-    test_command,
-    test_directives,
-    uses_pytest,
 )
 from scoring.execution.testenv import (
     LOG_TAIL_CHARS,
     PASSING,
     EnvError,
-    EnvProvider,
     Suite,
     SuiteRun,
     SuiteRunner,
     TestEnv,
-    git_apply,
-    materialize,
     owned_by,
-    run_root,
-    suite_timeout,
 )
 from scoring.runtime import crash
 
@@ -78,7 +62,7 @@ if TYPE_CHECKING:
     from scoring.execution.selection import Selection
 
 __all__ = ["PASSING", "LOG_TAIL_CHARS", "Suite", "SuiteRun", "SuiteRunner", "TestEnv", "EnvError",
-           "TestOutcome", "ReproTest", "make_runner", "baseline", "own_outcome", "hidden_outcome"]
+           "TestOutcome", "ReproTest", "baseline", "own_outcome", "hidden_outcome"]
 
 
 @dataclass(frozen=True)
@@ -184,182 +168,6 @@ class TestOutcome:
                 and self.pass_to_pass_after.get(t, "MISSING") not in PASSING]
 
 
-class LocalEnvs:
-    """The current interpreter, as is. swebench's test command is used when the repo is known."""
-
-    def __init__(self, cache_dir: Path):
-        self.cache_dir = cache_dir
-
-    def get(self, task: Task, wt: Worktree) -> TestEnv:
-        spec = None
-        if task.version:
-            try:
-                spec = repo_specs(self.cache_dir, task.repo, task.version)
-            except SpecsError:
-                spec = None
-        # This interpreter's pytest plugins are fixgraph's (and slow to load), not the repo's.
-        return TestEnv(python=sys.executable, spec=spec, path_prefix=[str(Path(sys.executable).parent)],
-                       key="local-{}.{}".format(*sys.version_info[:2]),
-                       extra_env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
-
-
-class SubprocessRunner:
-    """Runs suites as isolated child processes in an environment from ``envs``."""
-
-    def __init__(self, settings: TestSettings, cache_dir: Path, envs: EnvProvider, backend: str):
-        self.settings = settings
-        self.cache_dir = cache_dir.resolve()
-        self.envs = envs
-        self.backend = backend
-
-    def _limits(self, suite: Suite, slowed: float) -> Limits:
-        return Limits(suite_timeout(suite, self.settings.timeout_s, slowed), self.settings.cpu_s,
-                      self.settings.memory_mb, self.settings.network_isolation)
-
-    def env_key(self, task: Task, wt: Worktree) -> str:
-        try:
-            return self.envs.get(task, wt).key
-        except (EnvError, SpecsError):
-            return ""
-
-    def run_suite(self, task: Task, wt: Worktree, patch: str | None, suite: Suite) -> SuiteRun:
-        try:
-            env = self.envs.get(task, wt)
-        except (EnvError, SpecsError) as exc:
-            return SuiteRun({}, "", 0.0, error=f"env could not be built: {exc}", backend=self.backend)
-        with self._scratch() as (run_dir, work, home):
-            return self._run(task, wt, env, patch, suite, run_dir, work, home)
-
-    def run_python(self, task: Task, wt: Worktree, files: Mapping[str, str], argv_tail: Sequence[str],
-                   timeout_s: float, *, outputs: Sequence[str] = (),
-                   extra_env: Mapping[str, str] | None = None,
-                   patch: str | None = None) -> tuple[Completed, dict[str, bytes]]:
-        """``<env's python> *argv_tail`` in a fresh copy of the base commit (with ``patch`` applied,
-        as the tests apply it, when given), isolated as the tests are (scrubbed environment, no
-        network, the backend's CPU and memory limits, killed with its processes after
-        ``timeout_s``): for code that is no test suite (``scoring.runtime.issue_run``).
-
-        ``files`` (repository-relative path -> text) are written into the copy first, and the
-        command runs from its root; returns what it did and the bytes of each of ``outputs``
-        (repository-relative paths) it left there as a regular file (at most
-        :data:`MAX_OUTPUT_FILE_BYTES` of each). Raises :class:`EnvError` when there is no
-        environment, no copy of the commit, or a file path outside the copy."""
-        try:
-            env = self.envs.get(task, wt)
-        except (EnvError, SpecsError) as exc:
-            raise EnvError(f"env could not be built: {exc}") from exc
-        with self._scratch() as (_, work, home):
-            err = materialize(wt, task.base_commit, work)
-            if not err and patch is not None and patch.strip():
-                _apply_candidate(wt, work, patch)
-            for rel, content in files.items():
-                err = err or _write_into(work, rel, content)
-            if err:
-                raise EnvError(err)
-            _overlay(env, work)
-            run_env, _ = self._prepare(env, work, home)
-            run_env.update(extra_env or {})
-            limits = Limits(min(timeout_s, self.settings.timeout_s), self.settings.cpu_s, self.settings.memory_mb,
-                            self.settings.network_isolation)
-            done = self._isolated(env, work, [env.python, *argv_tail], run_env, limits)
-            return done, {rel: data for rel in outputs if (data := _read_output(work, rel)) is not None}
-
-    @contextlib.contextmanager
-    def _scratch(self) -> Iterator[tuple[Path, Path, Path]]:
-        """A run's scratch folder, its copy's place and its home: (run_dir, work, home), removed after."""
-        run_dir = run_root(self.settings.run_root) / uuid.uuid4().hex[:12]
-        work = run_dir / "repo"
-        home = run_dir / "home"
-        home.mkdir(parents=True)
-        prepare_workdir(run_dir)  # removed by the sandbox if fixgraph is killed mid-run
-        try:
-            yield run_dir, work, home
-        finally:
-            shutil.rmtree(run_dir, ignore_errors=True)
-
-    @staticmethod
-    def _isolated(env: TestEnv, work: Path, argv: list[str], run_env: dict[str, str], limits: Limits) -> Completed:
-        """``argv`` in the sandbox, from ``work``, with the env pointed at ``work`` for the run."""
-        with env.activate(work, can_bind(limits)) if env.activate else contextlib.nullcontext([]) as binds:
-            return run_isolated(argv, work, run_env, limits, binds=binds)
-
-    def _run(self, task: Task, wt: Worktree, env: TestEnv, patch: str | None, suite: Suite,
-             run_dir: Path, work: Path, home: Path) -> SuiteRun:
-        notes: list[str] = []
-        err = materialize(wt, task.base_commit, work)
-        if err:
-            return SuiteRun({}, "", 0.0, error=err, backend=self.backend)
-        saved = {f: (work / f).read_bytes() if (work / f).is_file() else None for f in suite.protected}
-        if patch is not None and patch.strip():
-            notes += _apply_candidate(wt, work, patch)
-            touched = set(patch_files(patch)) & (set(saved) | {p for p, _ in suite.added})
-            if touched:
-                notes.append("the patch changes test files; they were reset: " + ", ".join(sorted(touched)))
-        for rel, data in saved.items():  # the tests are the base commit's, not the patch's
-            target = work / rel
-            if data is None:
-                target.unlink(missing_ok=True)
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
-        for rel, content in suite.added:
-            err = _write_into(work, rel, content, "test path")
-            if err:
-                return SuiteRun({}, "", 0.0, error=err, backend=self.backend)
-        if suite.extra_patch.strip():
-            err = git_apply(work, suite.extra_patch)
-            if err:
-                return SuiteRun({}, "", 0.0, error=f"test_patch does not apply: {err}", backend=self.backend)
-        _overlay(env, work)
-        run_env, pre_log = self._prepare(env, work, home)
-        argv, cmd_env = test_command(task.repo, env.spec, env.python)
-        _tox_current_env(argv, env, work)
-        crash_file = run_dir / "crash.jsonl"
-        if uses_pytest(argv):
-            plugin_dir = crash.install_plugin(run_dir / "plugin")
-            argv += ["-p", crash.PLUGIN_MODULE]
-            run_env["PYTHONPATH"] = os.pathsep.join([str(plugin_dir), run_env["PYTHONPATH"]])
-        run_env.update(cmd_env)
-        status_file = run_dir / "status.txt"
-        run_env.update(FIXGRAPH_CRASH_FILE=str(crash_file), FIXGRAPH_STATUS_FILE=str(status_file),
-                       FIXGRAPH_REPO_ROOT=str(work),
-                       FIXGRAPH_LOCALS_CHARS=str(self.settings.locals_repr_chars))
-        directives = test_directives(task.repo, list(suite.targets))
-        slowed = testenv.slowdown()
-        limits = self._limits(suite, slowed)
-        done = self._isolated(env, work, [*argv, *directives], run_env, limits)
-        # A test parametrized with a path under the run's copy (tmp dirs, fixtures) would get a
-        # new id every run, and never match its base run: ids name the copy as ".".
-        statuses = {_unroot(t, work): s for t, s in parse_log(task.repo, done.output).items()}
-        # A message naming a file of the copy says "./x.py": the Coder sees the repository's paths,
-        # not the run's temporary one.
-        records = [{**r, "nodeid": _unroot(str(r.get("nodeid", "")), work),
-                    "message": _unroot(str(r.get("message", "")), work)} for r in crash.read_records(crash_file)]
-        if done.timed_out and suite.finished_on_timeout:
-            # Killed before its summary: what the plugin saw finish is what the run reports.
-            for test, status in crash.read_statuses(status_file).items():
-                statuses.setdefault(_unroot(test, work), status)
-            notes.append(f"tests killed after {limits.timeout_s:g}s; tests not reported are left out")
-        return SuiteRun(statuses, pre_log + done.output, done.seconds, done.timed_out, done.isolated_network,
-                        crash_records=records, notes=notes, root=str(work), backend=self.backend,
-                        timeout_s=limits.timeout_s, slowdown=testenv.slowdown_over(slowed))
-
-    def _prepare(self, env: TestEnv, work: Path, home: Path) -> tuple[dict[str, str], str]:
-        """The scrubbed environment for the test process; runs the spec's pre-install edits."""
-        pythonpath = [str(work / "src")] if (work / "src").is_dir() else []
-        pythonpath.append(str(work))
-        run_env = scrubbed_env(home, {**env.extra_env, "PYTHONPATH": os.pathsep.join(pythonpath)},
-                               env.path_prefix)
-        log = ""
-        for cmd in (env.spec or {}).get("pre_install", []):
-            # Seds on setup.py/tox.ini the install step made; tox.ini's edit changes the test command.
-            done = run_isolated(["bash", "-c", cmd], work, run_env,
-                                Limits(60, 60, self.settings.memory_mb, self.settings.network_isolation))
-            if done.returncode != 0:
-                log += f"[fixgraph] pre-install step failed: {cmd}\n{done.output}\n"
-        return run_env, log
-
-
 # ---- runs without the patch, cached -----------------------------------------------------
 
 
@@ -451,10 +259,6 @@ def _first_suite(chosen: Selection, settings: RegressionSettings) -> Suite:
     return Suite(targets=(*chosen.files, *chosen.tests), protected=(*chosen.files, *narrowed),
                  timeout_s=settings.timeout_s, label="regression",
                  finished_on_timeout=True)
-
-
-def _unroot(test_id: str, work: Path) -> str:
-    return test_id.replace(str(work), ".") if str(work) in test_id else test_id
 
 
 def _safe(name: str) -> str:
@@ -751,100 +555,3 @@ def hidden_outcome(runner: SuiteRunner, task: Task, evaluation: EvaluationData, 
     failing += out.broken()
     out.crash = _failure_context(after, failing) if failing else ""
     return out
-
-
-# ---- helpers ----------------------------------------------------------------------------
-
-
-def _apply_candidate(wt: Worktree, work: Path, patch: str) -> list[str]:
-    """Apply the candidate ``patch`` to the fresh copy ``work``; where it does not apply there,
-    copy the files it touched from ``wt``, which holds them patched. The note saying so, if any."""
-    err = git_apply(work, patch)
-    if not err:
-        return []
-    _copy_changed(wt, work, patch)
-    return [f"candidate patch did not apply to a fresh copy ({err}); copied its files instead"]
-
-
-def _copy_changed(wt: Worktree, work: Path, patch: str) -> None:
-    for rel in patch_files(patch):
-        src = wt.path / rel
-        dst = work / rel
-        if src.is_file() or src.is_symlink():
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.unlink(missing_ok=True)
-            # A link the patch made stays a link: copying its target would read it as fixgraph.
-            shutil.copyfile(src, dst, follow_symlinks=False)
-        else:
-            dst.unlink(missing_ok=True)
-
-
-def _write_into(work: Path, rel: str, content: str, what: str = "file path") -> str:
-    """Write ``content`` at ``rel`` in the run's copy ``work``; "" or why not (a path outside it)."""
-    target = (work / rel).resolve()
-    if not target.is_relative_to(work.resolve()):
-        return f"{what} {rel!r} is outside the repository"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(content, encoding="utf-8")
-    return ""
-
-
-MAX_OUTPUT_FILE_BYTES = 32_000_000
-
-
-def _read_output(work: Path, rel: str) -> bytes | None:
-    """The bytes of a file the sandboxed code left at ``rel`` in ``work``; None when there is none
-    there as a regular file. A link is not followed (the code could point it at fixgraph's own
-    files: this process reads with more rights than the code had)."""
-    path = work / rel
-    if not path.resolve().is_relative_to(work.resolve()) or path.is_symlink():
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            return None
-        return fh.read(MAX_OUTPUT_FILE_BYTES)
-
-
-def _tox_current_env(argv: list[str], env: TestEnv, work: Path) -> None:
-    """``tox --current-env`` runs ``.tox/<env>/bin/python``, a symlink to our interpreter. A venv's
-    interpreter reached through a symlink finds no ``pyvenv.cfg`` beside it and loses the venv's
-    packages (conda's, which swebench uses, has no such file to lose). Lay one there first."""
-    cfg = Path(env.python).parent.parent / "pyvenv.cfg"
-    if "tox" not in argv[:3] or "--current-env" not in argv or not cfg.is_file():
-        return
-    names = [a[2:] for a in argv if a.startswith("-e") and len(a) > 2]
-    names += [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-e"]
-    for name in names:
-        for one in name.split(","):
-            box = work / ".tox" / one
-            box.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(cfg, box / "pyvenv.cfg")
-            if not (box / "lib").exists():
-                (box / "lib").symlink_to(cfg.parent / "lib")
-
-
-def _overlay(env: TestEnv, work: Path) -> None:
-    if env.artifacts_root is None:
-        return
-    for rel in env.artifacts:
-        src, dst = env.artifacts_root / rel, work / rel
-        if src.is_file() and not dst.exists():
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dst)
-
-
-def make_runner(settings: TestSettings, cache_dir: Path) -> SuiteRunner:
-    if settings.backend == "local":
-        return SubprocessRunner(settings, cache_dir, LocalEnvs(cache_dir), "local")
-    if settings.backend == "venv":
-        from scoring.execution.envs import VenvEnvs
-
-        root = settings.env_dir or cache_dir / "envs"
-        return SubprocessRunner(settings, cache_dir, VenvEnvs(root, cache_dir, settings), "venv")
-    from scoring.execution.docker import make_docker_runner
-
-    return make_docker_runner(settings, cache_dir)
