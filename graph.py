@@ -98,7 +98,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, help="tasks at once: threads (default 1); with --executor ray, a cap "
                    "on tasks in flight (default: what the cluster's CPUs fit)")
     p.add_argument("--executor", choices=["threads", "ray"], default="threads",
-                   help="where tasks run: a thread pool here, or Ray (README: More than one machine)")
+                   help="where tasks run: a thread pool here, or Ray (docs/ray.md)")
     p.add_argument("--ray-address", metavar="ADDR", help="join the Ray cluster at ADDR (default: start Ray here)")
     p.add_argument("--repos", type=Path, help="folder of local git mirrors to clone from instead of GitHub")
     p.add_argument("--run-id", help="records and predictions go under this id (default: the config's name)")

@@ -88,13 +88,13 @@ def _ingest() -> Any:
 
 
 def _dashboard() -> Any:
-    from eval import dashboard
+    from eval.dashboard import page as dashboard
 
     return dashboard.main([])
 
 
 def _critic() -> Any:
-    from scoring import critic
+    from scoring.verdict import critic
 
     return critic.main([])
 
