@@ -40,6 +40,7 @@ from fixgraph.records import atomic_write, file_lock
 from fixgraph.repo import gitsafe
 from fixgraph.repo.workspace import Worktree
 from fixgraph.sandbox.process import Limits, run_isolated, scrubbed_env
+from scoring.execution.compiled import CompiledBuild, classify_failure, compiled_build
 from scoring.execution.specs import repo_specs, requirements_paths, requirements_text
 from scoring.execution.testenv import EnvError, TestEnv, materialize
 
@@ -207,13 +208,19 @@ class VenvEnvs:
             # The checkout is not a git clone: setuptools_scm (pytest, xarray, astropy) would find no
             # version, or a 0.x that fails the repos' own ``minversion`` checks.
             env["SETUPTOOLS_SCM_PRETEND_VERSION"] = f"{task.version}.0"
-        pins = ERA_CONSTRAINTS.get(task.repo)
+        compiled = self.compiled(task, path)
+        env.update(compiled.env)
+        pins = ERA_CONSTRAINTS.get(task.repo, []) + compiled.constraints
         if pins:
             (path / "constraints.txt").write_text("\n".join(pins) + "\n")
             env["PIP_CONSTRAINT"] = str(path / "constraints.txt")  # the spec's own pip commands too
         limits = Limits(self.settings.build_timeout_s, int(self.settings.build_timeout_s * 2), 8192,
                         network_isolation=False)  # installing needs the package index
-        return _Steps(env, limits, meta, path)
+        return _Steps(env, limits, meta, path, compiled.writable)
+
+    def compiled(self, task: Task, path: Path) -> CompiledBuild:
+        """What a compiled repo's build adds: offline libraries, the shared compiler cache, pins."""
+        return compiled_build(task.repo, task.version, path, self.cache_dir)
 
     def _build(self, task: Task, wt: Worktree, spec: dict[str, Any], path: Path) -> dict[str, Any]:
         """The venv and the dependencies: the spec's Python, requirements (read at the
@@ -257,14 +264,14 @@ class VenvEnvs:
             (path / "requirements.txt").write_text(reqs)
             if not run([vpy, "-m", "pip", "install", "-q", "-r", str(path / "requirements.txt")], setup,
                        "requirements"):
-                return fail(f"installing the requirements failed: {meta['step_error']}", retryable=True)
+                return fail(f"installing the requirements failed: {meta['step_error']}", retryable=run.transient)
         elif pkgs == "environment.yml":
             run.log.append("[fixgraph] environment.yml is conda's; relying on pip_packages\n")
         elif pkgs and not run([vpy, "-m", "pip", "install", "-q", *pkgs.split()], setup, "packages"):
-            return fail(f"installing {pkgs} failed: {meta['step_error']}", retryable=True)
+            return fail(f"installing {pkgs} failed: {meta['step_error']}", retryable=run.transient)
         if spec.get("pip_packages") and not run([vpy, "-m", "pip", "install", "-q", *spec["pip_packages"]], setup,
                                                 "pip_packages"):
-            return fail(f"installing pip_packages failed: {meta['step_error']}", retryable=True)
+            return fail(f"installing pip_packages failed: {meta['step_error']}", retryable=run.transient)
         shutil.rmtree(setup, ignore_errors=True)
         meta.update(ok=True, reason="", seconds=round(time.monotonic() - start, 1), log_tail=run.tail())
         return meta
@@ -286,9 +293,10 @@ class VenvEnvs:
             if sub in SUBMODULE_PACKAGES:
                 run([str(path / "venv" / "bin" / "python"), "-m", "pip", "install", "-q", SUBMODULE_PACKAGES[sub]],
                     src, "submodule")
-        for cmd in spec.get("pre_install", []) if ok else []:
+        compiled = self.compiled(task, path)
+        for cmd in compiled.pre_install(list(spec.get("pre_install", []))) if ok else []:
             run(["bash", "-c", cmd], src, "pre_install")
-        install = spec.get("install")
+        install = compiled.install(str(spec.get("install", ""))) if spec.get("install") else None
         if ok and install and not run(["bash", "-c", install], src, "install"):
             ok, err = False, f"install step failed ({install}): {meta['step_error']}"
             # An old pinned build backend (pylint's setuptools~=62.6) has no PEP 660 hook; swebench's
@@ -298,6 +306,8 @@ class VenvEnvs:
                 ok, err = True, ""
         if not ok:
             meta["failed_installs"][task.base_commit] = f"at {task.base_commit[:12]}: {err}"
+            if not run.transient:  # a compiler error, a download from outside, a timeout: final
+                meta["install_tries"][task.base_commit] = INSTALL_TRIES
             meta["failed_install_log_tail"] = run.tail()
             shutil.rmtree(src, ignore_errors=True)
             _link_source(path)
@@ -312,18 +322,24 @@ class VenvEnvs:
 class _Steps:
     """Runs build steps in the build environment, keeping a log and the first failure."""
 
-    def __init__(self, env: dict[str, str], limits: Limits, meta: dict[str, Any], root: Path):
+    def __init__(self, env: dict[str, str], limits: Limits, meta: dict[str, Any], root: Path,
+                 writable: list[Path] | None = None):
         self.env, self.limits, self.meta = env, limits, meta
         self.root = root  # the environment's folder: the build writes its venv there
+        self.writable = [root, *(writable or [])]  # and the shared compiler cache, if any
         self.log: list[str] = []
+        self.transient = True  # whether the last failure may pass on a retry
 
     def __call__(self, argv: list[str], cwd: Path, what: str) -> bool:
-        done = run_isolated(argv, cwd, self.env, self.limits, writable=(self.root,))
+        done = run_isolated(argv, cwd, self.env, self.limits, writable=self.writable)
         self.log.append(f"$ {' '.join(argv)}\n{done.output[-20000:]}\n")
         if done.returncode != 0:
             tail = [ln for ln in done.output.strip().splitlines() if ln.strip()][-1:] or ["no output"]
+            failure = classify_failure(done.output, done.timed_out, self.limits.timeout_s)
             self.meta["failed_step"] = what
-            self.meta["step_error"] = tail[0][:300]
+            self.meta["failure_kind"] = failure.kind
+            self.meta["step_error"] = failure.reason or tail[0][:300]
+            self.transient = failure.transient or failure.kind == "other"
             return False
         return True
 

@@ -1,0 +1,132 @@
+"""Builds of repositories that compile code (matplotlib, scikit-learn): offline, cached, explained.
+
+Offline: swebench's specs fetch matplotlib's freetype and qhull from their sites during the build
+(``wget`` in ``pre_install``, or ``setupext.py``'s own download); nothing but the package registries
+is reachable here, so every matplotlib version is told to use Debian's ``libfreetype-dev`` and
+``libqhull-dev`` (``[libs] system_freetype/system_qhull`` in a config file named by ``MPLSETUPCFG``,
+which setupext.py reads from 3.3 on, ``setup.cfg`` syntax before 3.5 and ``mplsetup.cfg`` after, the
+same section). scikit-learn's old versions build with the spec's Python 3.6 and pins; ``cython`` is
+held below 3 for 0.20-0.22 (conda's Python 3.6 builds, which the harness's images used, never had
+Cython 3, which these versions' ``.pyx`` files do not compile with).
+
+Cheap after the first: the C/C++ compiler runs through ``ccache`` with one cache shared by every
+env (``<cache-dir>/ccache``), so a later base commit of the same (repo, version) recompiles only the
+translation units whose preprocessed source changed. The install itself still runs at each commit in
+the env's own checkout, so a run imports that commit's code and extensions built from its sources;
+ccache only answers "this exact input compiled before" with the object it produced. Builds that
+would fetch into a temporary build environment (pip's build isolation) are made in the venv instead,
+so the compiler sees the same paths at every commit.
+
+Failures are told apart (:func:`classify_failure`): a download outside the package registries never
+succeeds here (final), a connection to the index that dropped may (one retry), a compiler error is
+that commit's alone, a timeout leaves nothing half-built behind.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# (repo, version) -> pins for every pip command of the build, the spec's own included.
+COMPILED_CONSTRAINTS: dict[tuple[str, str], list[str]] = {
+    ("scikit-learn/scikit-learn", v): ["cython<3"] for v in ("0.20", "0.21", "0.22")
+}
+COMPILED_REPOS = frozenset({"matplotlib/matplotlib", "scikit-learn/scikit-learn"})
+
+# What setupext.py reads from MPLSETUPCFG: the Debian libraries instead of downloaded sources.
+MPL_SETUP_CFG = "[libs]\nsystem_freetype = true\nsystem_qhull = true\n"
+# swebench's pre_install steps that download or need root (apt-get): the build does neither.
+_SKIPPED_PRE_INSTALL = re.compile(r"^\s*(apt-get|apt|wget|curl|tar\s|mkdir -p \"\$QHULL|QHULL_\w+=)")
+CCACHE_SUBDIR = "ccache"
+CCACHE_MAX_SIZE = "8G"
+
+# A build that reached for something outside the package registries: never succeeds here.
+_OFFLINE_DOWNLOAD = re.compile(r"Failed to download any of the following|get_and_extract_tarball|"
+                               r"(wget|curl): .*(unable to resolve|Could not resolve|Failed to connect)|"
+                               r"urllib\.error\.URLError|downloading .*(freetype|qhull)", re.I)
+# A connection to the package index that failed: may succeed on a retry.
+_TRANSIENT_NETWORK = re.compile(r"ReadTimeoutError|Connection (reset|aborted|refused)|"
+                                r"Failed to establish a new connection|Temporary failure in name resolution|"
+                                r"Max retries exceeded|HTTP error 5\d\d|IncompleteRead|ProtocolError", re.I)
+_COMPILER_ERROR = re.compile(r"error: command '.*(gcc|g\+\+|cc|c\+\+|clang)' failed|"
+                             r"^\S+\.(c|cc|cpp|cxx|h|hpp):\d+(:\d+)?: (fatal )?error:|Cython\.Compiler\.Errors|"
+                             r"Error compiling Cython file", re.M)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a build step failed, in one line, and whether trying again may help."""
+
+    kind: str  # "network", "offline-download", "compiler", "timeout", "other"
+    reason: str
+    transient: bool
+
+
+def classify_failure(log: str, timed_out: bool, timeout_s: float) -> Failure:
+    """The kind of a failed build step from its output."""
+    if timed_out:
+        return Failure("timeout", f"the build was stopped by its timeout ({timeout_s:.0f} s); nothing of it is kept",
+                       transient=False)
+    m = _OFFLINE_DOWNLOAD.search(log)
+    if m:
+        return Failure("offline-download", "the build needs the network beyond the package registries "
+                       f"({m.group(0)[:120]}); it cannot build offline", transient=False)
+    m = _TRANSIENT_NETWORK.search(log)
+    if m:
+        return Failure("network", f"the package index could not be reached ({m.group(0)[:120]})", transient=True)
+    m = _COMPILER_ERROR.search(log)
+    if m:
+        return Failure("compiler", f"the compiler failed at this commit: {m.group(0).strip()[:200]}", transient=False)
+    return Failure("other", "", transient=False)
+
+
+@dataclass
+class CompiledBuild:
+    """What the build of one (repo, version) adds to the plain venv build."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    writable: list[Path] = field(default_factory=list)
+    constraints: list[str] = field(default_factory=list)
+    compiled: bool = False
+
+    def pre_install(self, steps: list[str]) -> list[str]:
+        """The spec's pre_install steps the build runs: for a compiled repo, none that download or apt-get."""
+        if not self.compiled:
+            return steps
+        return [s for s in steps if not _SKIPPED_PRE_INSTALL.match(s)]
+
+    def install(self, install: str) -> str:
+        """The spec's install command; for a compiled repo built in the venv, not in an isolated one."""
+        if self.compiled and "pip install " in install and "--no-build-isolation" not in install:
+            return install.replace("pip install ", "pip install --no-build-isolation ", 1)
+        return install
+
+
+def compiled_build(repo: str, version: str, env_dir: Path, cache_dir: Path) -> CompiledBuild:
+    """The compiled-repo settings of ``repo`` at ``version`` (empty for a pure-Python repo)."""
+    constraints = list(COMPILED_CONSTRAINTS.get((repo, version), []))
+    if repo not in COMPILED_REPOS:
+        return CompiledBuild(constraints=constraints)
+    env: dict[str, str] = {}
+    writable: list[Path] = []
+    if shutil.which("ccache"):
+        ccache_dir = cache_dir / CCACHE_SUBDIR
+        ccache_dir.mkdir(parents=True, exist_ok=True)
+        writable.append(ccache_dir)
+        env.update(CC="ccache gcc", CXX="ccache g++", CCACHE_DIR=str(ccache_dir), CCACHE_BASEDIR=str(env_dir),
+                   CCACHE_NOHASHDIR="true", CCACHE_MAXSIZE=CCACHE_MAX_SIZE, CCACHE_UMASK="002",
+                   CCACHE_SLOPPINESS="time_macros,include_file_mtime,include_file_ctime",
+                   CCACHE_STATSLOG=str(env_dir / "ccache.statslog"))  # per env: eval.build_bench reads it
+    if repo == "matplotlib/matplotlib":
+        cfg = env_dir / "mplsetup.cfg"
+        cfg.write_text(MPL_SETUP_CFG)
+        env["MPLSETUPCFG"] = str(cfg)
+    return CompiledBuild(env=env, writable=writable, constraints=constraints, compiled=True)
+
+
+def ccache_stats(cache_dir: Path) -> str:
+    """Where the shared compiler cache is (for a record); "" when ccache is not used."""
+    path = cache_dir / CCACHE_SUBDIR
+    return str(path) if path.is_dir() else ""

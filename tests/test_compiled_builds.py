@@ -1,0 +1,95 @@
+"""Compiled repositories' builds: offline settings, the shared compiler cache, failures told apart."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scoring.execution.compiled import MPL_SETUP_CFG, classify_failure, compiled_build
+
+SETUP_PY = """from setuptools import Extension, setup
+setup(name="tiny", version="0.1", ext_modules=[Extension("tiny", ["tiny.c"]), Extension("other", ["other.c"])])
+"""
+TINY_C = """#include <Python.h>
+static PyObject *value(PyObject *self, PyObject *args) { return PyLong_FromLong(%d); }
+static PyMethodDef methods[] = {{"value", value, METH_NOARGS, ""}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "%s", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_%s(void) { return PyModule_Create(&mod); }
+"""
+
+
+def _checkout(src: Path, tiny: int, other: int) -> None:
+    """A fresh checkout of one commit at the env's fixed source path, as each install gets."""
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir(parents=True)
+    (src / "setup.py").write_text(SETUP_PY)
+    (src / "tiny.c").write_text(TINY_C % (tiny, "tiny", "tiny"))
+    (src / "other.c").write_text(TINY_C % (other, "other", "other"))
+
+
+def _build(src: Path, env: dict[str, str], env_dir: Path) -> tuple[list[str], int]:
+    """Build in place with the env's compiler settings; the ccache results logged, and tiny.value()."""
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=src, env=env, check=True,
+                   capture_output=True, timeout=120)
+    log = env_dir / "ccache.statslog"
+    results = [ln for ln in log.read_text().splitlines() if ln == "cache_miss" or ln.endswith("_cache_hit")]
+    log.unlink()
+    value = subprocess.run([sys.executable, "-c", "import tiny; print(tiny.value())"], cwd=src, env=env,
+                           check=True, capture_output=True, text=True, timeout=60).stdout
+    return sorted(results), int(value)
+
+
+def test_a_later_commit_compiles_only_what_changed(tmp_path: Path) -> None:
+    assert shutil.which("ccache"), "ccache is needed (Debian's ccache package; .ci/run installs it)"
+    env_dir, cache_dir = tmp_path / "env", tmp_path / "cache"
+    env_dir.mkdir()
+    build = compiled_build("scikit-learn/scikit-learn", "0.22", env_dir, cache_dir)
+    assert build.env["CC"] == "ccache gcc" and build.writable == [cache_dir / "ccache"]
+    env = {**os.environ, **build.env}
+    src = env_dir / "src"
+    _checkout(src, 1, 10)
+    results, value = _build(src, env, env_dir)
+    assert results == ["cache_miss", "cache_miss"] and value == 1  # cold: both compiled
+    _checkout(src, 1, 10)  # a later commit whose C sources did not change
+    results, value = _build(src, env, env_dir)
+    assert all(r.endswith("_hit") for r in results) and len(results) == 2 and value == 1
+    _checkout(src, 2, 10)  # one source changed: that one is compiled, the other comes from the cache
+    results, value = _build(src, env, env_dir)
+    assert "cache_miss" in results and sum(r.endswith("_hit") for r in results) == 1
+    assert value == 2  # the run imports what its own commit's source builds
+
+
+def test_matplotlib_uses_debian_freetype_and_qhull_and_skips_downloads(tmp_path: Path) -> None:
+    build = compiled_build("matplotlib/matplotlib", "3.5", tmp_path, tmp_path / "cache")
+    assert Path(build.env["MPLSETUPCFG"]).read_text() == MPL_SETUP_CFG
+    steps = ["apt-get -y update && apt-get install -y imagemagick", 'QHULL_URL="http://x/q.tgz"',
+             'wget -O "$QHULL_TAR" "$QHULL_URL"', 'mkdir -p "$QHULL_BUILD_DIR"', 'tar -xvzf "$QHULL_TAR" -C "$Q"',
+             "python tools/gen.py"]
+    assert build.pre_install(steps) == ["python tools/gen.py"]
+    assert build.install("python -m pip install -e .") == "python -m pip install --no-build-isolation -e ."
+    sk = compiled_build("scikit-learn/scikit-learn", "0.20", tmp_path, tmp_path / "cache")
+    assert sk.constraints == ["cython<3"]
+    assert sk.install("python -m pip install -v --no-use-pep517 --no-build-isolation -e .").count(
+        "--no-build-isolation") == 1
+    plain = compiled_build("psf/requests", "2.0", tmp_path, tmp_path / "cache")
+    assert not plain.compiled and plain.env == {} and plain.pre_install(steps) == steps
+
+
+@pytest.mark.parametrize(("log", "timed_out", "kind", "transient"), [
+    ("Failed to download any of the following: ['https://download.savannah.gnu.org/x.tar.gz']", False,
+     "offline-download", False),
+    ("WARNING: Retrying ... ReadTimeoutError(\"HTTPSConnectionPool(host='pypi.org')\")", False, "network", True),
+    ("src/ft2font.cpp:12:10: fatal error: ft2build.h: No such file or directory\n"
+     "error: command '/usr/bin/gcc' failed with exit code 1", False, "compiler", False),
+    ("", True, "timeout", False),
+    ("something else", False, "other", False),
+])
+def test_build_failures_are_told_apart(log: str, timed_out: bool, kind: str, transient: bool) -> None:
+    failure = classify_failure(log, timed_out, 1800)
+    assert (failure.kind, failure.transient) == (kind, transient)
+    assert kind == "other" or failure.reason
