@@ -12,8 +12,9 @@ import pytest
 
 from scoring.execution.compiled import MPL_SETUP_CFG, classify_failure, compiled_build
 
+# other.cpp: a C++ extension, linked as distutils links C++ (with the C++ compiler's name)
 SETUP_PY = """from setuptools import Extension, setup
-setup(name="tiny", version="0.1", ext_modules=[Extension("tiny", ["tiny.c"]), Extension("other", ["other.c"])])
+setup(name="tiny", version="0.1", ext_modules=[Extension("tiny", ["tiny.c"]), Extension("other", ["other.cpp"])])
 """
 TINY_C = """#include <Python.h>
 static PyObject *value(PyObject *self, PyObject *args) { return PyLong_FromLong(%d); }
@@ -29,7 +30,7 @@ def _checkout(src: Path, tiny: int, other: int) -> None:
     src.mkdir(parents=True)
     (src / "setup.py").write_text(SETUP_PY)
     (src / "tiny.c").write_text(TINY_C % (tiny, "tiny", "tiny"))
-    (src / "other.c").write_text(TINY_C % (other, "other", "other"))
+    (src / "other.cpp").write_text(TINY_C.replace("PyMODINIT_FUNC", 'extern "C" PyMODINIT_FUNC') % (other, "other", "other"))
 
 
 def _build(src: Path, env: dict[str, str], env_dir: Path) -> tuple[list[str], int]:
@@ -39,7 +40,7 @@ def _build(src: Path, env: dict[str, str], env_dir: Path) -> tuple[list[str], in
     log = env_dir / "ccache.statslog"
     results = [ln for ln in log.read_text().splitlines() if ln == "cache_miss" or ln.endswith("_cache_hit")]
     log.unlink()
-    value = subprocess.run([sys.executable, "-c", "import tiny; print(tiny.value())"], cwd=src, env=env,
+    value = subprocess.run([sys.executable, "-c", "import other, tiny; print(tiny.value())"], cwd=src, env=env,
                            check=True, capture_output=True, text=True, timeout=60).stdout
     return sorted(results), int(value)
 
@@ -49,8 +50,9 @@ def test_a_later_commit_compiles_only_what_changed(tmp_path: Path) -> None:
     env_dir, cache_dir = tmp_path / "env", tmp_path / "cache"
     env_dir.mkdir()
     build = compiled_build("scikit-learn/scikit-learn", "0.22", env_dir, cache_dir)
-    assert build.env["CC"] == "ccache gcc" and build.writable == [cache_dir / "ccache"]
-    env = {**os.environ, **build.env}
+    assert build.path_prefix == ["/usr/lib/ccache"] and build.writable == [cache_dir / "ccache"]
+    env = dict(os.environ)
+    build.apply(env)
     src = env_dir / "src"
     _checkout(src, 1, 10)
     results, value = _build(src, env, env_dir)

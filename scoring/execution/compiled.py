@@ -40,6 +40,8 @@ MPL_SETUP_CFG = "[libs]\nsystem_freetype = true\nsystem_qhull = true\n"
 # swebench's pre_install steps that download or need root (apt-get): the build does neither.
 _SKIPPED_PRE_INSTALL = re.compile(r"^\s*(apt-get|apt|wget|curl|tar\s|mkdir -p \"\$QHULL|QHULL_\w+=)")
 CCACHE_SUBDIR = "ccache"
+# Debian's ccache package: gcc, g++, cc, c++ there are ccache under the compilers' names.
+CCACHE_COMPILERS = "/usr/lib/ccache"
 CCACHE_MAX_SIZE = "8G"
 
 # A build that reached for something outside the package registries: never succeeds here.
@@ -90,6 +92,13 @@ class CompiledBuild:
     writable: list[Path] = field(default_factory=list)
     constraints: list[str] = field(default_factory=list)
     compiled: bool = False
+    path_prefix: list[str] = field(default_factory=list)  # before the build's PATH
+
+    def apply(self, env: dict[str, str]) -> None:
+        """This build's settings in a build step's environment."""
+        env.update(self.env)
+        if self.path_prefix:
+            env["PATH"] = ":".join([*self.path_prefix, env.get("PATH", "")])
 
     def pre_install(self, steps: list[str]) -> list[str]:
         """The spec's pre_install steps the build runs: for a compiled repo, none that download or apt-get."""
@@ -111,11 +120,15 @@ def compiled_build(repo: str, version: str, env_dir: Path, cache_dir: Path) -> C
         return CompiledBuild(constraints=constraints)
     env: dict[str, str] = {}
     writable: list[Path] = []
-    if shutil.which("ccache"):
+    path_prefix: list[str] = []
+    if shutil.which("ccache") and Path(CCACHE_COMPILERS, "gcc").exists():
+        # ccache's compiler names first on PATH, not CC="ccache gcc": distutils links C++ with CXX's
+        # first word (``ccache -shared ...`` fails), and numpy.distutils does the same.
+        path_prefix.append(CCACHE_COMPILERS)
         ccache_dir = cache_dir / CCACHE_SUBDIR
         ccache_dir.mkdir(parents=True, exist_ok=True)
         writable.append(ccache_dir)
-        env.update(CC="ccache gcc", CXX="ccache g++", CCACHE_DIR=str(ccache_dir), CCACHE_BASEDIR=str(env_dir),
+        env.update(CCACHE_DIR=str(ccache_dir), CCACHE_BASEDIR=str(env_dir),
                    CCACHE_NOHASHDIR="true", CCACHE_MAXSIZE=CCACHE_MAX_SIZE, CCACHE_UMASK="002",
                    CCACHE_SLOPPINESS="time_macros,include_file_mtime,include_file_ctime",
                    CCACHE_STATSLOG=str(env_dir / "ccache.statslog"))  # per env: eval.build_bench reads it
@@ -123,7 +136,7 @@ def compiled_build(repo: str, version: str, env_dir: Path, cache_dir: Path) -> C
         cfg = env_dir / "mplsetup.cfg"
         cfg.write_text(MPL_SETUP_CFG)
         env["MPLSETUPCFG"] = str(cfg)
-    return CompiledBuild(env=env, writable=writable, constraints=constraints, compiled=True)
+    return CompiledBuild(env=env, writable=writable, constraints=constraints, compiled=True, path_prefix=path_prefix)
 
 
 def ccache_stats(cache_dir: Path) -> str:

@@ -209,7 +209,7 @@ class VenvEnvs:
             # version, or a 0.x that fails the repos' own ``minversion`` checks.
             env["SETUPTOOLS_SCM_PRETEND_VERSION"] = f"{task.version}.0"
         compiled = self.compiled(task, path)
-        env.update(compiled.env)
+        compiled.apply(env)
         pins = ERA_CONSTRAINTS.get(task.repo, []) + compiled.constraints
         if pins:
             (path / "constraints.txt").write_text("\n".join(pins) + "\n")
