@@ -95,3 +95,49 @@ def test_build_failures_are_told_apart(log: str, timed_out: bool, kind: str, tra
     failure = classify_failure(log, timed_out, 1800)
     assert (failure.kind, failure.transient) == (kind, transient)
     assert kind == "other" or failure.reason
+
+
+def test_a_test_that_segfaults_in_compiled_code_is_a_finding_with_the_signal(tmp_path: Path) -> None:
+    """A crash in compiled code kills pytest before its summary: the test that was running fails
+    with the signal in its crash record, the tests it finished keep their outcomes, nothing hangs."""
+    from fixgraph.dataset import Task
+    from fixgraph.repo.workspace import RepoCache
+    from scoring.execution.runner import make_runner
+    from scoring.execution.tests import Suite
+    from tests.testrun_helpers import REPO, local_settings, make_repo
+
+    tests = ("def test_first():\n    assert True\n\n\n"
+             "def test_crash():\n    import ctypes\n    ctypes.string_at(0)\n\n\n"
+             "def test_never():\n    assert True\n")
+    mirrors, commit = make_repo(tmp_path, {"calc.py": "X = 1\n", "tests/test_calc.py": tests})
+    wt = RepoCache(tmp_path / "cache", mirrors).worktree(REPO, commit, "segv")
+    task = Task(instance_id="fixture__calc-segv", repo=REPO, base_commit=commit, problem_statement="")
+    run = make_runner(local_settings(), tmp_path / "cache").run_suite(
+        task, wt, None, Suite(targets=("tests/test_calc.py",), timeout_s=60))
+    assert not run.timed_out and run.seconds < 60
+    assert run.statuses == {"tests/test_calc.py::test_first": "PASSED", "tests/test_calc.py::test_crash": "FAILED"}
+    assert [(r["nodeid"], r["type"]) for r in run.crash_records] == [("tests/test_calc.py::test_crash", "SIGSEGV")]
+    assert any("SIGSEGV in tests/test_calc.py::test_crash" in n for n in run.notes)
+
+
+def test_an_install_stopped_midway_leaves_nothing_that_is_reused(tmp_path: Path) -> None:
+    """fixgraph killed during a reinstall leaves a half-built ``src`` tree beside the good install:
+    the next use drops it and the env leads to the last complete install again."""
+    import json
+
+    from fixgraph import config
+    from scoring.execution.envs import VenvEnvs
+    from tests.testrun_helpers import calc_instance
+
+    inst, wt, _ = calc_instance(tmp_path)
+    inst = inst.model_copy(update={"version": "0.1"})
+    spec = {"python": "3", "install": "true", "test_cmd": "pytest -rA"}
+    envs = VenvEnvs(tmp_path / "envs", tmp_path / "cache", config.TestSettings(backend="venv"),
+                    specs=lambda repo, version: spec)
+    path = envs.env_path(inst.task())
+    (path / "base").mkdir(parents=True)
+    (path / "src" / "half").mkdir(parents=True)  # what a killed build_ext left
+    (path / "env.json").write_text(json.dumps({"ok": True, "installed_commit": inst.base_commit, "artifacts": []}))
+    env = envs.get(inst.task(), wt)
+    assert (path / "src").is_symlink() and (path / "src").resolve() == (path / "base").resolve()
+    assert env.artifacts_root == path / "base"

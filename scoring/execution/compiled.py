@@ -102,15 +102,22 @@ class CompiledBuild:
 
     def pre_install(self, steps: list[str]) -> list[str]:
         """The spec's pre_install steps the build runs: for a compiled repo, none that download or apt-get."""
-        if not self.compiled:
-            return steps
-        return [s for s in steps if not _SKIPPED_PRE_INSTALL.match(s)]
+        return offline_pre_install(steps) if self.compiled else steps
 
     def install(self, install: str) -> str:
         """The spec's install command; for a compiled repo built in the venv, not in an isolated one."""
         if self.compiled and "pip install " in install and "--no-build-isolation" not in install:
             return install.replace("pip install ", "pip install --no-build-isolation ", 1)
         return install
+
+
+def offline_pre_install(steps: list[str]) -> list[str]:
+    """swebench's pre_install steps without those that download or apt-get."""
+    return [s for s in steps if not _SKIPPED_PRE_INSTALL.match(s)]
+
+
+def is_compiled(repo: str) -> bool:
+    return repo in COMPILED_REPOS
 
 
 def compiled_build(repo: str, version: str, env_dir: Path, cache_dir: Path) -> CompiledBuild:

@@ -40,7 +40,7 @@ from fixgraph.records import atomic_write, file_lock
 from fixgraph.repo import gitsafe
 from fixgraph.repo.workspace import Worktree
 from fixgraph.sandbox.process import Limits, run_isolated, scrubbed_env
-from scoring.execution.compiled import CompiledBuild, classify_failure, compiled_build
+from scoring.execution.compiled import CompiledBuild, classify_failure, compiled_build, is_compiled, offline_pre_install
 from scoring.execution.specs import repo_specs, requirements_paths, requirements_text
 from scoring.execution.testenv import EnvError, TestEnv, materialize
 
@@ -156,6 +156,8 @@ class VenvEnvs:
             raise EnvError(f"swebench has no install specs for {task.repo} version {task.version!r}")
         if (task.repo, task.version) in HARNESS_PYTHON:
             spec = {**spec, "python": HARNESS_PYTHON[(task.repo, task.version)]}
+        if is_compiled(task.repo):  # the test runs redo pre_install too: not its downloads and apt-get
+            spec = {**spec, "pre_install": offline_pre_install(list(spec.get("pre_install", [])))}
         path = self.env_path(task)
         with file_lock(path.parent / f"{path.name}.lock"):
             meta_path = path / "env.json"
@@ -171,6 +173,11 @@ class VenvEnvs:
                 tries = 1 if meta is None else meta.get("build_tries", 1) + 1
                 meta = {**self._build(task, wt, spec, path), "build_tries": tries}
                 atomic_write(meta_path, json.dumps(meta, indent=1))
+            if (path / "src").exists() and not (path / "src").is_symlink():
+                # an install stopped midway (fixgraph itself killed): its half-built tree is never used
+                shutil.rmtree(path / "src", ignore_errors=True)
+                if (path / "base").is_dir():
+                    _link_source(path)
             installed = meta.get("installed_commit")
             if (meta.get("ok") and installed and installed != task.base_commit and self.settings.reuse_install
                     and _editable(str(spec.get("install", "")))
