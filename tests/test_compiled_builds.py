@@ -141,3 +141,74 @@ def test_an_install_stopped_midway_leaves_nothing_that_is_reused(tmp_path: Path)
     env = envs.get(inst.task(), wt)
     assert (path / "src").is_symlink() and (path / "src").resolve() == (path / "base").resolve()
     assert env.artifacts_root == path / "base"
+
+
+IMAGE_TESTS = '''
+from matplotlib.testing.decorators import check_figures_equal, image_comparison
+import matplotlib.testing.decorators as mpl_dec
+
+
+@image_comparison(['a.png'], remove_text=True)
+def test_drawn():
+    pass
+
+
+@check_figures_equal(extensions=["png"])
+def test_same(fig_test, fig_ref):
+    pass
+
+
+class TestK:
+    @mpl_dec.image_comparison(['b.png'])
+    def test_in_class(self):
+        pass
+
+
+def test_plain():
+    pass
+'''
+NEW_IMAGE_TEST = '''diff --git a/lib/matplotlib/tests/test_x.py b/lib/matplotlib/tests/test_x.py
+--- a/lib/matplotlib/tests/test_x.py
++++ b/lib/matplotlib/tests/test_x.py
+@@ -22,2 +22,7 @@ class TestK:
+ def test_plain():
+     pass
++
++
++@image_comparison(['c.png'])
++def test_new():
++    pass
+diff --git a/lib/matplotlib/tests/baseline_images/test_x/c.png b/lib/matplotlib/tests/baseline_images/test_x/c.png
+new file mode 100644
+Binary files /dev/null and b/lib/matplotlib/tests/baseline_images/test_x/c.png differ
+'''
+
+
+def test_image_comparisons_are_set_aside_with_the_reason_never_passes_or_regressions(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from scoring.execution.image_tests import decorated_tests, unmatched_tests
+    from scoring.execution.tests import TestOutcome, _set_aside_unmatched
+
+    assert decorated_tests(IMAGE_TESTS, "image_comparison") == {"test_drawn", "TestK::test_in_class"}
+    f = "lib/matplotlib/tests/test_x.py"
+    (tmp_path / f).parent.mkdir(parents=True)
+    (tmp_path / f).write_text(IMAGE_TESTS)
+    ids = [f"{f}::test_drawn[png]", f"{f}::test_same[png]", f"{f}::TestK::test_in_class[pdf]", f"{f}::test_plain"]
+    assert unmatched_tests("matplotlib/matplotlib", "docker", ids, lambda p: IMAGE_TESTS) == {}  # the harness's build
+    assert unmatched_tests("psf/requests", "venv", ids, lambda p: IMAGE_TESTS) == {}
+    assert set(unmatched_tests("matplotlib/matplotlib", "venv", ids, lambda p: IMAGE_TESTS)) == {ids[0], ids[2]}
+
+    # the test patch's new image test (its baseline PNG is binary) is one too; a FAIL_TO_PASS left: runnable
+    out = TestOutcome(runnable=True, reason="", fail_to_pass={f"{f}::test_new[png]": "PASSED", ids[1]: "PASSED"},
+                      pass_to_pass_before={i: "PASSED" for i in ids if i != ids[1]},
+                      pass_to_pass_after={ids[0]: "FAILED", ids[2]: "PASSED", ids[3]: "PASSED"})
+    wt = SimpleNamespace(path=tmp_path)
+    _set_aside_unmatched(out, "matplotlib/matplotlib", "venv", wt, NEW_IMAGE_TEST)  # type: ignore[arg-type]
+    assert out.runnable and out.fail_to_pass == {ids[1]: "PASSED"}
+    assert out.pass_to_pass_after == {ids[3]: "PASSED"} and out.pass_to_pass_before == {ids[3]: "PASSED"}
+    assert set(out.not_runnable_here) == {f"{f}::test_new[png]", ids[0], ids[2]}
+    assert "3 tests not runnable here" in out.notes[0] and "FreeType" in out.notes[0]
+    only_images = TestOutcome(runnable=True, reason="", fail_to_pass={f"{f}::test_new[png]": "FAILED"})
+    _set_aside_unmatched(only_images, "matplotlib/matplotlib", "venv", wt, NEW_IMAGE_TEST)  # type: ignore[arg-type]
+    assert not only_images.runnable and only_images.reason.startswith("every FAIL_TO_PASS test is not runnable here")

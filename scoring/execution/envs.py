@@ -40,7 +40,13 @@ from fixgraph.records import atomic_write, file_lock
 from fixgraph.repo import gitsafe
 from fixgraph.repo.workspace import Worktree
 from fixgraph.sandbox.process import Limits, run_isolated, scrubbed_env
-from scoring.execution.compiled import CompiledBuild, classify_failure, compiled_build, is_compiled, offline_pre_install
+from scoring.execution.compiled import (
+    CompiledBuild,
+    classify_failure,
+    compiled_build,
+    is_compiled,
+    offline_pre_install,
+)
 from scoring.execution.specs import repo_specs, requirements_paths, requirements_text
 from scoring.execution.testenv import EnvError, TestEnv, materialize
 
