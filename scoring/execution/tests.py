@@ -572,7 +572,7 @@ def _set_aside_unmatched(out: TestOutcome, repo: str, backend: str, wt: Worktree
     with no FAIL_TO_PASS test is not runnable, with the reason."""
     ids = [*out.fail_to_pass, *out.pass_to_pass_after]
     with tempfile.TemporaryDirectory(prefix="fixgraph-tests-") as tmp:
-        unmatched = unmatched_tests(repo, backend, ids, _test_file_reader(wt.path, test_patch, Path(tmp)))
+        unmatched = unmatched_tests(repo, backend, ids, test_file_reader(wt.path, test_patch, Path(tmp)))
     if not unmatched:
         return
     out.not_runnable_here = unmatched
@@ -588,7 +588,7 @@ def _set_aside_unmatched(out: TestOutcome, repo: str, backend: str, wt: Worktree
         out.reason = f"every FAIL_TO_PASS test is not runnable here: {reason}"
 
 
-def _test_file_reader(root: Path, test_patch: str, tmp: Path) -> Callable[[str], str | None]:
+def test_file_reader(root: Path, test_patch: str, tmp: Path) -> Callable[[str], str | None]:
     """A reader of test files as a run has them: the checkout's, with ``test_patch``'s Python files
     applied (its binary baseline images left out)."""
     sections = re.split(r"(?m)^(?=diff --git )", test_patch)
