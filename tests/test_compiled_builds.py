@@ -212,3 +212,28 @@ def test_image_comparisons_are_set_aside_with_the_reason_never_passes_or_regress
     only_images = TestOutcome(runnable=True, reason="", fail_to_pass={f"{f}::test_new[png]": "FAILED"})
     _set_aside_unmatched(only_images, "matplotlib/matplotlib", "venv", wt, NEW_IMAGE_TEST)  # type: ignore[arg-type]
     assert not only_images.runnable and only_images.reason.startswith("every FAIL_TO_PASS test is not runnable here")
+
+
+def test_cython_output_is_reused_only_where_every_input_is_the_same(tmp_path: Path) -> None:
+    import os
+
+    from scoring.execution.compiled import reuse_generated
+
+    def tree(root: Path, files: dict[str, str]) -> Path:
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        return root
+
+    base = {"pkg/a.pyx": "A", "pkg/b.pyx": "B", "pkg/c.pxd": "C", "pkg/t.pyx.tp": "T",
+            "pkg/_build_utils/__init__.py": "directives"}
+    old = tree(tmp_path / "old", {**base, "pkg/a.c": "gen A", "pkg/b.cpp": "gen B", "pkg/t.pyx": "T'",
+                                  "pkg/t.c": "gen T"})
+    new = tree(tmp_path / "new", {**base, "pkg/b.pyx": "B changed"})
+    assert reuse_generated(old, new) == 3  # a.c, t.pyx from its template, t.c; not b.cpp
+    assert (new / "pkg/a.c").read_text() == "gen A" and not (new / "pkg/b.cpp").exists()
+    assert os.path.getmtime(new / "pkg/a.c") > os.path.getmtime(new / "pkg/a.pyx")  # Cython skips it
+    for changed in ({"pkg/c.pxd": "C2"}, {"pkg/_build_utils/__init__.py": "other directives"}):
+        fresh = tree(tmp_path / f"n{len(str(changed))}", {**base, **changed})
+        assert reuse_generated(old, fresh) == 0 and not (fresh / "pkg/a.c").exists()
+    assert reuse_generated(tmp_path / "none", new) == 0

@@ -24,8 +24,10 @@ that commit's alone, a timeout leaves nothing half-built behind.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -150,3 +152,61 @@ def ccache_stats(cache_dir: Path) -> str:
     """Where the shared compiler cache is (for a record); "" when ccache is not used."""
     path = cache_dir / CCACHE_SUBDIR
     return str(path) if path.is_dir() else ""
+
+
+# Cython's inputs besides a .pyx: what it cimports and includes, and the build helpers that set its
+# directives. A generated file is reused only when all of them are the same bytes at both commits.
+_CYTHON_SHARED = re.compile(r"\.(pxd|pxi)(\.tp)?$|(^|/)_build_utils/")
+_CYTHON_SKIP_DIRS = {".git", "build", "__pycache__", ".eggs"}
+
+
+def _cython_files(root: Path) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in _CYTHON_SKIP_DIRS]
+        for name in filenames:
+            full = Path(dirpath) / name
+            out[str(full.relative_to(root))] = full
+    return out
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.stat().st_size == b.stat().st_size and a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
+
+
+def reuse_generated(old: Path, new: Path) -> int:
+    """Copy into the fresh checkout ``new`` what Cython and the templates generated in the previous
+    install ``old`` where their inputs are the same bytes: ``X.tp`` -> ``X``, ``X.pyx`` -> ``X.c`` or
+    ``X.cpp``, each dated after its input so the build skips it (Cython and sklearn's template step
+    compare dates). Only when every ``.pxd``/``.pxi`` (and template of one) and the build helpers
+    (``_build_utils``) are the same at both commits; the rest is generated as usual. How many files."""
+    if not old.is_dir():
+        return 0
+    old_files, new_files = _cython_files(old), _cython_files(new)
+    shared_new = {r for r in new_files if _CYTHON_SHARED.search(r)}
+    # shared files of the old checkout that no template of the new one generates must be the same too
+    shared_old = {r for r in old_files if _CYTHON_SHARED.search(r) and r + ".tp" not in new_files}
+    if any(r not in old_files or not _same(old_files[r], new_files[r]) for r in shared_new):
+        return 0
+    if any(r not in new_files for r in shared_old):
+        return 0
+    later = time.time() + 2
+    copied = 0
+
+    def take(rel_in: str, rel_out: str) -> None:
+        nonlocal copied
+        src, dst = old / rel_out, new / rel_out
+        if src.is_file() and not dst.exists() and _same(old / rel_in, new / rel_in):
+            shutil.copyfile(src, dst)
+            os.utime(dst, (later, later))
+            copied += 1
+
+    for rel in sorted(r for r in new_files if r.endswith(".tp")):
+        take(rel, rel[:-3])
+    for pyx in sorted(str(p.relative_to(new)) for p in new.rglob("*.pyx")):
+        for ext in (".c", ".cpp"):
+            take(pyx, pyx[:-4] + ext)
+    return copied

@@ -46,6 +46,7 @@ from scoring.execution.compiled import (
     compiled_build,
     is_compiled,
     offline_pre_install,
+    reuse_generated,
 )
 from scoring.execution.specs import repo_specs, requirements_paths, requirements_text
 from scoring.execution.testenv import EnvError, TestEnv, materialize
@@ -307,6 +308,8 @@ class VenvEnvs:
                 run([str(path / "venv" / "bin" / "python"), "-m", "pip", "install", "-q", SUBMODULE_PACKAGES[sub]],
                     src, "submodule")
         compiled = self.compiled(task, path)
+        if ok and compiled.compiled:
+            meta["reused_generated"] = reuse_generated(base, src)  # Cython's output, where its inputs match
         for cmd in compiled.pre_install(list(spec.get("pre_install", []))) if ok else []:
             run(["bash", "-c", cmd], src, "pre_install")
         install = compiled.install(str(spec.get("install", ""))) if spec.get("install") else None
