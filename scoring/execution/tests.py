@@ -376,6 +376,7 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
                     owned = {t: s for t, s in owned.items() if t in after.statuses}
                 out.pass_to_pass_before = owned
                 out.pass_to_pass_after = {t: after.statuses.get(t, "MISSING") for t in owned}
+                _set_aside_unmatched(out, task.repo, runner.backend, wt, "", keep_runnable=True)
                 broken = out.broken()
                 if broken:
                     failing_runs.append((after, broken))
@@ -567,9 +568,11 @@ def hidden_outcome(runner: SuiteRunner, task: Task, evaluation: EvaluationData, 
     return out
 
 
-def _set_aside_unmatched(out: TestOutcome, repo: str, backend: str, wt: Worktree, test_patch: str) -> None:
+def _set_aside_unmatched(out: TestOutcome, repo: str, backend: str, wt: Worktree, test_patch: str,
+                         keep_runnable: bool = False) -> None:
     """Take the tests that cannot match here out of the outcome's sets, with a note; an outcome left
-    with no FAIL_TO_PASS test is not runnable, with the reason."""
+    with no FAIL_TO_PASS test is not runnable, with the reason (unless ``keep_runnable``: the loop's
+    own regression tests, beside its reproduction tests)."""
     ids = [*out.fail_to_pass, *out.pass_to_pass_after]
     with tempfile.TemporaryDirectory(prefix="fixgraph-tests-") as tmp:
         unmatched = unmatched_tests(repo, backend, ids, test_file_reader(wt.path, test_patch, Path(tmp)))
@@ -583,7 +586,7 @@ def _set_aside_unmatched(out: TestOutcome, repo: str, backend: str, wt: Worktree
     names = sorted(unmatched)
     out.notes.append(f"{len(names)} tests not runnable here ({reason}): " + ", ".join(names[:3])
                      + (" ..." if len(names) > 3 else ""))
-    if not out.fail_to_pass:
+    if not out.fail_to_pass and not keep_runnable:
         out.runnable = False
         out.reason = f"every FAIL_TO_PASS test is not runnable here: {reason}"
 
