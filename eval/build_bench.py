@@ -40,7 +40,9 @@ def ccache_counts(env_dir: Path) -> dict[str, int]:
             if line and not line.startswith("#"):
                 counts[line.strip()] += 1
         log.unlink()
-    hits = sum(n for k, n in counts.items() if k.endswith("_hit"))
+    # ccache 4's stats log: one direct_cache_hit or preprocessed_cache_hit per hit, cache_miss per miss
+    # (beside storage lines: local_storage_hit, local_storage_read_miss, ...)
+    hits = counts.get("direct_cache_hit", 0) + counts.get("preprocessed_cache_hit", 0)
     misses = counts.get("cache_miss", 0)
     return {"ccache_hits": hits, "ccache_misses": misses}
 
@@ -102,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", required=True, help="comma-separated repos (owner/name)")
     ap.add_argument("--versions", default="", help="comma-separated versions (default: all of the repos')")
     ap.add_argument("--warm", type=int, default=1, help="later base commits installed per version")
+    ap.add_argument("--build-timeout", type=float, default=1800.0,
+                    help="seconds per build step (a cold compile on a busy machine takes long)")
     ap.add_argument("--cache-dir", type=Path, default=Path(".cache/fixgraph"))
     ap.add_argument("--out", type=Path, default=Path("runs/build_bench.jsonl"))
     args = ap.parse_args(argv)
@@ -132,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             rows.append(row)
             done.add((row["instance_id"], row["kind"]))
-    settings = TestSettings(backend="venv")
+    settings = TestSettings(backend="venv", build_timeout_s=args.build_timeout)
     envs = VenvEnvs(args.cache_dir / "envs", args.cache_dir, settings)
     cache = RepoCache(args.cache_dir, args.repos)
     args.out.parent.mkdir(parents=True, exist_ok=True)
