@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import time
 from collections import Counter, defaultdict
@@ -54,12 +55,16 @@ def build_step(envs: VenvEnvs, cache: RepoCache, inst: Instance, kind: str) -> d
     path = envs.env_path(inst.task())
     before = _meta(path)
     start = time.monotonic()
+    cpu = _children_cpu()
     try:
         envs.get(inst.task(), wt)
         row["ok"], row["reason"] = True, ""
     except EnvError as exc:
         row["ok"], row["reason"] = False, str(exc)[:300]
     row["seconds"] = round(time.monotonic() - start, 1)
+    # CPU seconds of the build's processes (the sandbox waits for them): what the build costs on any
+    # machine, where wall seconds on a shared one mostly measure the other users' load
+    row["cpu_seconds"] = round(_children_cpu() - cpu, 1)
     after = _meta(path)
     row["reused_install"] = row["ok"] and after.get("installed_commit") != inst.base_commit
     row["venv_seconds"] = after.get("seconds") if after.get("build_id") != before.get("build_id") else 0.0
@@ -68,6 +73,11 @@ def build_step(envs: VenvEnvs, cache: RepoCache, inst: Instance, kind: str) -> d
     row.update(ccache_counts(path))
     cache.remove_worktree(inst.repo, wt)
     return row
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _meta(path: Path) -> dict[str, Any]:
@@ -84,14 +94,16 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
         by[(r["repo"], r["version"])].append(r)
     for (repo, version), rs in sorted(by.items()):
         cold = [r for r in rs if r["kind"] == "cold" and r["ok"]]
-        warm = sorted(r["install_seconds"] for r in rs if r["kind"] == "warm" and r["ok"] and not r["reused_install"])
+        warm_rows = [r for r in rs if r["kind"] == "warm" and r["ok"] and not r["reused_install"]]
+        warm = sorted(r["install_seconds"] for r in warm_rows)
+        cpu = [f"{r['kind']} {r['cpu_seconds']:.0f}" for r in rs if r.get("cpu_seconds") is not None and r["ok"]]
         failed = [r for r in rs if not r["ok"]]
         c = cold[0]["install_seconds"] if cold else None
         w = warm[len(warm) // 2] if warm else None
         ratio = f"{w / c:.2f}" if c and w is not None else "-"
         hm = f"{cold[0]['ccache_hits']}/{cold[0]['ccache_misses']}" if cold else "-"
         lines.append(f"{repo:<26} {version:<8} {c if c is not None else '-':>14} {w if w is not None else '-':>23}"
-                     f"  {ratio:>5}  {hm}")
+                     f"  {ratio:>5}  {hm}  cpu_s: {', '.join(cpu) or '-'}")
         for r in failed:
             lines.append(f"    failed ({r['kind']}, {r['instance_id']}): {r['reason'][:200]}")
     return lines
