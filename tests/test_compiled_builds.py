@@ -47,10 +47,10 @@ def _build(src: Path, env: dict[str, str], env_dir: Path) -> tuple[list[str], in
 
 def test_a_later_commit_compiles_only_what_changed(tmp_path: Path) -> None:
     assert shutil.which("ccache"), "ccache is needed (Debian's ccache package; .ci/run installs it)"
-    env_dir, cache_dir = tmp_path / "env", tmp_path / "cache"
+    env_dir = tmp_path / "env"
     env_dir.mkdir()
-    build = compiled_build("scikit-learn/scikit-learn", "0.22", env_dir, cache_dir)
-    assert build.path_prefix == ["/usr/lib/ccache"] and build.writable == [cache_dir / "ccache"]
+    build = compiled_build("scikit-learn/scikit-learn", "0.22", env_dir)
+    assert build.path_prefix == ["/usr/lib/ccache"] and build.env["CCACHE_DIR"] == str(env_dir / "ccache")
     env = dict(os.environ)
     build.apply(env)
     src = env_dir / "src"
@@ -67,18 +67,18 @@ def test_a_later_commit_compiles_only_what_changed(tmp_path: Path) -> None:
 
 
 def test_matplotlib_uses_debian_freetype_and_qhull_and_skips_downloads(tmp_path: Path) -> None:
-    build = compiled_build("matplotlib/matplotlib", "3.5", tmp_path, tmp_path / "cache")
+    build = compiled_build("matplotlib/matplotlib", "3.5", tmp_path)
     assert Path(build.env["MPLSETUPCFG"]).read_text() == MPL_SETUP_CFG
     steps = ["apt-get -y update && apt-get install -y imagemagick", 'QHULL_URL="http://x/q.tgz"',
              'wget -O "$QHULL_TAR" "$QHULL_URL"', 'mkdir -p "$QHULL_BUILD_DIR"', 'tar -xvzf "$QHULL_TAR" -C "$Q"',
              "python tools/gen.py"]
     assert build.pre_install(steps) == ["python tools/gen.py"]
     assert build.install("python -m pip install -e .") == "python -m pip install --no-build-isolation -e ."
-    sk = compiled_build("scikit-learn/scikit-learn", "0.20", tmp_path, tmp_path / "cache")
+    sk = compiled_build("scikit-learn/scikit-learn", "0.20", tmp_path)
     assert sk.constraints == ["cython<3"]
     assert sk.install("python -m pip install -v --no-use-pep517 --no-build-isolation -e .").count(
         "--no-build-isolation") == 1
-    plain = compiled_build("psf/requests", "2.0", tmp_path, tmp_path / "cache")
+    plain = compiled_build("psf/requests", "2.0", tmp_path)
     assert not plain.compiled and plain.env == {} and plain.pre_install(steps) == steps
 
 

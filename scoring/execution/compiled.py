@@ -9,8 +9,8 @@ same section). scikit-learn's old versions build with the spec's Python 3.6 and 
 held below 3 for 0.20-0.22 (conda's Python 3.6 builds, which the harness's images used, never had
 Cython 3, which these versions' ``.pyx`` files do not compile with).
 
-Cheap after the first: the C/C++ compiler runs through ``ccache`` with one cache shared by every
-env (``<cache-dir>/ccache``), so a later base commit of the same (repo, version) recompiles only the
+Cheap after the first: the C/C++ compiler runs through ``ccache`` with one cache per env
+(``<env>/ccache``), so a later base commit of the same (repo, version) recompiles only the
 translation units whose preprocessed source changed. The install itself still runs at each commit in
 the env's own checkout, so a run imports that commit's code and extensions built from its sources;
 ccache only answers "this exact input compiled before" with the object it produced. Builds that
@@ -44,7 +44,7 @@ _SKIPPED_PRE_INSTALL = re.compile(r"^\s*(apt-get|apt|wget|curl|tar\s|mkdir -p \"
 CCACHE_SUBDIR = "ccache"
 # Debian's ccache package: gcc, g++, cc, c++ there are ccache under the compilers' names.
 CCACHE_COMPILERS = "/usr/lib/ccache"
-CCACHE_MAX_SIZE = "8G"
+CCACHE_MAX_SIZE = "2G"
 
 # A build that reached for something outside the package registries: never succeeds here.
 _OFFLINE_DOWNLOAD = re.compile(r"Failed to download any of the following|get_and_extract_tarball|"
@@ -91,7 +91,6 @@ class CompiledBuild:
     """What the build of one (repo, version) adds to the plain venv build."""
 
     env: dict[str, str] = field(default_factory=dict)
-    writable: list[Path] = field(default_factory=list)
     constraints: list[str] = field(default_factory=list)
     compiled: bool = False
     path_prefix: list[str] = field(default_factory=list)  # before the build's PATH
@@ -122,36 +121,29 @@ def is_compiled(repo: str) -> bool:
     return repo in COMPILED_REPOS
 
 
-def compiled_build(repo: str, version: str, env_dir: Path, cache_dir: Path) -> CompiledBuild:
+def compiled_build(repo: str, version: str, env_dir: Path) -> CompiledBuild:
     """The compiled-repo settings of ``repo`` at ``version`` (empty for a pure-Python repo)."""
     constraints = list(COMPILED_CONSTRAINTS.get((repo, version), []))
     if repo not in COMPILED_REPOS:
         return CompiledBuild(constraints=constraints)
     env: dict[str, str] = {}
-    writable: list[Path] = []
     path_prefix: list[str] = []
     if shutil.which("ccache") and Path(CCACHE_COMPILERS, "gcc").exists():
         # ccache's compiler names first on PATH, not CC="ccache gcc": distutils links C++ with CXX's
         # first word (``ccache -shared ...`` fails), and numpy.distutils does the same.
         path_prefix.append(CCACHE_COMPILERS)
-        ccache_dir = cache_dir / CCACHE_SUBDIR
-        ccache_dir.mkdir(parents=True, exist_ok=True)
-        writable.append(ccache_dir)
-        env.update(CCACHE_DIR=str(ccache_dir), CCACHE_BASEDIR=str(env_dir),
-                   CCACHE_NOHASHDIR="true", CCACHE_MAXSIZE=CCACHE_MAX_SIZE, CCACHE_UMASK="002",
+        # One cache per env, in the env's folder: later commits of the same (repo, version) are what
+        # it serves; a cache shared by envs would be handed between the sandbox's user and ours by
+        # each build's end, under another build still writing to it.
+        env.update(CCACHE_DIR=str(env_dir / CCACHE_SUBDIR), CCACHE_BASEDIR=str(env_dir),
+                   CCACHE_NOHASHDIR="true", CCACHE_MAXSIZE=CCACHE_MAX_SIZE,
                    CCACHE_SLOPPINESS="time_macros,include_file_mtime,include_file_ctime",
                    CCACHE_STATSLOG=str(env_dir / "ccache.statslog"))  # per env: eval.build_bench reads it
     if repo == "matplotlib/matplotlib":
         cfg = env_dir / "mplsetup.cfg"
         cfg.write_text(MPL_SETUP_CFG)
         env["MPLSETUPCFG"] = str(cfg)
-    return CompiledBuild(env=env, writable=writable, constraints=constraints, compiled=True, path_prefix=path_prefix)
-
-
-def ccache_stats(cache_dir: Path) -> str:
-    """Where the shared compiler cache is (for a record); "" when ccache is not used."""
-    path = cache_dir / CCACHE_SUBDIR
-    return str(path) if path.is_dir() else ""
+    return CompiledBuild(env=env, constraints=constraints, compiled=True, path_prefix=path_prefix)
 
 
 # Cython's inputs besides a .pyx: what it cimports and includes, and the build helpers that set its

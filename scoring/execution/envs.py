@@ -230,11 +230,11 @@ class VenvEnvs:
             env["PIP_CONSTRAINT"] = str(path / "constraints.txt")  # the spec's own pip commands too
         limits = Limits(self.settings.build_timeout_s, int(self.settings.build_timeout_s * 2), 8192,
                         network_isolation=False)  # installing needs the package index
-        return _Steps(env, limits, meta, path, compiled.writable)
+        return _Steps(env, limits, meta, path)
 
     def compiled(self, task: Task, path: Path) -> CompiledBuild:
         """What a compiled repo's build adds: offline libraries, the shared compiler cache, pins."""
-        return compiled_build(task.repo, task.version, path, self.cache_dir)
+        return compiled_build(task.repo, task.version, path)
 
     def _build(self, task: Task, wt: Worktree, spec: dict[str, Any], path: Path) -> dict[str, Any]:
         """The venv and the dependencies: the spec's Python, requirements (read at the
@@ -338,16 +338,14 @@ class VenvEnvs:
 class _Steps:
     """Runs build steps in the build environment, keeping a log and the first failure."""
 
-    def __init__(self, env: dict[str, str], limits: Limits, meta: dict[str, Any], root: Path,
-                 writable: list[Path] | None = None):
+    def __init__(self, env: dict[str, str], limits: Limits, meta: dict[str, Any], root: Path):
         self.env, self.limits, self.meta = env, limits, meta
-        self.root = root  # the environment's folder: the build writes its venv there
-        self.writable = [root, *(writable or [])]  # and the shared compiler cache, if any
+        self.root = root  # the environment's folder: the build writes its venv (and compiler cache) there
         self.log: list[str] = []
         self.transient = True  # whether the last failure may pass on a retry
 
     def __call__(self, argv: list[str], cwd: Path, what: str) -> bool:
-        done = run_isolated(argv, cwd, self.env, self.limits, writable=self.writable)
+        done = run_isolated(argv, cwd, self.env, self.limits, writable=(self.root,))
         self.log.append(f"$ {' '.join(argv)}\n{done.output[-20000:]}\n")
         if done.returncode != 0:
             tail = [ln for ln in done.output.strip().splitlines() if ln.strip()][-1:] or ["no output"]
