@@ -237,3 +237,13 @@ def test_cython_output_is_reused_only_where_every_input_is_the_same(tmp_path: Pa
         fresh = tree(tmp_path / f"n{len(str(changed))}", {**base, **changed})
         assert reuse_generated(old, fresh) == 0 and not (fresh / "pkg/a.c").exists()
     assert reuse_generated(tmp_path / "none", new) == 0
+
+
+def test_a_machine_without_the_debian_libraries_says_which_to_install(monkeypatch) -> None:
+    from scoring.execution import compiled
+
+    assert compiled.missing_system_packages("matplotlib/matplotlib") == ""  # .ci/run installs them
+    assert compiled.missing_system_packages("psf/requests") == ""
+    monkeypatch.setitem(compiled.SYSTEM_LIBRARIES, "x/y", [("no-such-module-fixgraph", "libnothing-dev")])
+    assert compiled.missing_system_packages("x/y") == (
+        "building offline needs Debian's libnothing-dev: apt-get install libnothing-dev")

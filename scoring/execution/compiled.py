@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,6 +111,27 @@ class CompiledBuild:
         if self.compiled and "pip install " in install and "--no-build-isolation" not in install:
             return install.replace("pip install ", "pip install --no-build-isolation ", 1)
         return install
+
+
+# Debian packages a compiled repo's offline build needs: (pkg-config module, package). ccache is
+# optional (without it every install compiles everything).
+SYSTEM_LIBRARIES: dict[str, list[tuple[str, str]]] = {
+    "matplotlib/matplotlib": [("freetype2", "libfreetype-dev"), ("qhull_r", "libqhull-dev")],
+}
+
+
+def missing_system_packages(repo: str) -> str:
+    """Why this machine cannot build ``repo`` offline ("" when it can): the Debian packages to install."""
+    needed = SYSTEM_LIBRARIES.get(repo, [])
+    if not needed:
+        return ""
+    pkg_config = shutil.which("pkg-config")
+    if pkg_config is None:
+        return ("building offline needs Debian's pkg-config and " + ", ".join(p for _, p in needed)
+                + ": apt-get install pkg-config " + " ".join(p for _, p in needed))
+    missing = [pkg for mod, pkg in needed
+               if subprocess.run([pkg_config, "--exists", mod], capture_output=True, timeout=30).returncode != 0]
+    return f"building offline needs Debian's {', '.join(missing)}: apt-get install {' '.join(missing)}" if missing else ""
 
 
 def offline_pre_install(steps: list[str]) -> list[str]:

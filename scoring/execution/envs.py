@@ -45,6 +45,7 @@ from scoring.execution.compiled import (
     classify_failure,
     compiled_build,
     is_compiled,
+    missing_system_packages,
     offline_pre_install,
     reuse_generated,
 )
@@ -253,6 +254,9 @@ class VenvEnvs:
                         log_tail=run.tail())
             return meta
 
+        missing = missing_system_packages(task.repo)
+        if missing:
+            return fail(missing)
         picked = best_python(str(spec.get("python", "3")))
         if picked is None:
             return fail(f"no Python {spec.get('python')} (or a close version) on this machine")
