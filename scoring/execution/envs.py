@@ -40,6 +40,15 @@ from fixgraph.records import atomic_write, file_lock
 from fixgraph.repo import gitsafe
 from fixgraph.repo.workspace import Worktree
 from fixgraph.sandbox.process import Limits, run_isolated, scrubbed_env
+from scoring.execution.compiled import (
+    CompiledBuild,
+    classify_failure,
+    compiled_build,
+    is_compiled,
+    missing_system_packages,
+    offline_pre_install,
+    reuse_generated,
+)
 from scoring.execution.specs import repo_specs, requirements_paths, requirements_text
 from scoring.execution.testenv import EnvError, TestEnv, materialize
 
@@ -155,6 +164,8 @@ class VenvEnvs:
             raise EnvError(f"swebench has no install specs for {task.repo} version {task.version!r}")
         if (task.repo, task.version) in HARNESS_PYTHON:
             spec = {**spec, "python": HARNESS_PYTHON[(task.repo, task.version)]}
+        if is_compiled(task.repo):  # the test runs redo pre_install too: not its downloads and apt-get
+            spec = {**spec, "pre_install": offline_pre_install(list(spec.get("pre_install", [])))}
         path = self.env_path(task)
         with file_lock(path.parent / f"{path.name}.lock"):
             meta_path = path / "env.json"
@@ -170,6 +181,11 @@ class VenvEnvs:
                 tries = 1 if meta is None else meta.get("build_tries", 1) + 1
                 meta = {**self._build(task, wt, spec, path), "build_tries": tries}
                 atomic_write(meta_path, json.dumps(meta, indent=1))
+            if (path / "src").exists() and not (path / "src").is_symlink():
+                # an install stopped midway (fixgraph itself killed): its half-built tree is never used
+                shutil.rmtree(path / "src", ignore_errors=True)
+                if (path / "base").is_dir():
+                    _link_source(path)
             installed = meta.get("installed_commit")
             if (meta.get("ok") and installed and installed != task.base_commit and self.settings.reuse_install
                     and _editable(str(spec.get("install", "")))
@@ -207,13 +223,19 @@ class VenvEnvs:
             # The checkout is not a git clone: setuptools_scm (pytest, xarray, astropy) would find no
             # version, or a 0.x that fails the repos' own ``minversion`` checks.
             env["SETUPTOOLS_SCM_PRETEND_VERSION"] = f"{task.version}.0"
-        pins = ERA_CONSTRAINTS.get(task.repo)
+        compiled = self.compiled(task, path)
+        compiled.apply(env)
+        pins = ERA_CONSTRAINTS.get(task.repo, []) + compiled.constraints
         if pins:
             (path / "constraints.txt").write_text("\n".join(pins) + "\n")
             env["PIP_CONSTRAINT"] = str(path / "constraints.txt")  # the spec's own pip commands too
         limits = Limits(self.settings.build_timeout_s, int(self.settings.build_timeout_s * 2), 8192,
                         network_isolation=False)  # installing needs the package index
         return _Steps(env, limits, meta, path)
+
+    def compiled(self, task: Task, path: Path) -> CompiledBuild:
+        """What a compiled repo's build adds: offline libraries, the shared compiler cache, pins."""
+        return compiled_build(task.repo, task.version, path)
 
     def _build(self, task: Task, wt: Worktree, spec: dict[str, Any], path: Path) -> dict[str, Any]:
         """The venv and the dependencies: the spec's Python, requirements (read at the
@@ -232,6 +254,9 @@ class VenvEnvs:
                         log_tail=run.tail())
             return meta
 
+        missing = missing_system_packages(task.repo)
+        if missing:
+            return fail(missing)
         picked = best_python(str(spec.get("python", "3")))
         if picked is None:
             return fail(f"no Python {spec.get('python')} (or a close version) on this machine")
@@ -257,14 +282,14 @@ class VenvEnvs:
             (path / "requirements.txt").write_text(reqs)
             if not run([vpy, "-m", "pip", "install", "-q", "-r", str(path / "requirements.txt")], setup,
                        "requirements"):
-                return fail(f"installing the requirements failed: {meta['step_error']}", retryable=True)
+                return fail(f"installing the requirements failed: {meta['step_error']}", retryable=run.transient)
         elif pkgs == "environment.yml":
             run.log.append("[fixgraph] environment.yml is conda's; relying on pip_packages\n")
         elif pkgs and not run([vpy, "-m", "pip", "install", "-q", *pkgs.split()], setup, "packages"):
-            return fail(f"installing {pkgs} failed: {meta['step_error']}", retryable=True)
+            return fail(f"installing {pkgs} failed: {meta['step_error']}", retryable=run.transient)
         if spec.get("pip_packages") and not run([vpy, "-m", "pip", "install", "-q", *spec["pip_packages"]], setup,
                                                 "pip_packages"):
-            return fail(f"installing pip_packages failed: {meta['step_error']}", retryable=True)
+            return fail(f"installing pip_packages failed: {meta['step_error']}", retryable=run.transient)
         shutil.rmtree(setup, ignore_errors=True)
         meta.update(ok=True, reason="", seconds=round(time.monotonic() - start, 1), log_tail=run.tail())
         return meta
@@ -286,9 +311,12 @@ class VenvEnvs:
             if sub in SUBMODULE_PACKAGES:
                 run([str(path / "venv" / "bin" / "python"), "-m", "pip", "install", "-q", SUBMODULE_PACKAGES[sub]],
                     src, "submodule")
-        for cmd in spec.get("pre_install", []) if ok else []:
+        compiled = self.compiled(task, path)
+        if ok and compiled.compiled:
+            meta["reused_generated"] = reuse_generated(base, src)  # Cython's output, where its inputs match
+        for cmd in compiled.pre_install(list(spec.get("pre_install", []))) if ok else []:
             run(["bash", "-c", cmd], src, "pre_install")
-        install = spec.get("install")
+        install = compiled.install(str(spec.get("install", ""))) if spec.get("install") else None
         if ok and install and not run(["bash", "-c", install], src, "install"):
             ok, err = False, f"install step failed ({install}): {meta['step_error']}"
             # An old pinned build backend (pylint's setuptools~=62.6) has no PEP 660 hook; swebench's
@@ -298,6 +326,8 @@ class VenvEnvs:
                 ok, err = True, ""
         if not ok:
             meta["failed_installs"][task.base_commit] = f"at {task.base_commit[:12]}: {err}"
+            if not run.transient:  # a compiler error, a download from outside, a timeout: final
+                meta["install_tries"][task.base_commit] = INSTALL_TRIES
             meta["failed_install_log_tail"] = run.tail()
             shutil.rmtree(src, ignore_errors=True)
             _link_source(path)
@@ -314,16 +344,20 @@ class _Steps:
 
     def __init__(self, env: dict[str, str], limits: Limits, meta: dict[str, Any], root: Path):
         self.env, self.limits, self.meta = env, limits, meta
-        self.root = root  # the environment's folder: the build writes its venv there
+        self.root = root  # the environment's folder: the build writes its venv (and compiler cache) there
         self.log: list[str] = []
+        self.transient = True  # whether the last failure may pass on a retry
 
     def __call__(self, argv: list[str], cwd: Path, what: str) -> bool:
         done = run_isolated(argv, cwd, self.env, self.limits, writable=(self.root,))
         self.log.append(f"$ {' '.join(argv)}\n{done.output[-20000:]}\n")
         if done.returncode != 0:
             tail = [ln for ln in done.output.strip().splitlines() if ln.strip()][-1:] or ["no output"]
+            failure = classify_failure(done.output, done.timed_out, self.limits.timeout_s)
             self.meta["failed_step"] = what
-            self.meta["step_error"] = tail[0][:300]
+            self.meta["failure_kind"] = failure.kind
+            self.meta["step_error"] = failure.reason or tail[0][:300]
+            self.transient = failure.transient or failure.kind == "other"
             return False
         return True
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import stat
 import sys
 import uuid
@@ -203,6 +204,18 @@ class SubprocessRunner:
         # not the run's temporary one.
         records = [{**r, "nodeid": _unroot(str(r.get("nodeid", "")), work),
                     "message": _unroot(str(r.get("message", "")), work)} for r in crash.read_records(crash_file)]
+        sig = 0 if done.timed_out else crash.fatal_signal(done.returncode)
+        if sig:
+            # A crash in compiled code killed pytest before its summary: what finished is known, the
+            # test that was running failed with the signal (a runtime finding, not a hang).
+            for test, status in crash.read_statuses(status_file).items():
+                statuses.setdefault(_unroot(test, work), status)
+            died = _unroot(crash.unfinished_test(status_file), work)
+            if died:
+                statuses[died] = "FAILED"
+                records.append(crash.signal_record(died, sig))
+            notes.append(f"the test process was killed by {signal.Signals(sig).name} "
+                         f"{'in ' + died if died else 'outside any test'}; tests after it did not run")
         if done.timed_out and suite.finished_on_timeout:
             # Killed before its summary: what the plugin saw finish is what the run reports.
             for test, status in crash.read_statuses(status_file).items():

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import tempfile
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +40,7 @@ from fixgraph.config import RegressionSettings
 from fixgraph.dataset import EvaluationData, Task
 from fixgraph.records import atomic_write
 from fixgraph.repo.workspace import Worktree, content_key
+from scoring.execution.image_tests import unmatched_tests
 from scoring.execution.runner import make_runner
 from scoring.execution.specs import (
     NON_TEST_EXTS,
@@ -54,6 +57,7 @@ from scoring.execution.testenv import (
     SuiteRun,
     SuiteRunner,
     TestEnv,
+    git_apply,
     owned_by,
 )
 from scoring.runtime import crash
@@ -154,6 +158,9 @@ class TestOutcome:
     # Why each selected test that passed at the base fails with the patch: crash records (the
     # plugin's, or read from the log), each with ``test`` set; scoring.runtime.findings reads them.
     regression_crashes: list[dict[str, Any]] = field(default_factory=list)
+    # Tests whose outcome here says nothing of the patch (scoring.execution.image_tests), with the
+    # reason: kept out of fail_to_pass and pass_to_pass, counted as neither a pass nor a regression.
+    not_runnable_here: dict[str, str] = field(default_factory=dict)
 
     __test__ = False  # pytest: not a test class, whatever its name
 
@@ -369,6 +376,7 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
                     owned = {t: s for t, s in owned.items() if t in after.statuses}
                 out.pass_to_pass_before = owned
                 out.pass_to_pass_after = {t: after.statuses.get(t, "MISSING") for t in owned}
+                _set_aside_unmatched(out, task.repo, runner.backend, wt, "", keep_runnable=True)
                 broken = out.broken()
                 if broken:
                     failing_runs.append((after, broken))
@@ -551,7 +559,57 @@ def hidden_outcome(runner: SuiteRunner, task: Task, evaluation: EvaluationData, 
     out.runnable = True
     out.fail_to_pass = as_listed(after.statuses, evaluation.FAIL_TO_PASS)
     out.pass_to_pass_after = as_listed(after.statuses, evaluation.PASS_TO_PASS)
+    _set_aside_unmatched(out, task.repo, runner.backend, wt, evaluation.test_patch)
+    if not out.runnable:
+        return out
     failing = [t for t, s in out.fail_to_pass.items() if s not in PASSING]
     failing += out.broken()
     out.crash = _failure_context(after, failing) if failing else ""
     return out
+
+
+def _set_aside_unmatched(out: TestOutcome, repo: str, backend: str, wt: Worktree, test_patch: str,
+                         keep_runnable: bool = False) -> None:
+    """Take the tests that cannot match here out of the outcome's sets, with a note; an outcome left
+    with no FAIL_TO_PASS test is not runnable, with the reason (unless ``keep_runnable``: the loop's
+    own regression tests, beside its reproduction tests)."""
+    ids = [*out.fail_to_pass, *out.pass_to_pass_after]
+    with tempfile.TemporaryDirectory(prefix="fixgraph-tests-") as tmp:
+        unmatched = unmatched_tests(repo, backend, ids, test_file_reader(wt.path, test_patch, Path(tmp)))
+    if not unmatched:
+        return
+    out.not_runnable_here = unmatched
+    for t in unmatched:
+        for group in (out.fail_to_pass, out.pass_to_pass_before, out.pass_to_pass_after):
+            group.pop(t, None)
+    reason = next(iter(unmatched.values()))
+    names = sorted(unmatched)
+    out.notes.append(f"{len(names)} tests not runnable here ({reason}): " + ", ".join(names[:3])
+                     + (" ..." if len(names) > 3 else ""))
+    if not out.fail_to_pass and not keep_runnable:
+        out.runnable = False
+        out.reason = f"every FAIL_TO_PASS test is not runnable here: {reason}"
+
+
+def test_file_reader(root: Path, test_patch: str, tmp: Path) -> Callable[[str], str | None]:
+    """A reader of test files as a run has them: the checkout's, with ``test_patch``'s Python files
+    applied (its binary baseline images left out)."""
+    sections = re.split(r"(?m)^(?=diff --git )", test_patch)
+    py = "".join(sec for sec in sections if re.match(r"diff --git a/\S+\.py b/\S+\.py", sec))
+    patched: set[str] = set()
+    if py:
+        for rel in patch_files(py):
+            if (root / rel).is_file():
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(root / rel, tmp / rel)
+        if not git_apply(tmp, py):
+            patched = set(patch_files(py))
+
+    def read(rel: str) -> str | None:
+        for base in ((tmp,) if rel in patched else ()) + (root,):
+            path = base / rel
+            if path.is_file():
+                return path.read_text(encoding="utf-8", errors="replace")
+        return None
+
+    return read

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,38 @@ def read_statuses(path: Path) -> dict[str, str]:
         if nodeid and status in ("PASSED", "FAILED", "SKIPPED", "ERROR"):
             out[nodeid] = status if out.get(nodeid) != "FAILED" else "FAILED"
     return out
+
+
+def fatal_signal(returncode: int) -> int:
+    """The signal that killed a test process (a crash in compiled code), 0 for none: a negative return
+    code outside a sandbox, 128 + N from the sandbox's jail."""
+    sig = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else 0
+    return sig if sig in _FATAL_SIGNALS else 0
+
+
+_FATAL_SIGNALS = {int(s) for s in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGFPE, signal.SIGILL)}
+
+
+def unfinished_test(path: Path) -> str:
+    """The last test the plugin saw start and never saw end ("" when every started test ended)."""
+    if not path.is_file():
+        return ""
+    started, ended = "", set()
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        status, _, nodeid = line.partition(" ")
+        if status == "STARTED":
+            started = nodeid
+        elif nodeid:
+            ended.add(nodeid)
+    return started if started and started not in ended else ""
+
+
+def signal_record(nodeid: str, sig: int) -> dict[str, Any]:
+    """A crash record for a test whose process a signal killed: the finding is the signal."""
+    name = signal.Signals(sig).name
+    return {"nodeid": nodeid, "when": "call", "type": name,
+            "message": f"the test process was killed by {name} (signal {sig}): a crash in compiled code",
+            "frames": [], "locals": {}}
 
 
 def format_records(records: list[dict[str, Any]], wanted: list[str]) -> str:

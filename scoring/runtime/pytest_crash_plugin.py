@@ -52,6 +52,18 @@ def _frames(tb):
     return out
 
 
+def pytest_runtest_logstart(nodeid, location):
+    # A test whose start is logged and whose outcome never is: the one running when the process died
+    # (a segfault in compiled code kills pytest before any report).
+    if not _STATUS_OUT:
+        return
+    try:
+        with open(_STATUS_OUT, "a") as fh:
+            fh.write("STARTED " + nodeid + "\n")
+    except Exception:
+        pass
+
+
 def pytest_runtest_logreport(report):
     if not _STATUS_OUT:
         return

@@ -1,0 +1,226 @@
+"""Builds of repositories that compile code (matplotlib, scikit-learn): offline, cached, explained.
+
+Offline: swebench's specs fetch matplotlib's freetype and qhull from their sites during the build
+(``wget`` in ``pre_install``, or ``setupext.py``'s own download); nothing but the package registries
+is reachable here, so every matplotlib version is told to use Debian's ``libfreetype-dev`` and
+``libqhull-dev`` (``[libs] system_freetype/system_qhull`` in a config file named by ``MPLSETUPCFG``,
+which setupext.py reads from 3.3 on, ``setup.cfg`` syntax before 3.5 and ``mplsetup.cfg`` after, the
+same section). scikit-learn's old versions build with the spec's Python 3.6 and pins; ``cython`` is
+held below 3 for 0.20-0.22 (conda's Python 3.6 builds, which the harness's images used, never had
+Cython 3, which these versions' ``.pyx`` files do not compile with).
+
+Cheap after the first: the C/C++ compiler runs through ``ccache`` with one cache per env
+(``<env>/ccache``), so a later base commit of the same (repo, version) recompiles only the
+translation units whose preprocessed source changed. The install itself still runs at each commit in
+the env's own checkout, so a run imports that commit's code and extensions built from its sources;
+ccache only answers "this exact input compiled before" with the object it produced. Builds that
+would fetch into a temporary build environment (pip's build isolation) are made in the venv instead,
+so the compiler sees the same paths at every commit.
+
+Failures are told apart (:func:`classify_failure`): a download outside the package registries never
+succeeds here (final), a connection to the index that dropped may (one retry), a compiler error is
+that commit's alone, a timeout leaves nothing half-built behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# (repo, version) -> pins for every pip command of the build, the spec's own included.
+COMPILED_CONSTRAINTS: dict[tuple[str, str], list[str]] = {
+    ("scikit-learn/scikit-learn", v): ["cython<3"] for v in ("0.20", "0.21", "0.22")
+}
+COMPILED_REPOS = frozenset({"matplotlib/matplotlib", "scikit-learn/scikit-learn"})
+
+# What setupext.py reads from MPLSETUPCFG: the Debian libraries instead of downloaded sources.
+MPL_SETUP_CFG = "[libs]\nsystem_freetype = true\nsystem_qhull = true\n"
+# swebench's pre_install steps that download or need root (apt-get): the build does neither.
+_SKIPPED_PRE_INSTALL = re.compile(r"^\s*(apt-get|apt|wget|curl|tar\s|mkdir -p \"\$QHULL|QHULL_\w+=)")
+CCACHE_SUBDIR = "ccache"
+# Debian's ccache package: gcc, g++, cc, c++ there are ccache under the compilers' names.
+CCACHE_COMPILERS = "/usr/lib/ccache"
+CCACHE_MAX_SIZE = "2G"
+
+# A build that reached for something outside the package registries: never succeeds here.
+_OFFLINE_DOWNLOAD = re.compile(r"Failed to download any of the following|get_and_extract_tarball|"
+                               r"(wget|curl): .*(unable to resolve|Could not resolve|Failed to connect)|"
+                               r"urllib\.error\.URLError|downloading .*(freetype|qhull)", re.I)
+# A connection to the package index that failed: may succeed on a retry.
+_TRANSIENT_NETWORK = re.compile(r"ReadTimeoutError|Connection (reset|aborted|refused)|"
+                                r"Failed to establish a new connection|Temporary failure in name resolution|"
+                                r"Max retries exceeded|HTTP error 5\d\d|IncompleteRead|ProtocolError", re.I)
+_COMPILER_ERROR = re.compile(r"error: command '.*(gcc|g\+\+|cc|c\+\+|clang)' failed|"
+                             r"^\S+\.(c|cc|cpp|cxx|h|hpp):\d+(:\d+)?: (fatal )?error:|Cython\.Compiler\.Errors|"
+                             r"Error compiling Cython file", re.M)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a build step failed, in one line, and whether trying again may help."""
+
+    kind: str  # "network", "offline-download", "compiler", "timeout", "other"
+    reason: str
+    transient: bool
+
+
+def classify_failure(log: str, timed_out: bool, timeout_s: float) -> Failure:
+    """The kind of a failed build step from its output."""
+    if timed_out:
+        return Failure("timeout", f"the build was stopped by its timeout ({timeout_s:.0f} s); nothing of it is kept",
+                       transient=False)
+    m = _OFFLINE_DOWNLOAD.search(log)
+    if m:
+        return Failure("offline-download", "the build needs the network beyond the package registries "
+                       f"({m.group(0)[:120]}); it cannot build offline", transient=False)
+    m = _TRANSIENT_NETWORK.search(log)
+    if m:
+        return Failure("network", f"the package index could not be reached ({m.group(0)[:120]})", transient=True)
+    m = _COMPILER_ERROR.search(log)
+    if m:
+        return Failure("compiler", f"the compiler failed at this commit: {m.group(0).strip()[:200]}", transient=False)
+    return Failure("other", "", transient=False)
+
+
+@dataclass
+class CompiledBuild:
+    """What the build of one (repo, version) adds to the plain venv build."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    constraints: list[str] = field(default_factory=list)
+    compiled: bool = False
+    path_prefix: list[str] = field(default_factory=list)  # before the build's PATH
+
+    def apply(self, env: dict[str, str]) -> None:
+        """This build's settings in a build step's environment."""
+        env.update(self.env)
+        if self.path_prefix:
+            env["PATH"] = ":".join([*self.path_prefix, env.get("PATH", "")])
+
+    def pre_install(self, steps: list[str]) -> list[str]:
+        """The spec's pre_install steps the build runs: for a compiled repo, none that download or apt-get."""
+        return offline_pre_install(steps) if self.compiled else steps
+
+    def install(self, install: str) -> str:
+        """The spec's install command; for a compiled repo built in the venv, not in an isolated one."""
+        if self.compiled and "pip install " in install and "--no-build-isolation" not in install:
+            return install.replace("pip install ", "pip install --no-build-isolation ", 1)
+        return install
+
+
+# Debian packages a compiled repo's offline build needs: (pkg-config module, package). ccache is
+# optional (without it every install compiles everything).
+SYSTEM_LIBRARIES: dict[str, list[tuple[str, str]]] = {
+    "matplotlib/matplotlib": [("freetype2", "libfreetype-dev"), ("qhull_r", "libqhull-dev")],
+}
+
+
+def missing_system_packages(repo: str) -> str:
+    """Why this machine cannot build ``repo`` offline ("" when it can): the Debian packages to install."""
+    needed = SYSTEM_LIBRARIES.get(repo, [])
+    if not needed:
+        return ""
+    pkg_config = shutil.which("pkg-config")
+    if pkg_config is None:
+        return ("building offline needs Debian's pkg-config and " + ", ".join(p for _, p in needed)
+                + ": apt-get install pkg-config " + " ".join(p for _, p in needed))
+    missing = [pkg for mod, pkg in needed
+               if subprocess.run([pkg_config, "--exists", mod], capture_output=True, timeout=30).returncode != 0]
+    return f"building offline needs Debian's {', '.join(missing)}: apt-get install {' '.join(missing)}" if missing else ""
+
+
+def offline_pre_install(steps: list[str]) -> list[str]:
+    """swebench's pre_install steps without those that download or apt-get."""
+    return [s for s in steps if not _SKIPPED_PRE_INSTALL.match(s)]
+
+
+def is_compiled(repo: str) -> bool:
+    return repo in COMPILED_REPOS
+
+
+def compiled_build(repo: str, version: str, env_dir: Path) -> CompiledBuild:
+    """The compiled-repo settings of ``repo`` at ``version`` (empty for a pure-Python repo)."""
+    constraints = list(COMPILED_CONSTRAINTS.get((repo, version), []))
+    if repo not in COMPILED_REPOS:
+        return CompiledBuild(constraints=constraints)
+    env: dict[str, str] = {}
+    path_prefix: list[str] = []
+    if shutil.which("ccache") and Path(CCACHE_COMPILERS, "gcc").exists():
+        # ccache's compiler names first on PATH, not CC="ccache gcc": distutils links C++ with CXX's
+        # first word (``ccache -shared ...`` fails), and numpy.distutils does the same.
+        path_prefix.append(CCACHE_COMPILERS)
+        # One cache per env, in the env's folder: later commits of the same (repo, version) are what
+        # it serves; a cache shared by envs would be handed between the sandbox's user and ours by
+        # each build's end, under another build still writing to it.
+        env.update(CCACHE_DIR=str(env_dir / CCACHE_SUBDIR), CCACHE_BASEDIR=str(env_dir),
+                   CCACHE_NOHASHDIR="true", CCACHE_MAXSIZE=CCACHE_MAX_SIZE,
+                   CCACHE_SLOPPINESS="time_macros,include_file_mtime,include_file_ctime",
+                   CCACHE_STATSLOG=str(env_dir / "ccache.statslog"))  # per env: eval.build_bench reads it
+    if repo == "matplotlib/matplotlib":
+        cfg = env_dir / "mplsetup.cfg"
+        cfg.write_text(MPL_SETUP_CFG)
+        env["MPLSETUPCFG"] = str(cfg)
+    return CompiledBuild(env=env, constraints=constraints, compiled=True, path_prefix=path_prefix)
+
+
+# Cython's inputs besides a .pyx: what it cimports and includes, and the build helpers that set its
+# directives. A generated file is reused only when all of them are the same bytes at both commits.
+_CYTHON_SHARED = re.compile(r"\.(pxd|pxi)(\.tp)?$|(^|/)_build_utils/")
+_CYTHON_SKIP_DIRS = {".git", "build", "__pycache__", ".eggs"}
+
+
+def _cython_files(root: Path) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in _CYTHON_SKIP_DIRS]
+        for name in filenames:
+            full = Path(dirpath) / name
+            out[str(full.relative_to(root))] = full
+    return out
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.stat().st_size == b.stat().st_size and a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
+
+
+def reuse_generated(old: Path, new: Path) -> int:
+    """Copy into the fresh checkout ``new`` what Cython and the templates generated in the previous
+    install ``old`` where their inputs are the same bytes: ``X.tp`` -> ``X``, ``X.pyx`` -> ``X.c`` or
+    ``X.cpp``, each dated after its input so the build skips it (Cython and sklearn's template step
+    compare dates). Only when every ``.pxd``/``.pxi`` (and template of one) and the build helpers
+    (``_build_utils``) are the same at both commits; the rest is generated as usual. How many files."""
+    if not old.is_dir():
+        return 0
+    old_files, new_files = _cython_files(old), _cython_files(new)
+    shared_new = {r for r in new_files if _CYTHON_SHARED.search(r)}
+    # shared files of the old checkout that no template of the new one generates must be the same too
+    shared_old = {r for r in old_files if _CYTHON_SHARED.search(r) and r + ".tp" not in new_files}
+    if any(r not in old_files or not _same(old_files[r], new_files[r]) for r in shared_new):
+        return 0
+    if any(r not in new_files for r in shared_old):
+        return 0
+    later = time.time() + 2
+    copied = 0
+
+    def take(rel_in: str, rel_out: str) -> None:
+        nonlocal copied
+        src, dst = old / rel_out, new / rel_out
+        if src.is_file() and not dst.exists() and _same(old / rel_in, new / rel_in):
+            shutil.copyfile(src, dst)
+            os.utime(dst, (later, later))
+            copied += 1
+
+    for rel in sorted(r for r in new_files if r.endswith(".tp")):
+        take(rel, rel[:-3])
+    for pyx in sorted(str(p.relative_to(new)) for p in new.rglob("*.pyx")):
+        for ext in (".c", ".cpp"):
+            take(pyx, pyx[:-4] + ext)
+    return copied

@@ -1,0 +1,249 @@
+"""Compiled repositories' builds: offline settings, the shared compiler cache, failures told apart."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scoring.execution.compiled import MPL_SETUP_CFG, classify_failure, compiled_build
+
+# other.cpp: a C++ extension, linked as distutils links C++ (with the C++ compiler's name)
+SETUP_PY = """from setuptools import Extension, setup
+setup(name="tiny", version="0.1", ext_modules=[Extension("tiny", ["tiny.c"]), Extension("other", ["other.cpp"])])
+"""
+TINY_C = """#include <Python.h>
+static PyObject *value(PyObject *self, PyObject *args) { return PyLong_FromLong(%d); }
+static PyMethodDef methods[] = {{"value", value, METH_NOARGS, ""}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "%s", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_%s(void) { return PyModule_Create(&mod); }
+"""
+
+
+def _checkout(src: Path, tiny: int, other: int) -> None:
+    """A fresh checkout of one commit at the env's fixed source path, as each install gets."""
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir(parents=True)
+    (src / "setup.py").write_text(SETUP_PY)
+    (src / "tiny.c").write_text(TINY_C % (tiny, "tiny", "tiny"))
+    (src / "other.cpp").write_text(TINY_C.replace("PyMODINIT_FUNC", 'extern "C" PyMODINIT_FUNC') % (other, "other", "other"))
+
+
+def _build(src: Path, env: dict[str, str], env_dir: Path) -> tuple[list[str], int]:
+    """Build in place with the env's compiler settings; the ccache results logged, and tiny.value()."""
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=src, env=env, check=True,
+                   capture_output=True, timeout=120)
+    log = env_dir / "ccache.statslog"
+    results = [ln for ln in log.read_text().splitlines() if ln == "cache_miss" or ln.endswith("_cache_hit")]
+    log.unlink()
+    value = subprocess.run([sys.executable, "-c", "import other, tiny; print(tiny.value())"], cwd=src, env=env,
+                           check=True, capture_output=True, text=True, timeout=60).stdout
+    return sorted(results), int(value)
+
+
+def test_a_later_commit_compiles_only_what_changed(tmp_path: Path) -> None:
+    assert shutil.which("ccache"), "ccache is needed (Debian's ccache package; .ci/run installs it)"
+    env_dir = tmp_path / "env"
+    env_dir.mkdir()
+    build = compiled_build("scikit-learn/scikit-learn", "0.22", env_dir)
+    assert build.path_prefix == ["/usr/lib/ccache"] and build.env["CCACHE_DIR"] == str(env_dir / "ccache")
+    env = dict(os.environ)
+    build.apply(env)
+    src = env_dir / "src"
+    _checkout(src, 1, 10)
+    results, value = _build(src, env, env_dir)
+    assert results == ["cache_miss", "cache_miss"] and value == 1  # cold: both compiled
+    _checkout(src, 1, 10)  # a later commit whose C sources did not change
+    results, value = _build(src, env, env_dir)
+    assert all(r.endswith("_hit") for r in results) and len(results) == 2 and value == 1
+    _checkout(src, 2, 10)  # one source changed: that one is compiled, the other comes from the cache
+    results, value = _build(src, env, env_dir)
+    assert "cache_miss" in results and sum(r.endswith("_hit") for r in results) == 1
+    assert value == 2  # the run imports what its own commit's source builds
+
+
+def test_matplotlib_uses_debian_freetype_and_qhull_and_skips_downloads(tmp_path: Path) -> None:
+    build = compiled_build("matplotlib/matplotlib", "3.5", tmp_path)
+    assert Path(build.env["MPLSETUPCFG"]).read_text() == MPL_SETUP_CFG
+    steps = ["apt-get -y update && apt-get install -y imagemagick", 'QHULL_URL="http://x/q.tgz"',
+             'wget -O "$QHULL_TAR" "$QHULL_URL"', 'mkdir -p "$QHULL_BUILD_DIR"', 'tar -xvzf "$QHULL_TAR" -C "$Q"',
+             "python tools/gen.py"]
+    assert build.pre_install(steps) == ["python tools/gen.py"]
+    assert build.install("python -m pip install -e .") == "python -m pip install --no-build-isolation -e ."
+    sk = compiled_build("scikit-learn/scikit-learn", "0.20", tmp_path)
+    assert sk.constraints == ["cython<3"]
+    assert sk.install("python -m pip install -v --no-use-pep517 --no-build-isolation -e .").count(
+        "--no-build-isolation") == 1
+    plain = compiled_build("psf/requests", "2.0", tmp_path)
+    assert not plain.compiled and plain.env == {} and plain.pre_install(steps) == steps
+
+
+@pytest.mark.parametrize(("log", "timed_out", "kind", "transient"), [
+    ("Failed to download any of the following: ['https://download.savannah.gnu.org/x.tar.gz']", False,
+     "offline-download", False),
+    ("WARNING: Retrying ... ReadTimeoutError(\"HTTPSConnectionPool(host='pypi.org')\")", False, "network", True),
+    ("src/ft2font.cpp:12:10: fatal error: ft2build.h: No such file or directory\n"
+     "error: command '/usr/bin/gcc' failed with exit code 1", False, "compiler", False),
+    ("", True, "timeout", False),
+    ("something else", False, "other", False),
+])
+def test_build_failures_are_told_apart(log: str, timed_out: bool, kind: str, transient: bool) -> None:
+    failure = classify_failure(log, timed_out, 1800)
+    assert (failure.kind, failure.transient) == (kind, transient)
+    assert kind == "other" or failure.reason
+
+
+def test_a_test_that_segfaults_in_compiled_code_is_a_finding_with_the_signal(tmp_path: Path) -> None:
+    """A crash in compiled code kills pytest before its summary: the test that was running fails
+    with the signal in its crash record, the tests it finished keep their outcomes, nothing hangs."""
+    from fixgraph.dataset import Task
+    from fixgraph.repo.workspace import RepoCache
+    from scoring.execution.runner import make_runner
+    from scoring.execution.tests import Suite
+    from tests.testrun_helpers import REPO, local_settings, make_repo
+
+    tests = ("def test_first():\n    assert True\n\n\n"
+             "def test_crash():\n    import ctypes\n    ctypes.string_at(0)\n\n\n"
+             "def test_never():\n    assert True\n")
+    mirrors, commit = make_repo(tmp_path, {"calc.py": "X = 1\n", "tests/test_calc.py": tests})
+    wt = RepoCache(tmp_path / "cache", mirrors).worktree(REPO, commit, "segv")
+    task = Task(instance_id="fixture__calc-segv", repo=REPO, base_commit=commit, problem_statement="")
+    run = make_runner(local_settings(), tmp_path / "cache").run_suite(
+        task, wt, None, Suite(targets=("tests/test_calc.py",), timeout_s=60))
+    assert not run.timed_out and run.seconds < 60
+    assert run.statuses == {"tests/test_calc.py::test_first": "PASSED", "tests/test_calc.py::test_crash": "FAILED"}
+    assert [(r["nodeid"], r["type"]) for r in run.crash_records] == [("tests/test_calc.py::test_crash", "SIGSEGV")]
+    assert any("SIGSEGV in tests/test_calc.py::test_crash" in n for n in run.notes)
+
+
+def test_an_install_stopped_midway_leaves_nothing_that_is_reused(tmp_path: Path) -> None:
+    """fixgraph killed during a reinstall leaves a half-built ``src`` tree beside the good install:
+    the next use drops it and the env leads to the last complete install again."""
+    import json
+
+    from fixgraph import config
+    from scoring.execution.envs import VenvEnvs
+    from tests.testrun_helpers import calc_instance
+
+    inst, wt, _ = calc_instance(tmp_path)
+    inst = inst.model_copy(update={"version": "0.1"})
+    spec = {"python": "3", "install": "true", "test_cmd": "pytest -rA"}
+    envs = VenvEnvs(tmp_path / "envs", tmp_path / "cache", config.TestSettings(backend="venv"),
+                    specs=lambda repo, version: spec)
+    path = envs.env_path(inst.task())
+    (path / "base").mkdir(parents=True)
+    (path / "src" / "half").mkdir(parents=True)  # what a killed build_ext left
+    (path / "env.json").write_text(json.dumps({"ok": True, "installed_commit": inst.base_commit, "artifacts": []}))
+    env = envs.get(inst.task(), wt)
+    assert (path / "src").is_symlink() and (path / "src").resolve() == (path / "base").resolve()
+    assert env.artifacts_root == path / "base"
+
+
+IMAGE_TESTS = '''
+from matplotlib.testing.decorators import check_figures_equal, image_comparison
+import matplotlib.testing.decorators as mpl_dec
+
+
+@image_comparison(['a.png'], remove_text=True)
+def test_drawn():
+    pass
+
+
+@check_figures_equal(extensions=["png"])
+def test_same(fig_test, fig_ref):
+    pass
+
+
+class TestK:
+    @mpl_dec.image_comparison(['b.png'])
+    def test_in_class(self):
+        pass
+
+
+def test_plain():
+    pass
+'''
+NEW_IMAGE_TEST = '''diff --git a/lib/matplotlib/tests/test_x.py b/lib/matplotlib/tests/test_x.py
+--- a/lib/matplotlib/tests/test_x.py
++++ b/lib/matplotlib/tests/test_x.py
+@@ -22,2 +22,7 @@ class TestK:
+ def test_plain():
+     pass
++
++
++@image_comparison(['c.png'])
++def test_new():
++    pass
+diff --git a/lib/matplotlib/tests/baseline_images/test_x/c.png b/lib/matplotlib/tests/baseline_images/test_x/c.png
+new file mode 100644
+Binary files /dev/null and b/lib/matplotlib/tests/baseline_images/test_x/c.png differ
+'''
+
+
+def test_image_comparisons_are_set_aside_with_the_reason_never_passes_or_regressions(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from scoring.execution.image_tests import decorated_tests, unmatched_tests
+    from scoring.execution.tests import TestOutcome, _set_aside_unmatched
+
+    assert decorated_tests(IMAGE_TESTS, "image_comparison") == {"test_drawn", "TestK::test_in_class"}
+    f = "lib/matplotlib/tests/test_x.py"
+    (tmp_path / f).parent.mkdir(parents=True)
+    (tmp_path / f).write_text(IMAGE_TESTS)
+    ids = [f"{f}::test_drawn[png]", f"{f}::test_same[png]", f"{f}::TestK::test_in_class[pdf]", f"{f}::test_plain"]
+    assert unmatched_tests("matplotlib/matplotlib", "docker", ids, lambda p: IMAGE_TESTS) == {}  # the harness's build
+    assert unmatched_tests("psf/requests", "venv", ids, lambda p: IMAGE_TESTS) == {}
+    assert set(unmatched_tests("matplotlib/matplotlib", "venv", ids, lambda p: IMAGE_TESTS)) == {ids[0], ids[2]}
+
+    # the test patch's new image test (its baseline PNG is binary) is one too; a FAIL_TO_PASS left: runnable
+    out = TestOutcome(runnable=True, reason="", fail_to_pass={f"{f}::test_new[png]": "PASSED", ids[1]: "PASSED"},
+                      pass_to_pass_before={i: "PASSED" for i in ids if i != ids[1]},
+                      pass_to_pass_after={ids[0]: "FAILED", ids[2]: "PASSED", ids[3]: "PASSED"})
+    wt = SimpleNamespace(path=tmp_path)
+    _set_aside_unmatched(out, "matplotlib/matplotlib", "venv", wt, NEW_IMAGE_TEST)  # type: ignore[arg-type]
+    assert out.runnable and out.fail_to_pass == {ids[1]: "PASSED"}
+    assert out.pass_to_pass_after == {ids[3]: "PASSED"} and out.pass_to_pass_before == {ids[3]: "PASSED"}
+    assert set(out.not_runnable_here) == {f"{f}::test_new[png]", ids[0], ids[2]}
+    assert "3 tests not runnable here" in out.notes[0] and "FreeType" in out.notes[0]
+    only_images = TestOutcome(runnable=True, reason="", fail_to_pass={f"{f}::test_new[png]": "FAILED"})
+    _set_aside_unmatched(only_images, "matplotlib/matplotlib", "venv", wt, NEW_IMAGE_TEST)  # type: ignore[arg-type]
+    assert not only_images.runnable and only_images.reason.startswith("every FAIL_TO_PASS test is not runnable here")
+
+
+def test_cython_output_is_reused_only_where_every_input_is_the_same(tmp_path: Path) -> None:
+    import os
+
+    from scoring.execution.compiled import reuse_generated
+
+    def tree(root: Path, files: dict[str, str]) -> Path:
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        return root
+
+    base = {"pkg/a.pyx": "A", "pkg/b.pyx": "B", "pkg/c.pxd": "C", "pkg/t.pyx.tp": "T",
+            "pkg/_build_utils/__init__.py": "directives"}
+    old = tree(tmp_path / "old", {**base, "pkg/a.c": "gen A", "pkg/b.cpp": "gen B", "pkg/t.pyx": "T'",
+                                  "pkg/t.c": "gen T"})
+    new = tree(tmp_path / "new", {**base, "pkg/b.pyx": "B changed"})
+    assert reuse_generated(old, new) == 3  # a.c, t.pyx from its template, t.c; not b.cpp
+    assert (new / "pkg/a.c").read_text() == "gen A" and not (new / "pkg/b.cpp").exists()
+    assert os.path.getmtime(new / "pkg/a.c") > os.path.getmtime(new / "pkg/a.pyx")  # Cython skips it
+    for changed in ({"pkg/c.pxd": "C2"}, {"pkg/_build_utils/__init__.py": "other directives"}):
+        fresh = tree(tmp_path / f"n{len(str(changed))}", {**base, **changed})
+        assert reuse_generated(old, fresh) == 0 and not (fresh / "pkg/a.c").exists()
+    assert reuse_generated(tmp_path / "none", new) == 0
+
+
+def test_a_machine_without_the_debian_libraries_says_which_to_install(monkeypatch) -> None:
+    from scoring.execution import compiled
+
+    assert compiled.missing_system_packages("matplotlib/matplotlib") == ""  # .ci/run installs them
+    assert compiled.missing_system_packages("psf/requests") == ""
+    monkeypatch.setitem(compiled.SYSTEM_LIBRARIES, "x/y", [("no-such-module-fixgraph", "libnothing-dev")])
+    assert compiled.missing_system_packages("x/y") == (
+        "building offline needs Debian's libnothing-dev: apt-get install libnothing-dev")
