@@ -84,7 +84,7 @@ def choose(instances: list[Instance], rows: list[dict[str, Any]], stride: int, o
 
 def env_ready(cache_dir: Path, inst: Instance) -> bool:
     """Whether the (repo, version) environment is built (``scoring.execution.envs``' layout)."""
-    meta = cache_dir / "envs" / f"{inst.repo.replace('/', '+')}__{inst.version}" / "meta.json"
+    meta = cache_dir / "envs" / f"{inst.repo.replace('/', '+')}__{inst.version}" / "env.json"
     try:
         return bool(json.loads(meta.read_text()).get("ok"))
     except (OSError, json.JSONDecodeError, AttributeError):
