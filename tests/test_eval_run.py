@@ -210,7 +210,7 @@ def test_local_harness_grades_here_and_feeds_the_dashboard(llm, tmp_path: Path,
     page = tmp_path / "dash.html"
     assert dashboard.main([str(runs), "-o", str(page)]) == 0
     html = page.read_text()
-    assert "100.0% (2/2, local grader)" in html and "local (not the official harness)" in html
+    assert "100.0% (2/2, local)" in html and "local (not the official harness)" in html
     # Again: everything is graded already; nothing is graded twice.
     (graded,) = Path("logs/run_evaluation", "g-redo").glob(f"*/{ids[0]}/grade.json")
     stamp = graded.stat().st_mtime_ns

@@ -348,6 +348,11 @@ def _recency(v: ConfigView) -> tuple[str, float]:
     return max(finished, default=""), records.stat().st_mtime if records.is_dir() else 0.0
 
 
+def _grader_mark(v: ConfigView) -> str:
+    """What a resolved figure's label adds when the official harness did not produce it all."""
+    return {"local": ", local", "mixed": ", mixed graders"}.get(v.grader, "")
+
+
 def _label(v: ConfigView, views: list[ConfigView]) -> str:
     """The config name, or name plus run id when two runs share a config."""
     same = [w for w in views if w.name == v.name]
@@ -448,7 +453,7 @@ def build_context(runs: list[Run], baseline: str | None, out: Path, seed: int) -
     chart = {
         "resolved": charts.hbars(
             "resolved", "Resolved rate per config (official harness, or local grader where marked)",
-            [(lab(v), v.resolved_rate, f"{pct(v.resolved_rate)} ({v.resolved}/{v.harness_n}, {v.grader} grader)"
+            [(lab(v), v.resolved_rate, f"{pct(v.resolved_rate)} ({v.resolved}/{v.harness_n}{_grader_mark(v)})"
               if v.harness_n else "no harness results", v.index) for v in views], max_value=1.0),
         "fix": charts.hbars(
             "fix", "Mean fix_score per config (internal estimate, not ground truth)",
