@@ -138,8 +138,15 @@ def report(results: list[dict[str, Any]]) -> list[str]:
             lines.append(f"  {r['instance_id']}, {r['system']}: {r['reason'][:200]}")
     secs = [r["seconds"] for r in results if r["status"] != NOT_RUNNABLE and r.get("seconds")]
     if secs:
+        # Warm: not the first row graded of its instance (that one may have built or installed the env).
+        first: dict[str, dict[str, Any]] = {}
+        for r in sorted(results, key=lambda r: r.get("mtime", 0.0)):
+            first.setdefault(r["instance_id"], r)
+        warm = [r["seconds"] for r in results if r["status"] != NOT_RUNNABLE and r.get("seconds")
+                and first[r["instance_id"]] is not r]
         lines.append(f"\nseconds per graded prediction: median {statistics.median(secs):.1f}, "
-                     f"total {sum(secs):.0f} over {len(secs)}")
+                     f"total {sum(secs):.0f} over {len(secs)}; with a warm env (not an instance's first row): "
+                     + (f"median {statistics.median(warm):.1f} over {len(warm)}" if warm else "none yet"))
     ok = [r for r in results if r["status"] != NOT_RUNNABLE]
     agreement = sum(r["agree"] for r in ok) / len(ok) if ok else 0.0
     lines.append(f"agreement={agreement:.3f} rows={len(results)} disagreements={sum(not r['agree'] for r in ok)} "
@@ -173,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
                                                    "(N processes side by side; the report covers all)")
     ap.add_argument("--limit", type=int, default=None, help="grade at most N new rows, then report")
     ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--report-only", action="store_true", help="grade nothing; report what --out holds")
+    ap.add_argument("--report-only", action="store_true",
+                    help="grade nothing; report every row --out holds (of --only's repositories), whichever run chose it")
     ap.add_argument("--no-recheck", action="store_true", help="do not grade a disagreement a second time")
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--backend", choices=["venv", "local"], default="venv", help="local: this interpreter (tests)")
@@ -195,16 +203,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"eval.grade_fidelity: error: {exc}", file=sys.stderr)
         return 2
     only = {s.strip() for s in args.only.split(",") if s.strip()}
-    chosen = [(i, r) for i, r in choose(instances, load_rows(args.predictions_dir), args.stride, args.offset, only)
-              if find_mirror(args.repos, i.repo) is not None and (not args.ready_only or env_ready(args.cache_dir, i))]
+    logs = args.out / "logs"
+    if args.report_only:  # every row graded in --out, whichever runs chose it
+        chosen = [(i, r) for i, r in choose(instances, load_rows(args.predictions_dir), 1, 0, only)
+                  if read_grade(instance_dir(logs, RUN_ID, Prediction(i.instance_id, r["system"], ""))) is not None]
+    else:
+        chosen = [(i, r) for i, r in choose(instances, load_rows(args.predictions_dir), args.stride, args.offset, only)
+                  if find_mirror(args.repos, i.repo) is not None
+                  and (not args.ready_only or env_ready(args.cache_dir, i))]
     if not chosen:
-        print("eval.grade_fidelity: error: no row chosen has a repository mirror", file=sys.stderr)
+        print(f"eval.grade_fidelity: error: {args.out} holds no graded row" if args.report_only else
+              "eval.grade_fidelity: error: no row chosen has a repository mirror", file=sys.stderr)
         return 2
     settings = TestSettings(backend=args.backend, timeout_s=args.timeout, cpu_s=int(args.timeout * 2))
     runner = make_runner(settings, args.cache_dir)
     cache = RepoCache(args.cache_dir, args.repos)
     label = grader_label(args.backend)
-    logs = args.out / "logs"
     results: list[dict[str, Any]] = []
     todo = [(i, r) for i, r in chosen
             if read_grade(instance_dir(logs, RUN_ID, Prediction(i.instance_id, r["system"], ""))) is None]
@@ -256,8 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         results.append({"instance_id": inst.instance_id, "repo": inst.repo, "system": row["system"],
                         "official": official, "status": rec["status"], "agree": agree, "class": cls,
                         "reason": rec.get("reason", ""), "seconds": rec.get("seconds", 0.0),
-                        "detail": _detail(folder, inst)})
-    print(f"rows chosen: every {args.stride}th instance from {args.offset} of "
+                        "detail": _detail(folder, inst), "mtime": (folder / "grade.json").stat().st_mtime})
+    print(f"rows: every row graded in {args.out}: {len(results)}" if args.report_only else
+          f"rows chosen: every {args.stride}th instance from {args.offset} of "
           f"{', '.join(sorted(only)) or 'all repositories'}, all systems' non-empty predictions: {len(chosen)}; "
           f"graded: {len(results)}")
     print(f"grader: {label}")

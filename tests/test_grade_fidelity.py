@@ -40,6 +40,9 @@ def test_agreement_and_a_classified_disagreement(tmp_path: Path, capsys: pytest.
     assert capsys.readouterr().out.strip().splitlines()[-1] == out[-1]
     assert grade_fidelity.main(args) == 0  # all graded: nothing to refuse
     capsys.readouterr()
+    # the report alone: every row --out holds, whichever stride chose it
+    assert grade_fidelity.main([*args[:-1], "--stride", "7", "--report-only"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == out[-1]
 
 
 def test_bad_stride_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
