@@ -1,7 +1,7 @@
 """Grade a predictions file here, without Docker: a local stand-in for SWE-bench's harness.
 
     python -m eval.grade --predictions FILE.jsonl [--dataset PATH] [--repos DIR] [--workers N]
-        [--run-id ID] [--resume] [--cache-dir DIR] [--logs DIR] [--report-dir DIR]
+        [--run-id ID] [--resume] [--cache-dir DIR] [--logs DIR] [--report-dir DIR] [--reuse-from DIR]
 
 Each prediction is graded as ``eval.grading`` says (the harness's steps, in this machine's
 per-(repo, version) virtualenvs, graded by swebench's ``get_eval_report``). Per instance, as the
@@ -141,6 +141,24 @@ def write_grade(folder: Path, pred: Prediction, graded: Graded, label: str) -> d
     return rec
 
 
+def reuse(src: Path, dst: Path, pred: Prediction, label: str) -> bool:
+    """Copy another run's grade of the same patch, by the same grader, into ``dst`` (not graded yet)."""
+    done = read_grade(src)
+    if done is None or done.get("grader") != label or read_grade(dst) is not None:
+        return False
+    try:
+        if (src / "patch.diff").read_text(encoding="utf-8") != pred.patch:
+            return False
+    except OSError:
+        return False
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in ("patch.diff", "test_output.txt", "report.json"):
+        if (src / name).is_file():
+            atomic_write(dst / name, (src / name).read_text(encoding="utf-8"))
+    atomic_write(dst / "grade.json", json.dumps({**done, "reused_from": str(src)}, indent=2) + "\n")
+    return True
+
+
 def summary(label: str, run_id: str, total: int, loaded: Loaded, grades: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The harness's run summary (``<model>.<run_id>.json``), plus what it cannot run here apart."""
     def ids(status: str) -> list[str]:
@@ -178,6 +196,7 @@ class GradeRun:
     backend: str = "venv"
     timeout_s: float = 1800.0
     progress: bool = True
+    reuse_from: Path | None = None  # another run's logs (<dir>/<model>/<instance>/): same patch, same grade
 
     @property
     def label(self) -> str:
@@ -192,9 +211,11 @@ def grade_predictions(cfg: GradeRun, loaded: Loaded,
     grades: dict[str, dict[str, Any]] = {}
     todo: list[Prediction] = []
     for pred in loaded.predictions:
+        reused = cfg.reuse_from is not None and reuse(cfg.reuse_from / model_dir(pred.model) / pred.instance_id,
+                                                      instance_dir(cfg.logs, cfg.run_id, pred), pred, cfg.label)
         done = read_grade(instance_dir(cfg.logs, cfg.run_id, pred))
         if done is not None:
-            if not cfg.resume:
+            if not cfg.resume and not reused:
                 raise GradeError(f"run id {cfg.run_id!r} already has grades under {cfg.logs / cfg.run_id}; "
                                  "pass --resume to finish it, or another --run-id")
             grades[pred.instance_id] = done
@@ -255,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", choices=["venv", "local"], default="venv",
                     help="venv: an env per (repo, version), as the harness's images; local: this interpreter")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per test run (the harness's default)")
+    ap.add_argument("--reuse-from", type=Path, default=None,
+                    help="another run's logs folder (<dir>/<model>/<instance_id>/): a prediction graded there "
+                         "with the same patch by the same grader is copied, not graded again")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     try:
@@ -271,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = GradeRun(run_id=args.run_id or f"local-{args.predictions.stem}", instances=instances, repos=args.repos,
                        cache_dir=args.cache_dir, logs=args.logs, report_dir=args.report_dir, workers=args.workers,
                        resume=args.resume, backend=args.backend, timeout_s=args.timeout,
-                       progress=not args.no_progress)
+                       progress=not args.no_progress, reuse_from=args.reuse_from)
         out = grade_predictions(cfg, loaded)
     except (GradeError, DatasetError) as exc:
         print(f"eval.grade: error: {exc}", file=sys.stderr)

@@ -120,3 +120,37 @@ def test_bad_input_is_one_line(tmp_path: Path, extra: list[str], message: str,
     preds = _preds(tmp_path / "p.jsonl", [(insts[0]["instance_id"], insts[0]["patch"])])
     assert grade.main([*_args(tmp_path, mirrors, dataset, preds), *extra]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [message]
+
+
+def test_imported_run_reuses_another_runs_grades(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A predictions file imported as a run folder; its grades copied from a run that graded the same
+    patches (nothing graded again), a changed patch graded afresh."""
+    from eval import import_predictions
+
+    mirrors, dataset, insts = _setup(tmp_path, ["calc", "calcb"])
+    a, b = insts
+    rows = [{"instance_id": a["instance_id"], "system": "sysx", "model_patch": a["patch"], "resolved": True},
+            {"instance_id": b["instance_id"], "system": "sysx", "model_patch": b["patch"], "resolved": True}]
+    first = tmp_path / "first.jsonl"
+    first.write_text("".join(json.dumps({**r, "model_name_or_path": "sysx"}) + "\n" for r in rows[:1]))
+    assert grade.main(_args(tmp_path, mirrors, dataset, first)) == 0  # graded under logs/r1/sysx/
+    capsys.readouterr()
+    shared = tmp_path / "sysx.jsonl"
+    shared.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    runs = tmp_path / "runs"
+    assert import_predictions.main([str(shared), "--runs-dir", str(runs)]) == 0
+    rec = json.loads((runs / "sysx" / "records" / f"{a['instance_id']}.json").read_text())
+    assert rec["final"] and rec["status"] == "patched" and rec["model_name_or_path"] == "sysx"
+    preds = runs / "sysx" / "predictions" / "sysx.jsonl"
+    args = [*_args(tmp_path, mirrors, dataset, preds), "--reuse-from", str(tmp_path / "logs" / "r1")]
+    args[args.index("r1")] = "sysx"
+    assert grade.main(args) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == \
+        "resolved=2 unresolved=0 patch_failed=0 not_runnable=0 empty=0 of=2"
+    copied = json.loads((tmp_path / "logs" / "sysx" / "sysx" / a["instance_id"] / "grade.json").read_text())
+    assert copied["reused_from"].endswith(a["instance_id"])
+    fresh = json.loads((tmp_path / "logs" / "sysx" / "sysx" / b["instance_id"] / "grade.json").read_text())
+    assert "reused_from" not in fresh
+    assert import_predictions.main([str(tmp_path / "none.jsonl")]) == 2
+    assert capsys.readouterr().err.strip() == \
+        f"eval.import_predictions: error: predictions file not found: {tmp_path / 'none.jsonl'}"
