@@ -178,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="only instances whose (repo, version) environment is built already in --cache-dir")
     ap.add_argument("--shard", default="0/1", help="K/N: grade only the K-th of N shares of the instances "
                                                    "(N processes side by side; the report covers all)")
+    ap.add_argument("--skip", default="", help="comma-separated repositories not to grade now (the choice of rows "
+                                               "stays --only's and --stride's)")
     ap.add_argument("--limit", type=int, default=None, help="grade at most N new rows, then report")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--report-only", action="store_true",
@@ -227,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     order = list(dict.fromkeys(i.instance_id for i, _ in chosen))
     k, n = (int(x) for x in args.shard.split("/"))
-    todo = [(i, r) for i, r in todo if order.index(i.instance_id) % n == k]
+    skip = {x.strip() for x in args.skip.split(",") if x.strip()}
+    todo = [(i, r) for i, r in todo if order.index(i.instance_id) % n == k
+            and i.repo not in skip and i.repo.split("/")[1] not in skip]
     if args.limit is not None:
         todo = todo[:args.limit]
     bar = tqdm(todo, desc="fidelity", unit="row", disable=args.no_progress or args.report_only, file=sys.stderr)
