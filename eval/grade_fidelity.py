@@ -40,6 +40,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from eval.gold_bench import NETWORK_ERROR
 from eval.grade import instance_dir, read_grade, write_grade
 from eval.grading import NOT_RUNNABLE, PATCH_FAILED, RESOLVED, Graded, Prediction, grade, grader_label
 from fixgraph.config import TestSettings
@@ -49,8 +50,6 @@ from scoring.execution.runner import make_runner
 
 SHARED_PREDICTIONS = Path("../shared/data/lite_predictions")
 RUN_ID = "fidelity"
-_NETWORK = re.compile(r"ConnectionError|NewConnectionError|Max retries exceeded|Network is unreachable|"
-                      r"Temporary failure in name resolution|Name or service not known|urlopen error")
 
 
 def load_rows(folder: Path) -> list[dict[str, Any]]:
@@ -101,7 +100,7 @@ def classify(inst: Instance, row: dict[str, Any], status: str, log: str, gold: s
         return "patch apply"
     if again is not None and (again.status == RESOLVED) != (status == RESOLVED):
         return "flaky test"
-    if _NETWORK.search(log):
+    if NETWORK_ERROR.search(log):
         return "network"
     if gold and gold != RESOLVED:
         return "environment drift (the gold patch is not resolved here either)"
