@@ -196,6 +196,7 @@ class GradeRun:
     backend: str = "venv"
     timeout_s: float = 1800.0
     progress: bool = True
+    network: bool = False  # the tests may reach the network, as in the harness's containers
     reuse_from: Path | None = None  # another run's logs (<dir>/<model>/<instance>/): same patch, same grade
 
     @property
@@ -222,7 +223,7 @@ def grade_predictions(cfg: GradeRun, loaded: Loaded,
         else:
             todo.append(pred)
     settings = TestSettings(backend=cfg.backend, timeout_s=cfg.timeout_s,  # type: ignore[arg-type]
-                            cpu_s=int(cfg.timeout_s * 2))
+                            cpu_s=int(cfg.timeout_s * 2), network_isolation=not cfg.network)
     runner = make_runner(settings, cfg.cache_dir)
     cache = RepoCache(cfg.cache_dir, cfg.repos)
     bar = tqdm(total=len(loaded.predictions), initial=len(grades), desc=f"grading {cfg.run_id}", unit="pred",
@@ -279,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reuse-from", type=Path, default=None,
                     help="another run's logs folder (<dir>/<model>/<instance_id>/): a prediction graded there "
                          "with the same patch by the same grader is copied, not graded again")
+    ap.add_argument("--network", action="store_true",
+                    help="let the tests reach the network, as the harness's containers do (requests' tests call "
+                         "httpbin.org); off by default: the predictions are code from elsewhere")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     try:
@@ -295,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = GradeRun(run_id=args.run_id or f"local-{args.predictions.stem}", instances=instances, repos=args.repos,
                        cache_dir=args.cache_dir, logs=args.logs, report_dir=args.report_dir, workers=args.workers,
                        resume=args.resume, backend=args.backend, timeout_s=args.timeout,
-                       progress=not args.no_progress, reuse_from=args.reuse_from)
+                       progress=not args.no_progress, reuse_from=args.reuse_from,
+                       network=args.network)
         out = grade_predictions(cfg, loaded)
     except (GradeError, DatasetError) as exc:
         print(f"eval.grade: error: {exc}", file=sys.stderr)

@@ -185,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="grade nothing; report every row --out holds (of --only's repositories), whichever run chose it")
     ap.add_argument("--no-recheck", action="store_true", help="do not grade a disagreement a second time")
     ap.add_argument("--timeout", type=float, default=1800.0)
+    ap.add_argument("--network", action="store_true", help="let the tests reach the network, as the harness's "
+                                                             "containers do (eval.grade --network)")
     ap.add_argument("--backend", choices=["venv", "local"], default="venv", help="local: this interpreter (tests)")
     ap.add_argument("--cache-dir", type=Path, default=Path(os.environ.get("FIXGRAPH_CACHE_DIR", ".cache/fixgraph")))
     ap.add_argument("--out", type=Path, default=Path("runs/grade_fidelity"))
@@ -216,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"eval.grade_fidelity: error: {args.out} holds no graded row" if args.report_only else
               "eval.grade_fidelity: error: no row chosen has a repository mirror", file=sys.stderr)
         return 2
-    settings = TestSettings(backend=args.backend, timeout_s=args.timeout, cpu_s=int(args.timeout * 2))
+    settings = TestSettings(backend=args.backend, timeout_s=args.timeout, cpu_s=int(args.timeout * 2),
+                            network_isolation=not args.network)
     runner = make_runner(settings, args.cache_dir)
     cache = RepoCache(args.cache_dir, args.repos)
     label = grader_label(args.backend)
