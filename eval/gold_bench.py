@@ -53,7 +53,7 @@ def pick(instances: list[Instance], mirrors: Path, limit: int | None, only: set[
 
 
 # What a test that wanted the internet says when it has none.
-_NETWORK = re.compile(r"ConnectionError|NewConnectionError|Max retries exceeded|Network is unreachable|"
+NETWORK_ERROR = re.compile(r"ConnectionError|NewConnectionError|Max retries exceeded|Network is unreachable|"
                       r"Temporary failure in name resolution|Name or service not known")
 
 
@@ -93,7 +93,7 @@ def run_one(inst: Instance, cache: RepoCache, runner: Any) -> dict[str, Any]:
             p2p_regressed={t: s for t, s in gold.pass_to_pass_after.items()
                            if s not in PASSING and gold.pass_to_pass_before.get(t) in PASSING},
             notes=gold.notes,
-            needs_network=bool(_NETWORK.search(gold.crash + gold.log_tail)),
+            needs_network=bool(NETWORK_ERROR.search(gold.crash + gold.log_tail)),
         )
     else:
         row["log_tail"] = gold.log_tail[-600:]

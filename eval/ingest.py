@@ -7,7 +7,11 @@ For each run id R in RUNS_DIR this reads the harness's per-instance reports,
 (``<model>.R.json``, written to the harness's ``--report_dir``: ``RUNS_DIR/R`` when ``eval.run``
 started the harness, else the folder it ran in), and adds to each task record::
 
-    "harness": {"resolved": bool, "report": {...} | null, "source": "report.json" | "summary" | "empty patch"}
+    "harness": {"resolved": bool, "report": {...} | null, "source": "report.json" | "summary" | "empty patch",
+                "grader": "official" | "local (venv), not the official harness"}
+
+``grader`` is the report's or summary's own (``eval.grade`` marks everything it writes); a report
+without one is the official harness's. The dashboard never puts the two in one delta.
 
 A per-instance report wins over the summary. Tasks with an empty patch are never run by the
 harness, which counts them unresolved; once a run has harness results they are marked so too.
@@ -27,6 +31,13 @@ from eval.dashboard.rundata import Run, RunsError, load_runs, read_json
 from fixgraph.records import atomic_write
 
 DEFAULT_LOGS = Path("logs/run_evaluation")
+OFFICIAL = "official"
+
+
+def grader_of(data: dict[str, Any]) -> str:
+    """Who wrote a report entry or a summary: ``eval.grade``'s label, else the official harness."""
+    grader = data.get("grader")
+    return grader if isinstance(grader, str) and grader else OFFICIAL
 
 
 @dataclass
@@ -109,7 +120,7 @@ def ingest_run(run: Run, roots: list[Path], summary_dirs: list[Path]) -> RunInge
                 _warn(f"{result.summary}: instance {iid} is not in run {run.run_id}; skipped")
                 continue
             harness[iid] = {"resolved": iid in resolved, "report": None, "source": "summary",
-                            "error": iid in errors}
+                            "error": iid in errors, "grader": grader_of(data)}
         atomic_write(run.path / "harness_summary.json", json.dumps(data, indent=2, sort_keys=True) + "\n")
 
     for iid, (path, entry) in sorted(reports.items()):
@@ -117,7 +128,8 @@ def ingest_run(run: Run, roots: list[Path], summary_dirs: list[Path]) -> RunInge
             result.skipped.append(iid)
             _warn(f"{path}: instance {iid} is not in run {run.run_id}; skipped")
             continue
-        harness[iid] = {"resolved": bool(entry["resolved"]), "report": entry, "source": "report.json"}
+        harness[iid] = {"resolved": bool(entry["resolved"]), "report": entry, "source": "report.json",
+                        "grader": grader_of(entry)}
         result.reports += 1
     result.from_summary = sum(1 for h in harness.values() if h["source"] == "summary")
 
@@ -125,7 +137,9 @@ def ingest_run(run: Run, roots: list[Path], summary_dirs: list[Path]) -> RunInge
         # The harness skips empty patches and counts them unresolved; say so rather than leave a gap.
         for iid, rec in run.records.items():
             if iid not in harness and rec.get("final") and not _has_patch(run, iid, rec):
-                harness[iid] = {"resolved": False, "report": None, "source": "empty patch"}
+                graders = {h.get("grader", OFFICIAL) for h in harness.values()}
+                harness[iid] = {"resolved": False, "report": None, "source": "empty patch",
+                                "grader": graders.pop() if len(graders) == 1 else OFFICIAL}
                 result.empty += 1
 
     for iid, entry in harness.items():

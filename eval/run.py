@@ -1,7 +1,8 @@
-"""Run several configs on the same tasks, then score each with the official harness.
+"""Run several configs on the same tasks, then score each with the official harness (or the local grader).
 
     python -m eval.run --configs baseline,static,redo --tasks stratified50 \\
         [--dataset PATH] [--repos DIR] [--workers N] [--run-prefix P] [--runs-dir runs] [--modal]
+        [--harness official|local|none]
 
 Each config gets its own run id, ``<prefix>-<config>``, and its own folder ``runs/<run_id>/``
 (records, checkpoints, and ``predictions/`` with the ``.diff`` files and the official JSONL), so
@@ -12,7 +13,10 @@ another config (or of the same config with different settings) is refused.
 With ``--workers`` at least the number of configs, the configs run side by side and share the
 workers; with fewer, they run one after another with ``--workers`` tasks at a time. Then, per config, the
 predictions go to ``python -m swebench.harness.run_evaluation`` when a Docker engine answers (or
-with ``--modal``); otherwise the exact commands, and the sb-cli alternative, are printed.
+with ``--modal``); otherwise the exact commands, and the sb-cli alternative, are printed. With
+``--harness local`` they go to the local grader instead (``eval.grade``: no Docker, this machine's
+environments; every verdict marked ``local``, never a SWE-bench result), then into the records;
+``--harness none`` stops after the configs.
 """
 
 from __future__ import annotations
@@ -185,6 +189,42 @@ def score_runs(runs: list[tuple[str, Path]], runs_dir: Path, *, dataset: str, wo
     return failures
 
 
+def score_runs_local(runs: list[tuple[str, Path]], runs_dir: Path, instances: list[Instance], *,
+                     repos: Path | None, cache_dir: Path, workers: int, backend: str = "venv",
+                     progress: bool = True) -> int:
+    """Grade each run's predictions with the local grader (resuming what it graded before), then
+    put the verdicts in the records. Returns the number of runs that could not be graded."""
+    from eval.dashboard.rundata import load_run
+    from eval.grade import DEFAULT_LOGS, GradeError, GradeRun, grade_predictions, headline, read_predictions
+    from eval.ingest import ingest_run
+
+    by_id = {i.instance_id: i for i in instances}
+    failures = 0
+    for run_id, preds in runs:
+        if not preds.is_file():
+            print(f"{run_id}: no predictions file ({preds}); nothing to grade", file=sys.stderr)
+            continue
+        try:
+            loaded = read_predictions(preds, set(by_id))
+            cfg = GradeRun(run_id=run_id, instances=by_id, repos=repos, cache_dir=cache_dir, logs=DEFAULT_LOGS,
+                           report_dir=runs_dir / run_id, workers=workers, resume=True, backend=backend,
+                           progress=progress)
+            out = grade_predictions(cfg, loaded)
+        except GradeError as exc:
+            failures += 1
+            print(f"{run_id}: the local grader failed: {exc}", file=sys.stderr)
+            continue
+        for line in loaded.problems:
+            print(f"warning: {line}", file=sys.stderr)
+        print(f"{run_id}: {headline(out)} (grader: {cfg.label})", flush=True)
+        run = load_run(runs_dir / run_id)
+        if run is not None:
+            res = ingest_run(run, [DEFAULT_LOGS], [])
+            print(f"{run_id}: {res.with_harness} of {res.total} tasks have local grader results")
+    print(f"next: python -m eval.dashboard {runs_dir} -o dashboard.html")
+    return failures
+
+
 # ---- running the configs ----------------------------------------------------------------------
 
 
@@ -263,7 +303,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--run-prefix", default="cmp", help="run ids are <prefix>-<config> (default cmp)")
     p.add_argument("--runs-dir", type=Path, default=None, help="default: the first config's runs_dir")
     p.add_argument("--modal", action="store_true", help="run the harness on Modal (passes --modal true)")
-    p.add_argument("--no-harness", action="store_true", help="only run the configs")
+    p.add_argument("--harness", choices=["official", "local", "none"], default="official",
+                   help="official: SWE-bench's harness (Docker, or --modal); local: eval.grade here, without "
+                        "Docker (not the official harness); none: only run the configs")
+    p.add_argument("--no-harness", action="store_true", help="same as --harness none")
     p.add_argument("--harness-dataset", default=HUB_DATASET)
     p.add_argument("--harness-workers", type=int, default=4)
     p.add_argument("--no-progress", action="store_true")
@@ -312,8 +355,13 @@ def main(argv: list[str] | None = None) -> int:
     except WorkspaceError as exc:
         return fail(str(exc))
     scored = [(s.run_id, Path(s.predictions)) for s in summaries]
-    if args.no_harness:
+    if args.no_harness or args.harness == "none":
         return 0
+    if args.harness == "local":
+        backend = cfgs[0].tests.backend if cfgs[0].tests.backend in ("venv", "local") else "venv"
+        failures = score_runs_local(scored, runs_dir, instances, repos=args.repos, cache_dir=cfgs[0].cache_dir,
+                                    workers=args.harness_workers, backend=backend, progress=not args.no_progress)
+        return 1 if failures else 0
     failures = score_runs(scored, runs_dir, dataset=args.harness_dataset, workers=args.harness_workers,
                           modal=args.modal, engine=False if args.modal else docker_answers())
     return 1 if failures else 0

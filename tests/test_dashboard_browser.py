@@ -83,3 +83,43 @@ def test_error_detection_has_teeth(tmp_path: Path) -> None:
     html_tag = re.search(r"<html([^>]*)>", proc.stdout)
     assert html_tag and 'data-script-errors="1"' in html_tag.group(1)
     assert any("notDefinedAnywhere" in ln for ln in console_errors(proc.stderr))
+
+
+def test_locally_graded_comparison_in_chromium(tmp_path: Path) -> None:
+    """Two configs whose verdicts come from the local grader (``eval.grade``'s reports carry its
+    label): the page says so per config and per delta, and still draws its deltas and statistics."""
+    import json
+
+    runs = fx.build(tmp_path, configs=("baseline", "redo"), with_quick=False, stray_report=False)
+    label = "local (venv), not the official harness"
+    for path in [*(tmp_path / "logs").rglob("report.json"), *runs.glob("*/*.t-baseline.json")]:
+        data = json.loads(path.read_text())
+        if path.name == "report.json":
+            data = {iid: {**entry, "grader": label} for iid, entry in data.items()}
+        else:
+            data["grader"] = label
+        path.write_text(json.dumps(data))
+    assert ingest.main([str(runs), "--harness-logs", str(tmp_path / "logs")]) == 0
+    out = tmp_path / "site" / "dashboard.html"
+    assert dashboard.main([str(runs), "-o", str(out)]) == 0
+    url = out.resolve().as_uri()
+    shot = tmp_path / "local.png"  # kept under the test's temp dir, as the first test's
+    proc = chromium(tmp_path, url, f"--screenshot={shot}", "--window-size=1280,2000")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    proc = chromium(tmp_path, url, "--dump-dom")
+    dom = proc.stdout
+    body = re.search(r"<body([^>]*)>", dom)
+    assert body, dom[:500]
+    attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', body.group(1)))
+    assert attrs.get("data-ready") == "1" and attrs["data-charts-rendered"] == attrs["data-charts-total"]
+    graders = re.findall(r'<td data-field="grader">(.*?)</td>', dom, re.S)
+    assert len(graders) == 2 and all("local grader" in g and "not the official harness" in g for g in graders)
+    delta = re.search(r'<tr data-run="t-redo">.*?</tr>', dom.split('id="delta-table"', 1)[1], re.S)
+    assert delta and "+50.0 pp" in delta.group(0)
+    assert re.search(r'data-field="delta-grader">local \(not the official harness\)', delta.group(0))
+    assert re.search(r'data-field="p">0\.\d{3}<', delta.group(0))  # McNemar's p, shown
+    assert set(re.findall(r"\(\d+/8, local\)", dom)) == {"(2/8, local)", "(6/8, local)"}
+    html_tag = re.search(r"<html([^>]*)>", dom)
+    assert html_tag and "data-script-error" not in html_tag.group(1)
+    assert console_errors(proc.stderr) == []

@@ -184,3 +184,64 @@ def test_worker_shares() -> None:
 def test_docker_check_is_false_without_an_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     assert evrun.docker_answers() is False
+
+
+# ---- the local grader ----------------------------------------------------------------------
+
+
+def test_local_harness_grades_here_and_feeds_the_dashboard(llm, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    mirrors, dataset, ids = make_tasks(tmp_path, 2)
+    runs = tmp_path / "runs"
+    configs = config_files(tmp_path, ["baseline", "redo"])
+    argv = ["--configs", ",".join(configs), "--tasks", "all", "--dataset", str(dataset), "--repos", str(mirrors),
+            "--workers", "2", "--run-prefix", "g", "--runs-dir", str(runs), "--harness", "local", "--no-progress"]
+    assert evrun.main(argv) == 0
+    out = capsys.readouterr().out
+    for config in ("baseline", "redo"):
+        run_id = f"g-{config}"
+        assert f"{run_id}: resolved=2 unresolved=0 patch_failed=0 not_runnable=0 empty=0 of=2 " \
+               "(grader: local (local), not the official harness)" in out
+        for iid in ids:
+            rec = json.loads((runs / run_id / "records" / f"{iid}.json").read_text())
+            assert rec["harness"]["resolved"] is True and rec["harness"]["grader"].startswith("local")
+            (report,) = Path("logs/run_evaluation", run_id).glob(f"*/{iid}/report.json")
+            assert json.loads(report.read_text())[iid]["grader"] == "local (local), not the official harness"
+    page = tmp_path / "dash.html"
+    assert dashboard.main([str(runs), "-o", str(page)]) == 0
+    html = page.read_text()
+    assert "100.0% (2/2, local)" in html and "local (not the official harness)" in html
+    # Again: everything is graded already; nothing is graded twice.
+    (graded,) = Path("logs/run_evaluation", "g-redo").glob(f"*/{ids[0]}/grade.json")
+    stamp = graded.stat().st_mtime_ns
+    assert evrun.main(argv) == 0
+    assert graded.stat().st_mtime_ns == stamp
+
+
+def test_dashboard_never_mixes_official_and_local_verdicts(tmp_path: Path) -> None:
+    from eval import ingest
+
+    runs = fx.build(tmp_path, configs=("baseline", "redo"), with_quick=False, stray_report=False)
+    assert ingest.main([str(runs), "--harness-logs", str(tmp_path / "logs")]) == 0
+    records = sorted((runs / "t-redo" / "records").glob("*.json"))
+    for i, path in enumerate(records):  # half of redo's verdicts come from the local grader
+        rec = json.loads(path.read_text())
+        if i % 2:
+            rec["harness"]["grader"] = "local (venv), not the official harness"
+        path.write_text(json.dumps(rec))
+    views = [dashboard.config_view(i, r) for i, r in enumerate(dashboard.load_runs(runs))]
+    base, redo = (v for v in views if v.name == "baseline"), (v for v in views if v.name == "redo")
+    b, r = next(base), next(redo)
+    assert b.grader == "official" and r.grader == "mixed"
+    comp = dashboard.compare(b, r, seed=0)
+    assert comp.grader == "official" and comp.paired is not None
+    assert comp.paired.n == len(records) - len(records) // 2
+    assert comp.note.startswith(f"{len(records) // 2} common tasks left out: graded by different graders")
+    for path in records:  # all of redo local: no delta at all
+        rec = json.loads(path.read_text())
+        rec["harness"]["grader"] = "local (venv), not the official harness"
+        path.write_text(json.dumps(rec))
+    r = next(v for v in (dashboard.config_view(i, x) for i, x in enumerate(dashboard.load_runs(runs)))
+             if v.name == "redo")
+    comp = dashboard.compare(b, r, seed=0)
+    assert comp.paired is None and comp.note.startswith("not compared: official grader against local grader")

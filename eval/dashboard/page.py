@@ -2,8 +2,9 @@
 
     python -m eval.dashboard RUNS_DIR -o dashboard.html [--baseline baseline] [--runs ID,ID] [--seed 0]
 
-Resolved rates come from the official harness (``eval.ingest`` puts them in the records); the
-mean fix_score is the pipeline's own estimate and is labelled internal wherever it appears.
+Resolved rates come from the official harness, or from the local grader (``eval.grade``) where
+the records say so (``eval.ingest`` puts both in the records); each config shows which, and a
+delta compares only tasks graded by the same one. The mean fix_score is the pipeline's own estimate and is labelled internal wherever it appears.
 A config without harness results still shows its internal figures, marked as such.
 """
 
@@ -43,6 +44,13 @@ def resolved_of(rec: dict[str, Any]) -> bool | None:
     if isinstance(harness, dict) and isinstance(harness.get("resolved"), bool):
         return harness["resolved"]
     return None
+
+
+def grader_of(rec: dict[str, Any]) -> str | None:
+    """"official" or "local": who graded the task's resolved verdict (None: nobody did)."""
+    if resolved_of(rec) is None:
+        return None
+    return "local" if str(rec["harness"].get("grader") or "official").startswith("local") else "official"
 
 
 def fix_score_of(rec: dict[str, Any]) -> tuple[float | None, str]:
@@ -106,6 +114,7 @@ class ConfigView:
     harness_n: int = 0
     harness_errors: int = 0  # the harness could not evaluate these (counted unresolved, as it does)
     resolved: int = 0
+    graders: Counter[str] = field(default_factory=Counter)  # official | local -> tasks graded so
     fix_values: list[float] = field(default_factory=list)
     fix_semantic: int = 0
     status: Counter[str] = field(default_factory=Counter)
@@ -148,6 +157,11 @@ class ConfigView:
         return "complete" if self.harness_n == self.n else "partial"
 
     @property
+    def grader(self) -> str:
+        """Who produced the resolved count: "official", "local", "mixed", or "" (nobody)."""
+        return "mixed" if len(self.graders) > 1 else next(iter(self.graders), "")
+
+    @property
     def resolved_rate(self) -> float | None:
         return self.resolved / self.harness_n if self.harness_n else None
 
@@ -176,6 +190,7 @@ def config_view(index: int, run: Run) -> ConfigView:
         if res is not None:
             view.harness_n += 1
             view.resolved += int(res)
+            view.graders[grader_of(rec) or ""] += 1
             view.harness_errors += int(bool(rec["harness"].get("error")))
         value, kind = fix_score_of(rec)
         if value is not None:
@@ -217,34 +232,49 @@ class Comparison:
     per_task: dict[str, str]  # instance_id -> win | loss | tie (harness) or "" when not comparable
     fix_delta: float | None  # mean per-task fix_score difference (internal), tasks both scored
     fix_n: int
+    note: str = ""  # tasks left out of the delta (other grader), or why there is none
+    grader: str = ""  # whose verdicts the paired delta compares: "official" or "local"
 
 
 def compare(base: ConfigView, other: ConfigView, seed: int) -> Comparison:
+    """The paired comparison on common tasks both have a verdict for, from one grader only: the
+    official harness's where there are such pairs, else the local grader's (a task graded by
+    different graders, or by the other grader, is left out and counted in the note)."""
     common = sorted(set(base.tasks) & set(other.tasks))
-    a: list[bool] = []
-    b: list[bool] = []
-    per_task: dict[str, str] = {}
+    pairs: dict[str, list[tuple[str, bool, bool]]] = {"official": [], "local": []}
+    crossed = 0
     fix_diffs: list[float] = []
     for iid in common:
         ra, rb = resolved_of(base.tasks[iid]), resolved_of(other.tasks[iid])
+        ga, gb = grader_of(base.tasks[iid]), grader_of(other.tasks[iid])
         if ra is not None and rb is not None:
-            a.append(ra)
-            b.append(rb)
-            per_task[iid] = "win" if rb and not ra else "loss" if ra and not rb else "tie"
+            if ga == gb and ga is not None:
+                pairs[ga].append((iid, ra, rb))
+            else:
+                crossed += 1  # an official verdict and a local one are never one delta
         fa, _ = fix_score_of(base.tasks[iid])
         fb, _ = fix_score_of(other.tasks[iid])
         if fa is not None and fb is not None:
             fix_diffs.append(fb - fa)
-    if not a:
-        return Comparison(other, len(common), None, None, None, per_task,
-                          statistics.fmean(fix_diffs) if fix_diffs else None, len(fix_diffs))
+    grader = "official" if pairs["official"] else "local"
+    chosen = pairs[grader]
+    left = crossed + len(pairs["local"] if grader == "official" else [])
+    note = (f"{left} common task{'s' if left != 1 else ''} left out: graded by "
+            f"{'different graders' if crossed else 'the local grader'}") if left else ""
+    fix_delta = statistics.fmean(fix_diffs) if fix_diffs else None
+    if not chosen:
+        if note:
+            note = f"not compared: {base.grader or 'no'} grader against {other.grader or 'no'} grader ({note})"
+        return Comparison(other, len(common), None, None, None, {}, fix_delta, len(fix_diffs), note)
+    a = [ra for _, ra, _ in chosen]
+    b = [rb for _, _, rb in chosen]
+    per_task = {iid: "win" if rb and not ra else "loss" if ra and not rb else "tie" for iid, ra, rb in chosen}
     paired = pair(a, b)
     return Comparison(
         view=other, common=len(common), paired=paired,
         p_value=mcnemar_exact(paired.wins, paired.losses),
         ci=bootstrap_delta_ci(a, b, resamples=RESAMPLES, seed=seed),
-        per_task=per_task,
-        fix_delta=statistics.fmean(fix_diffs) if fix_diffs else None, fix_n=len(fix_diffs),
+        per_task=per_task, fix_delta=fix_delta, fix_n=len(fix_diffs), note=note, grader=grader,
     )
 
 
@@ -316,6 +346,11 @@ def _recency(v: ConfigView) -> tuple[str, float]:
     finished = [str(r.get("finished_at") or "") for r in v.run.records.values()]
     records = v.run.path / "records"
     return max(finished, default=""), records.stat().st_mtime if records.is_dir() else 0.0
+
+
+def _grader_mark(v: ConfigView) -> str:
+    """What a resolved figure's label adds when the official harness did not produce it all."""
+    return {"local": ", local", "mixed": ", mixed graders"}.get(v.grader, "")
 
 
 def _label(v: ConfigView, views: list[ConfigView]) -> str:
@@ -417,8 +452,8 @@ def build_context(runs: list[Run], baseline: str | None, out: Path, seed: int) -
 
     chart = {
         "resolved": charts.hbars(
-            "resolved", "Resolved rate per config (official harness)",
-            [(lab(v), v.resolved_rate, f"{pct(v.resolved_rate)} ({v.resolved}/{v.harness_n})"
+            "resolved", "Resolved rate per config (official harness, or local grader where marked)",
+            [(lab(v), v.resolved_rate, f"{pct(v.resolved_rate)} ({v.resolved}/{v.harness_n}{_grader_mark(v)})"
               if v.harness_n else "no harness results", v.index) for v in views], max_value=1.0),
         "fix": charts.hbars(
             "fix", "Mean fix_score per config (internal estimate, not ground truth)",
@@ -467,7 +502,7 @@ def build_context(runs: list[Run], baseline: str | None, out: Path, seed: int) -
         "baseline": base.run_id, "seed": seed, "resamples": RESAMPLES,
         "configs": [{
             "config": v.name, "run_id": v.run_id, "tasks": v.n, "in_flight": v.in_flight,
-            "harness": v.harness_state, "harness_tasks": v.harness_n, "resolved": v.resolved,
+            "harness": v.harness_state, "grader": v.grader, "harness_tasks": v.harness_n, "resolved": v.resolved,
             "resolved_rate": v.resolved_rate, "fix_score_mean_internal": v.fix_mean,
             "fix_scored": len(v.fix_values), "mean_dollars": v.mean("dollars"),
             "mean_tokens": v.mean("tokens"), "mean_seconds": v.mean("seconds"),
@@ -481,6 +516,7 @@ def build_context(runs: list[Run], baseline: str | None, out: Path, seed: int) -
             "wins": c.paired.wins if c.paired else None, "losses": c.paired.losses if c.paired else None,
             "ties": c.paired.ties if c.paired else None, "delta": c.paired.delta if c.paired else None,
             "p_value": c.p_value, "ci": list(c.ci) if c.ci else None, "fix_delta_internal": c.fix_delta,
+            "grader": c.grader or None, "note": c.note,
         } for c in comps],
     }
     return {
