@@ -30,7 +30,8 @@ from agents.context import TaskContext
 from fixgraph import astlock, redaction
 from fixgraph.config import RunConfig
 from fixgraph.dataset import EvaluationData, Instance, Task
-from fixgraph.models.llm import LLM, ChargeHook, Meter, ModelFactory, RunMeter, default_factory
+from fixgraph.models.llm import LLM, ChargeHook, EventHook, Meter, ModelFactory, RunMeter, default_factory
+from fixgraph.models.transport import CallPolicy
 from fixgraph.publish import DiffPublisher, Publisher
 from fixgraph.records import RunLock, RunStore, open_wal
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
@@ -144,7 +145,7 @@ def check_checkpoints(path: Path) -> None:
 
 def run_task(item: Instance | Task, cfg: RunConfig, *, build_graph: GraphFactory, publisher: Publisher,
              repo_cache: RepoCache, store: RunStore | None = None, model_factory: ModelFactory | None = None,
-             run_meter: RunMeter | None = None) -> dict[str, Any]:
+             run_meter: RunMeter | None = None, on_event: EventHook | None = None) -> dict[str, Any]:
     """Run the graph on one task and return its record (also written to ``store`` when given)."""
     instance, oracle = split(item, cfg)
     started, t0 = _now(), time.monotonic()
@@ -173,7 +174,8 @@ def run_task(item: Instance | Task, cfg: RunConfig, *, build_graph: GraphFactory
         meter = Meter(cfg.budget, cfg.llm.prices, run_meter, start=start, on_charge=on_charge)
         ctx = TaskContext(cfg=cfg, task=instance, oracle=oracle, worktree=wt,
                           llm=LLM(model_factory or default_factory(cfg), meter, cfg.llm.structured_reasks,
-                                  retries=cfg.llm.max_retries),
+                                  policy=CallPolicy.of(cfg.llm), node_caps=cfg.llm.node_output_tokens,
+                                  on_event=on_event),
                           publisher=publisher, cache_dir=cfg.cache_dir.resolve())
         start_state: TaskState | None = None if resumed else TaskState(
             instance_id=instance.instance_id, problem=instance.issue)

@@ -38,7 +38,6 @@ from fixgraph.config import RegressionSettings
 from fixgraph.dataset import EvaluationData, Task
 from fixgraph.records import atomic_write
 from fixgraph.repo.workspace import Worktree, content_key
-from scoring.execution.runner import make_runner
 from scoring.execution.specs import (
     NON_TEST_EXTS,
     SpecsError,

@@ -1,0 +1,62 @@
+"""A small local model behind a llama.cpp-like server (eval/fakes/local_llm_server.py): output caps
+that reach it, timeouts that do not pile up, cut and empty replies named, over the wire."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
+from eval.fakes.local_llm_server import LocalModelServer
+from eval.fixtures.repos import calc_script
+from graph import run_tasks
+from tests.conftest import read_record
+
+
+def _run(calc: Any, cfg_factory: Any, srv: FakeLLMServer, overrides: dict[str, Any] | None = None,
+         run_id: str = "l") -> tuple[Any, dict, Any]:
+    mirrors, inst = calc
+    cfg = cfg_factory("baseline", **{"llm.base_url": srv.base_url, **(overrides or {})})
+    summary = run_tasks([inst], cfg, run_id=run_id, repos=mirrors, progress=False)
+    return summary, read_record(cfg, run_id, inst.instance_id), cfg
+
+
+def _bodies(srv: FakeLLMServer, tool: str) -> list[dict[str, Any]]:
+    return [r["body"] for r in srv.requests if r["body"] and r["body"]["tools"][0]["function"]["name"] == tool]
+
+
+def test_a_looping_model_is_stopped_by_the_schemas_bounds(calc, cfg_factory):
+    # The model repeats the Planner's first file forever; the schema's maxItems (as a grammar) ends it.
+    with LocalModelServer(ScriptResponder(calc_script(False)), loop_tools=("Plan",)) as srv:
+        summary, rec, cfg = _run(calc, cfg_factory, srv)
+        plan = [g for g in srv.generations if g["tool"] == "Plan"]
+        body = _bodies(srv, "Plan")[0]
+    assert summary.patched == 1 and rec["plan"]["files"] == ["calc/ops.py"]
+    assert len(plan) == 1 and plan[0]["ended"] == "done" and plan[0]["tokens"] < 30
+    schema = body["tools"][0]["function"]["parameters"]["properties"]
+    assert schema["files"]["maxItems"] == 20 and schema["files"]["items"]["maxLength"] == 300
+    assert schema["reasoning"]["maxLength"] > 0
+
+
+def test_a_looping_model_is_stopped_by_max_tokens_when_no_grammar_holds_it(calc, cfg_factory):
+    # No grammar, and the server reads max_tokens only (not max_completion_tokens): the node's cap
+    # reaches it because fixgraph sends both; the cut reply is named, re-asked once, then recorded.
+    with LocalModelServer(ScriptResponder(calc_script(False)), loop_tools=("Plan",), grammar=False) as srv:
+        summary, rec, cfg = _run(calc, cfg_factory, srv, {"llm.node_output_tokens": {"planner": 40}})
+        plan = [g for g in srv.generations if g["tool"] == "Plan"]
+        bodies = _bodies(srv, "Plan")
+    assert [b["max_tokens"] for b in bodies] == [40, 40] and [b["max_completion_tokens"] for b in bodies] == [40, 40]
+    assert [(g["ended"], g["tokens"]) for g in plan] == [("length", 40), ("length", 40)]
+    assert summary.failed == 1 and "no valid Plan" in rec["failed"] and "truncated" in rec["failed"]
+    assert "output limit of 40 tokens" in rec["failed"]
+    reask = bodies[1]["messages"][-1]["content"]
+    assert "cut off" in reask and "shorter" in reask
+    assert rec["usage"]["truncated"] == 2 and rec["usage"]["reasks"] == 1
+
+
+def test_without_a_cap_the_same_model_runs_to_the_servers_own_limit(calc, cfg_factory):
+    # The contrast: with max_tokens not sent the generation only ends at the server's own limit.
+    with LocalModelServer(ScriptResponder(calc_script(False)), loop_tools=("Plan",), grammar=False,
+                          hard_limit=400) as srv:
+        _run(calc, cfg_factory, srv, {"llm.send_max_tokens": False, "llm.node_output_tokens": {"planner": 40}})
+        plan = [g for g in srv.generations if g["tool"] == "Plan"]
+    assert plan[0]["ended"] == "limit" and plan[0]["tokens"] == 400
