@@ -3,6 +3,7 @@ that reach it, timeouts that do not pile up, cut and empty replies named, over t
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
@@ -60,3 +61,38 @@ def test_without_a_cap_the_same_model_runs_to_the_servers_own_limit(calc, cfg_fa
         _run(calc, cfg_factory, srv, {"llm.send_max_tokens": False, "llm.node_output_tokens": {"planner": 40}})
         plan = [g for g in srv.generations if g["tool"] == "Plan"]
     assert plan[0]["ended"] == "limit" and plan[0]["tokens"] == 400
+
+
+def _endless(**kw: Any) -> LocalModelServer:
+    """A model that loops in the Planner's list at 50 tokens a second and honours no cap."""
+    return LocalModelServer(ScriptResponder(calc_script(False)), loop_tools=("Plan",), grammar=False,
+                            honour_max_tokens=False, token_s=0.02, **kw)
+
+
+def test_a_timed_out_call_stops_the_generation_and_is_retried_once_on_a_local_server(calc, cfg_factory):
+    with _endless(hard_limit=100_000) as srv:
+        summary, rec, cfg = _run(calc, cfg_factory, srv, {"llm.timeout_s": 0.5})
+        ended = time.monotonic()
+        while srv.busy() and time.monotonic() - ended < 5:
+            time.sleep(0.05)
+        idle_after = time.monotonic() - ended
+        gens = list(srv.generations)
+    # One call and one retry (a local server), each generation stopped when the client went.
+    assert [g["ended"] for g in gens] == ["client_gone", "client_gone"]
+    assert all(g["end"] - g["start"] < 0.5 + 0.5 for g in gens)
+    # Never two at once, and the retry waited for the server to see the client go.
+    assert gens[1]["start"] >= gens[0]["end"] and gens[1]["start"] - gens[0]["start"] >= 0.5 + 0.9
+    assert idle_after < 1.0
+    assert summary.failed == 1 and "timed out: 2 call(s) of 0.5 s" in rec["failed"]
+    assert "llm.timeout_s / FIXGRAPH_LLM_TIMEOUT" in rec["failed"]
+    assert rec["usage"]["timeouts"] == 2 and rec["usage"]["retries"] == 1
+
+
+def test_without_streaming_an_abandoned_generation_runs_on_and_the_retry_queues_behind_it(calc, cfg_factory):
+    # Why replies are streamed to local servers: a plain request's generation does not stop when
+    # the client gives up, so each retry waits behind the one it abandoned.
+    with _endless(hard_limit=60) as srv:
+        _run(calc, cfg_factory, srv, {"llm.timeout_s": 0.3, "llm.stream": False})
+        gens = list(srv.generations)
+    assert gens[0]["ended"] == "limit" and gens[0]["end"] - gens[0]["start"] >= 1.0
+    assert gens[1]["start"] >= gens[0]["end"]

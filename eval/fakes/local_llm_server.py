@@ -144,7 +144,7 @@ class LocalModelServer(FakeLLMServer):
         try:
             handler._send(200, payload)
         except OSError:
-            gen["ended"] = "client_gone"
+            gen["delivered"] = False  # generated in full for a client that had gone
 
     def _piece(self, handler: Any, payload: dict[str, Any], token: str, gen: dict[str, Any]) -> bool:
         base = {k: payload[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
