@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
 from eval.fakes.local_llm_server import LocalModelServer
 from eval.fixtures.repos import calc_script
@@ -96,3 +98,17 @@ def test_without_streaming_an_abandoned_generation_runs_on_and_the_retry_queues_
         gens = list(srv.generations)
     assert gens[0]["ended"] == "limit" and gens[0]["end"] - gens[0]["start"] >= 1.0
     assert gens[1]["start"] >= gens[0]["end"]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_cut_tool_arguments_are_named_truncated_not_a_missing_call(calc, cfg_factory, stream):
+    # The server cuts every reply's arguments at 30 characters yet says finish_reason: tool_calls.
+    with LocalModelServer(ScriptResponder(calc_script(False)), truncate_at=30) as srv:
+        summary, rec, cfg = _run(calc, cfg_factory, srv, {"llm.stream": stream})
+        bodies = _bodies(srv, "Plan")
+    assert summary.failed == 1 and len(bodies) == 2
+    assert "no valid Plan from the LLM: truncated: the Plan arguments end before their JSON does" in rec["failed"]
+    assert "did not call" not in rec["failed"]
+    reask = bodies[1]["messages"][-1]["content"]
+    assert reask.startswith("Your previous reply was cut off") and "much shorter" in reask
+    assert rec["usage"]["truncated"] == 2 and rec["usage"]["by_node"]["planner"]["truncated"] == 2

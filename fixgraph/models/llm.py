@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from fixgraph import redaction
 from fixgraph.config import Budget, Price, RunConfig
-from fixgraph.models.replies import Problem, problem_of, reask
+from fixgraph.models.replies import Problem, StreamedArguments, problem_of, reask
 from fixgraph.models.transport import (
     CONNECTION,
     MALFORMED,
@@ -226,7 +226,8 @@ class LLM:
             return self._calls[node]
 
     def _invoke(self, runnable: Any, convo: list[BaseMessage], node: str,
-                worst_case: float = 0.0, streamed: bool = False) -> tuple[Any, Usage]:
+                worst_case: float = 0.0, streamed: bool = False,
+                pieces: StreamedArguments | None = None) -> tuple[Any, Usage]:
         """One call, budget checked first, retried by the transport rule; returns the answer and
         the counts of what went wrong on the way (timeouts, retries)."""
         p = self.policy
@@ -238,8 +239,10 @@ class LLM:
             self._emit(CallEvent(node, "start", call, detail=f"try {sum(tries.values()) + 1}"))
             t0 = time.monotonic()
             hint = ""
+            if pieces is not None:
+                pieces.args.clear()  # a try's pieces only, not a failed try's
             try:
-                out = runnable.invoke(_redacted(convo))
+                out = runnable.invoke(_redacted(convo), config={"callbacks": [pieces]} if pieces else None)
                 if streamed and not _finished(out):
                     # The stream stopped before the server said why it ended: the transport cut it.
                     raise ValueError("the reply stream ended before its last chunk")
@@ -293,16 +296,18 @@ class LLM:
         max_out = int(getattr(model, "max_tokens", None) or 0)
         for ask in range(self.reasks + 1):
             chars = sum(len(str(m.content)) for m in convo)
+            streamed = bool(getattr(model, "streaming", False))
+            pieces = StreamedArguments() if streamed else None
             try:
                 out, spent = self._invoke(runnable, convo, node,
                                           self.meter.worst_case(_model_name(model), chars, max_out),
-                                          streamed=bool(getattr(model, "streaming", False)))
+                                          streamed=streamed, pieces=pieces)
             except LLMFailure as exc:
                 exc.usage = merge_usage(usage, exc.usage)
                 raise
             raw = out.get("raw") if isinstance(out, dict) else None
             usage = merge_usage(merge_usage(usage, spent), self.meter.charge(node, _model_name(model), raw))
-            problem = problem_of(schema, out, max_out)
+            problem = problem_of(schema, out, max_out, pieces.strings() if pieces else None)
             if problem is None:
                 return out["parsed"], usage
             usage = merge_usage(usage, count(node, problem.kind))

@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage, HumanMessage
 from pydantic import BaseModel
 
@@ -35,6 +36,22 @@ class Problem:
 def _short(text: str, limit: int = 200) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class StreamedArguments(BaseCallbackHandler):
+    """The tool-call argument strings of a streamed reply, piece by piece as they arrived: the
+    message LangChain assembles keeps only their partial-JSON parse."""
+
+    def __init__(self) -> None:
+        self.args: dict[int, str] = {}
+
+    def on_llm_new_token(self, token: str, *, chunk: Any = None, **kwargs: Any) -> None:
+        for piece in getattr(getattr(chunk, "message", None), "tool_call_chunks", None) or []:
+            i = int(piece.get("index") or 0)
+            self.args[i] = self.args.get(i, "") + str(piece.get("args") or "")
+
+    def strings(self) -> list[str]:
+        return [self.args[i] for i in sorted(self.args)]
 
 
 def raw_arguments(raw: BaseMessage | None, tool: str) -> list[str]:
@@ -58,8 +75,9 @@ def _cut(args: str) -> bool:
     return False
 
 
-def problem_of(schema: type[BaseModel], out: Any, cap: int) -> Problem | None:
-    """None when ``out`` (``with_structured_output(include_raw=True)``'s answer) is a usable reply."""
+def problem_of(schema: type[BaseModel], out: Any, cap: int, streamed: list[str] | None = None) -> Problem | None:
+    """None when ``out`` (``with_structured_output(include_raw=True)``'s answer) is a usable reply;
+    ``streamed``: the argument strings as streamed (``StreamedArguments``)."""
     raw = out.get("raw") if isinstance(out, dict) else None
     parsed = out.get("parsed") if isinstance(out, dict) else None
     name = schema.__name__
@@ -67,7 +85,7 @@ def problem_of(schema: type[BaseModel], out: Any, cap: int) -> Problem | None:
     if finish == "length":
         cap_text = f" of {cap} tokens" if cap else ""
         return Problem("truncated", f"the reply was cut off at the output limit{cap_text} (finish_reason: length)")
-    cut = [a for a in raw_arguments(raw, name) if a.strip() and _cut(a)]
+    cut = [a for a in raw_arguments(raw, name) + list(streamed or []) if a.strip() and _cut(a)]
     if cut:
         return Problem("truncated", f"the {name} arguments end before their JSON does "
                                     f"({len(cut[0])} characters: ...{_short(cut[0][-60:], 60)})")
