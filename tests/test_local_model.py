@@ -112,3 +112,30 @@ def test_cut_tool_arguments_are_named_truncated_not_a_missing_call(calc, cfg_fac
     reask = bodies[1]["messages"][-1]["content"]
     assert reask.startswith("Your previous reply was cut off") and "much shorter" in reask
     assert rec["usage"]["truncated"] == 2 and rec["usage"]["by_node"]["planner"]["truncated"] == 2
+
+
+def test_an_empty_plan_is_reasked_once_and_the_second_answer_used(calc, cfg_factory):
+    script = calc_script(False)
+    script["Plan"] = [{"files": [], "reasoning": "none"}] + script["Plan"]
+    with FakeLLMServer(ScriptResponder(script)) as srv:
+        summary, rec, cfg = _run(calc, cfg_factory, srv)
+        bodies = _bodies(srv, "Plan")
+    assert summary.patched == 1 and len(bodies) == 2
+    assert bodies[1]["messages"][-1]["content"].startswith("Your previous reply was empty: the Plan reply is empty: "
+                                                           "it named no files")
+    assert rec["usage"]["empty"] == 1 and rec["usage"]["reasks"] == 1
+
+
+@pytest.mark.parametrize("tool,reply,node,why", [
+    ("ExploreStep", {"suspects": []}, "explorer", "no suspects and no files to read next"),
+    ("CodeChange", {"edits": [], "explanation": "nothing"}, "coder", "it had no edits"),
+])
+def test_an_empty_reply_twice_ends_the_task_with_the_reason(calc, cfg_factory, tool, reply, node, why):
+    script = calc_script(False)
+    script[tool] = [reply]
+    with FakeLLMServer(ScriptResponder(script)) as srv:
+        summary, rec, cfg = _run(calc, cfg_factory, srv)
+        asked = _bodies(srv, tool)
+    assert summary.failed == 1 and len(asked) == 2
+    assert rec["stop_reason"].startswith(f"failed in {node}: no valid {tool} from the LLM: empty:") and why in rec["failed"]
+    assert rec["usage"]["by_node"][node]["empty"] == 2 and rec["status"] == "failed"
