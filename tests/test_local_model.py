@@ -3,6 +3,7 @@ that reach it, timeouts that do not pile up, cut and empty replies named, over t
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -11,15 +12,17 @@ import pytest
 from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
 from eval.fakes.local_llm_server import LocalModelServer
 from eval.fixtures.repos import calc_script
+from fixgraph.models.llm import TIMEOUT_KNOB, CallEvent
+from fixgraph.run.screen import Activity
 from graph import run_tasks
 from tests.conftest import read_record
 
 
 def _run(calc: Any, cfg_factory: Any, srv: FakeLLMServer, overrides: dict[str, Any] | None = None,
-         run_id: str = "l") -> tuple[Any, dict, Any]:
+         run_id: str = "l", event_lines: bool = False) -> tuple[Any, dict, Any]:
     mirrors, inst = calc
     cfg = cfg_factory("baseline", **{"llm.base_url": srv.base_url, **(overrides or {})})
-    summary = run_tasks([inst], cfg, run_id=run_id, repos=mirrors, progress=False)
+    summary = run_tasks([inst], cfg, run_id=run_id, repos=mirrors, progress=False, event_lines=event_lines)
     return summary, read_record(cfg, run_id, inst.instance_id), cfg
 
 
@@ -71,9 +74,9 @@ def _endless(**kw: Any) -> LocalModelServer:
                             honour_max_tokens=False, token_s=0.02, **kw)
 
 
-def test_a_timed_out_call_stops_the_generation_and_is_retried_once_on_a_local_server(calc, cfg_factory):
+def test_a_timed_out_call_stops_the_generation_and_is_retried_once_on_a_local_server(calc, cfg_factory, capsys):
     with _endless(hard_limit=100_000) as srv:
-        summary, rec, cfg = _run(calc, cfg_factory, srv, {"llm.timeout_s": 0.5})
+        summary, rec, cfg = _run(calc, cfg_factory, srv, {"llm.timeout_s": 0.5}, event_lines=True)
         ended = time.monotonic()
         while srv.busy() and time.monotonic() - ended < 5:
             time.sleep(0.05)
@@ -88,6 +91,15 @@ def test_a_timed_out_call_stops_the_generation_and_is_retried_once_on_a_local_se
     assert summary.failed == 1 and "timed out: 2 call(s) of 0.5 s" in rec["failed"]
     assert "llm.timeout_s / FIXGRAPH_LLM_TIMEOUT" in rec["failed"]
     assert rec["usage"]["timeouts"] == 2 and rec["usage"]["retries"] == 1
+    # --no-progress: one line per event, saying which call, why it is retried and what to change.
+    lines = [ln.split("] ", 1)[1] for ln in capsys.readouterr().err.splitlines() if ln.startswith("[")]
+    iid = rec["instance_id"]
+    knob = "(a slow server needs a longer llm.timeout_s / FIXGRAPH_LLM_TIMEOUT)"
+    assert lines[0] == f"{iid}: started" and lines[1] == f"{iid} planner call 1: started"
+    assert re.fullmatch(rf"{iid} planner call 1: timeout after 0\.\d s; retry 1/1 in 1\.0 s " + re.escape(knob), lines[2])
+    assert lines[3] == f"{iid} planner call 1: started (try 2)"
+    assert re.fullmatch(rf"{iid} planner call 1: failed \(timeout\) after 0\.\d s " + re.escape(knob), lines[4])
+    assert lines[5].startswith(f"{iid}: failed in ") and len(lines) == 6
 
 
 def test_without_streaming_an_abandoned_generation_runs_on_and_the_retry_queues_behind_it(calc, cfg_factory):
@@ -139,3 +151,25 @@ def test_an_empty_reply_twice_ends_the_task_with_the_reason(calc, cfg_factory, t
     assert summary.failed == 1 and len(asked) == 2
     assert rec["stop_reason"].startswith(f"failed in {node}: no valid {tool} from the LLM: empty:") and why in rec["failed"]
     assert rec["usage"]["by_node"][node]["empty"] == 2 and rec["status"] == "failed"
+
+
+def test_the_screen_shows_each_task_in_flight_with_its_call_retries_and_the_knob():
+    activity = Activity()
+    activity.started("t-1")
+    activity.started("t-2")
+    assert activity.rows() == ["  t-1: preparing (worktree, index)", "  t-2: preparing (worktree, index)"]
+    activity.event("t-1", CallEvent("planner", "start", 1))
+    activity.event("t-1", CallEvent("planner", "retry", 1, 120.0, "timeout", "retry 1/1 in 1.0 s", TIMEOUT_KNOB))
+    activity.event("t-1", CallEvent("planner", "start", 1, detail="try 2"))
+    activity.event("t-2", CallEvent("coder", "start", 2))
+    activity.event("t-2", CallEvent("coder", "reask", 2, cause="truncated", detail="cut"))
+    rows = activity.rows()
+    assert rows[0] == ("  t-1: planner call 1, try 2, 0 s; retried: 1x timeout; "
+                       "calls time out: raise llm.timeout_s / FIXGRAPH_LLM_TIMEOUT")
+    assert rows[1] == "  t-2: coder call 2, 0 s; retried: 1x truncated reply"
+    activity.event("t-2", CallEvent("coder", "done", 2, 3.0))
+    # The task's retries so far stay on its line.
+    assert activity.rows()[1] == ("  t-2: after coder call 2, working 0 s (no LLM call in flight); "
+                                  "retried: 1x truncated reply")
+    activity.finished("t-1", {"status": "failed"})
+    assert len(activity.rows()) == 1

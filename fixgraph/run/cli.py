@@ -132,6 +132,7 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
         try:
             summary = run_tasks(instances, cfg, build_graph=build_graph, run_id=run_id,
                                 repos=args.repos, workers=args.workers or 1, progress=not args.no_progress,
+                                event_lines=args.no_progress,
                                 publisher=publisher, executor=executor)
         finally:
             if executor is not None:
