@@ -278,7 +278,8 @@ class GitHubSettings(_Strict):
     rate_limit_max_wait_s: float = Field(default=900.0, ge=0)
     poll_interval_s: float = Field(default=60.0, gt=0)
     webhook_host: str = "127.0.0.1"
-    webhook_port: int = Field(default=8080, ge=0, le=65535)
+    # Not 8080 (llama.cpp's server) nor any port fixgraph.models.discover looks at.
+    webhook_port: int = Field(default=8787, ge=0, le=65535)
 
     @field_validator("allowlist", "allowed_users", mode="before")
     @classmethod

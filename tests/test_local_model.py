@@ -173,3 +173,27 @@ def test_the_screen_shows_each_task_in_flight_with_its_call_retries_and_the_knob
                                   "retried: 1x truncated reply")
     activity.finished("t-1", {"status": "failed"})
     assert len(activity.rows()) == 1
+
+
+def test_the_summary_counts_empty_tasks_and_names_a_predictions_file_only_when_written(tmp_path):
+    from fixgraph.run.runner import RunSummary
+
+    summary = RunSummary("r", total=3, predictions=str(tmp_path / "r.jsonl"))
+    for status, timeouts in (("patched", 0), ("empty", 2), ("failed", 1)):
+        summary.add({"status": status, "usage": {"timeouts": timeouts}})
+    assert "(1 patched, 1 empty, 1 failed)" in summary.line()
+    assert summary.line().endswith("; 3 LLM calls timed out (llm.timeout_s / FIXGRAPH_LLM_TIMEOUT)")
+    assert summary.predictions_line() == "predictions: none written (no task produced a patch)"
+    (tmp_path / "r.jsonl").write_text("{}\n")
+    assert summary.predictions_line() == f"predictions: {tmp_path / 'r.jsonl'}"
+
+
+def test_the_bots_default_port_is_no_local_servers_port():
+    from urllib.parse import urlsplit
+
+    from fixgraph.config import PROJECT_ROOT, GitHubSettings
+    from fixgraph.models.discover import LOCAL_SERVERS
+
+    port = GitHubSettings().webhook_port
+    assert port not in {urlsplit(url).port for _, url in LOCAL_SERVERS}
+    assert f"FIXGRAPH_WEBHOOK_PORT={port}\n" in (PROJECT_ROOT / ".env.example").read_text()

@@ -151,5 +151,5 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
     except (ConfigError, DatasetError, WorkspaceError, StaticAnalysisUnavailable, RunLockedError) as exc:
         return fail(str(exc))
     print(summary.line())
-    print(f"predictions: {summary.predictions}")
+    print(summary.predictions_line())
     return 0

@@ -220,6 +220,8 @@ class RunSummary:
     finished: int = 0
     patched: int = 0
     failed: int = 0
+    empty: int = 0  # ended with no patch and no failure (a budget spent, nothing that applied)
+    timeouts: int = 0  # LLM calls that timed out, over the tasks run now
     scores: list[float] = field(default_factory=list)
     tokens: int = 0
     dollars: float = 0.0
@@ -234,6 +236,8 @@ class RunSummary:
         self.finished += 1
         self.patched += record.get("status") == "patched"
         self.failed += record.get("status") == "failed"
+        self.empty += record.get("status") == "empty"
+        self.timeouts += int((record.get("usage") or {}).get("timeouts", 0))
         score = (record.get("fix_score") or {}).get("fix_score")
         if score is not None:
             self.scores.append(float(score))
@@ -243,9 +247,16 @@ class RunSummary:
 
     def line(self) -> str:
         mean = f"{self.mean_fix_score:.3f}" if self.mean_fix_score is not None else "n/a"
+        timeouts = f"; {self.timeouts} LLM calls timed out (llm.timeout_s / FIXGRAPH_LLM_TIMEOUT)" if self.timeouts else ""
         return (f"run {self.run_id}: {self.total} tasks, {self.skipped} already done, {self.finished} run now "
-                f"({self.patched} patched, {self.failed} failed); mean fix_score (internal) {mean}; "
-                f"{self.tokens} tokens, ${self.dollars:.4f}")
+                f"({self.patched} patched, {self.empty} empty, {self.failed} failed); mean fix_score (internal) "
+                f"{mean}; {self.tokens} tokens, ${self.dollars:.4f}{timeouts}")
+
+    def predictions_line(self) -> str:
+        """Where the predictions are, when a file was written; else that none was."""
+        if self.predictions and Path(self.predictions).is_file():
+            return f"predictions: {self.predictions}"
+        return "predictions: none written (no task produced a patch)"
 
 
 def run_tasks(instances: list[Instance] | list[Task], cfg: RunConfig, *, build_graph: GraphFactory,
