@@ -10,7 +10,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
 from agents.context import TaskContext
-from fixgraph.models.llm import BudgetExceeded, InvalidReply, LLMFailure
+from fixgraph.models.llm import BudgetExceeded, LLMFailure
 from fixgraph.prompts import render
 from fixgraph.state import TaskState
 
@@ -38,10 +38,8 @@ def stops_cleanly(node: str) -> Callable[[F], F]:
                 return fn(state, runtime)
             except BudgetExceeded as exc:
                 return {"stop_reason": f"budget: {exc}"}
-            except InvalidReply as exc:
+            except LLMFailure as exc:  # InvalidReply too; the usage counts what failed (timeouts, ...)
                 return {"stop_reason": f"failed in {node}: {exc}", "failed": str(exc), "usage": exc.usage}
-            except LLMFailure as exc:
-                return {"stop_reason": f"failed in {node}: {exc}", "failed": str(exc)}
 
         return cast(F, inner)
 

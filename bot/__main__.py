@@ -58,7 +58,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     sub = p.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="receive webhooks")
     serve.add_argument("--host", help="address to listen on (default FIXGRAPH_WEBHOOK_HOST or 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default FIXGRAPH_WEBHOOK_PORT or 8080)")
+    serve.add_argument("--port", type=int, help="port (default FIXGRAPH_WEBHOOK_PORT or 8787)")
     poll = sub.add_parser("poll", help="poll a repository instead of receiving webhooks")
     poll.add_argument("--repo", required=True, help="owner/name")
     poll.add_argument("--interval", type=float, help="seconds between polls (default 60)")

@@ -62,7 +62,7 @@ def task_side_script(inst: Instance, repos: RepoCache, cache: Path) -> dict[str,
     edit = {"path": path, "search": line, "replace": line.rstrip("\n") + "  # fixgraph probe\n"}
     return {
         "Plan": [{"files": [path], "reasoning": "the top of the ranking"}],
-        "ExploreStep": [{"next_files": [], "suspects": [], "learned": "probe", "confidence": "high"}],
+        "ExploreStep": [{"next_files": [], "suspects": [{"file": path}], "learned": "probe", "confidence": "high"}],
         "ReproTestDraft": [{"path": f"{test_dir}/test_fixgraph_probe.py",
                             "content": "def test_probe():\n    assert False, 'a probe that always fails'\n"}] * 3,
         "CodeChange": [{"edits": [edit], "explanation": "probe"}] * 3,

@@ -12,6 +12,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
@@ -51,6 +52,12 @@ DEFAULT_PRICES: dict[str, Price] = {
 }
 
 
+DEFAULT_NODE_OUTPUT_TOKENS: dict[str, int] = {
+    "planner": 1024, "explorer": 1536, "coder": 4096, "reproducer": 4096, "critic": 1024,
+}
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0"})
+
+
 class LLMSettings(_Strict):
     base_url: str | None = None
     api_key: SecretStr | None = None
@@ -63,9 +70,39 @@ class LLMSettings(_Strict):
     # One re-ask when a reply is not valid structured output, then the task fails with the reason.
     structured_reasks: int = Field(default=1, ge=0, le=3)
     use_responses_api: bool = False
-    # A cap on each reply, so that one call's cost is bounded before it is made (see llm.Meter).
+    # A cap on each reply, so that one call's cost is bounded before it is made (see llm.Meter);
+    # the cap of a node not named in node_output_tokens.
     max_output_tokens: int = Field(default=4096, ge=64)
+    # The cap per node (planner, explorer, coder, reproducer, critic): a small reply needs no 4096.
+    node_output_tokens: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_NODE_OUTPUT_TOKENS))
+    # Send the cap as ``max_tokens`` too (the field most OpenAI-compatible servers read; OpenAI's
+    # own reads ``max_completion_tokens``). None: for every server but api.openai.com.
+    send_max_tokens: bool | None = None
+    # Stream replies, so that a server sees the client go when a call times out and stops
+    # generating (fixgraph still waits for the whole reply). None: for every server but api.openai.com.
+    stream: bool | None = None
+    # Retries of a call that timed out. None: once for a local server (loopback: its queue is
+    # one request deep, so a retry waits behind the abandoned generation), max_retries elsewhere.
+    timeout_retries: int | None = Field(default=None, ge=0, le=10)
     prices: dict[str, Price] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
+
+    @property
+    def openai(self) -> bool:
+        """Calls go to OpenAI's own API (no base URL, or api.openai.com)."""
+        return not self.base_url or urlsplit(self.base_url).hostname == "api.openai.com"
+
+    @property
+    def local(self) -> bool:
+        """The server runs on this machine (a discovered one, or a loopback base URL)."""
+        return bool(self.base_url) and (urlsplit(self.base_url or "").hostname or "") in LOOPBACK_HOSTS
+
+    def output_cap(self, node: str) -> int:
+        return self.node_output_tokens.get(node, self.max_output_tokens)
+
+    def retries_after_timeout(self) -> int:
+        if self.timeout_retries is not None:
+            return self.timeout_retries
+        return min(1, self.max_retries) if self.local else self.max_retries
 
 
 class Budget(_Strict):
@@ -241,7 +278,8 @@ class GitHubSettings(_Strict):
     rate_limit_max_wait_s: float = Field(default=900.0, ge=0)
     poll_interval_s: float = Field(default=60.0, gt=0)
     webhook_host: str = "127.0.0.1"
-    webhook_port: int = Field(default=8080, ge=0, le=65535)
+    # Not 8080 (llama.cpp's server) nor any port fixgraph.models.discover looks at.
+    webhook_port: int = Field(default=8787, ge=0, le=65535)
 
     @field_validator("allowlist", "allowed_users", mode="before")
     @classmethod

@@ -9,21 +9,40 @@ from __future__ import annotations
 import operator
 from typing import Annotated, Any, Literal, TypedDict
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StringConstraints
 
 # ---- structured LLM outputs -------------------------------------------------------------
+#
+# Every list and string is bounded (maxItems / maxLength in the JSON schema sent with the tool), so
+# that a server which turns the schema into a grammar (llama.cpp, vLLM's guided decoding) cannot
+# loop inside an array or a string until the output cap. The bounds are far above what a good reply
+# needs; a reply over one is invalid and re-asked. ``minItems`` (schema only, not validated) asks a
+# grammar for at least one item where an empty list is no answer; ``empty()`` names that case.
+
+PATH_CHARS = 300
+SHORT_CHARS = 2000
+CODE_CHARS = 12_000
+FILE_CHARS = 20_000
+MAX_PATHS = 20
+MAX_EDITS = 20
+Path_ = Annotated[str, StringConstraints(max_length=PATH_CHARS)]
+_AT_LEAST_ONE: dict[str, Any] = {"minItems": 1}
 
 
 class Plan(BaseModel):
     """The Planner's choice of files to read."""
 
-    files: list[str] = Field(description="Repository-relative paths of the files to read first, most likely first.")
-    reasoning: str = Field(description="Two sentences at most: why these files.")
+    files: list[Path_] = Field(max_length=MAX_PATHS, json_schema_extra=_AT_LEAST_ONE,
+                               description="Repository-relative paths of the files to read first, most likely first.")
+    reasoning: str = Field(max_length=SHORT_CHARS, description="Two sentences at most: why these files.")
+
+    def empty(self) -> str:
+        return "" if any(f.strip() for f in self.files) else "it named no files"
 
 
 class Suspect(BaseModel):
-    file: str
-    symbol: str = Field("", description="Function, method or class name, empty for module level.")
+    file: Path_
+    symbol: str = Field("", max_length=200, description="Function, method or class name, empty for module level.")
     start_line: int = 0
     end_line: int = 0
 
@@ -31,10 +50,17 @@ class Suspect(BaseModel):
 class ExploreStep(BaseModel):
     """The Explorer's decision after reading: what else to read, and how sure it is."""
 
-    next_files: list[str] = Field(default_factory=list, description="Paths to read next, chosen from the options given; empty when done.")
-    suspects: list[Suspect] = Field(default_factory=list)
-    learned: str = Field("", description="What the code read so far says about the bug.")
+    next_files: list[Path_] = Field(default_factory=list, max_length=MAX_PATHS,
+                                    description="Paths to read next, chosen from the options given; empty when done.")
+    suspects: list[Suspect] = Field(default_factory=list, max_length=MAX_PATHS)
+    learned: str = Field("", max_length=SHORT_CHARS * 2, description="What the code read so far says about the bug.")
     confidence: Literal["high", "medium", "low"] = "medium"
+
+    def empty(self) -> str:
+        # No suspect, nothing more to read, and not saying it is unsure: the reply says nothing.
+        if self.suspects or self.next_files or self.confidence == "low":
+            return ""
+        return "it named no suspects and no files to read next, yet its confidence is not low"
 
 
 class Edit(BaseModel):
@@ -43,53 +69,60 @@ class Edit(BaseModel):
     An empty ``search`` creates ``path`` as a new file with ``replace`` as its content.
     """
 
-    path: str
-    search: str
-    replace: str
+    path: Path_
+    search: str = Field(max_length=CODE_CHARS)
+    replace: str = Field(max_length=CODE_CHARS)
 
 
 class CodeChange(BaseModel):
-    edits: list[Edit]
-    explanation: str = Field("", description="One or two sentences on what the change does.")
+    edits: list[Edit] = Field(max_length=MAX_EDITS, json_schema_extra=_AT_LEAST_ONE)
+    explanation: str = Field("", max_length=SHORT_CHARS, description="One or two sentences on what the change does.")
+
+    def empty(self) -> str:
+        return "" if self.edits else "it had no edits"
 
 
 class SuspectedError(BaseModel):
-    type: str = Field(description="Exception class, e.g. AttributeError, TypeError, NameError.")
-    location: str = Field(description="file:line or file:function.")
-    reasoning: str
+    type: str = Field(max_length=200, description="Exception class, e.g. AttributeError, TypeError, NameError.")
+    location: str = Field(max_length=PATH_CHARS, description="file:line or file:function.")
+    reasoning: str = Field(max_length=SHORT_CHARS)
 
 
 class RuntimeCheck(BaseModel):
     """The LLM's runtime-error verdict on a patch (REDO §3.2)."""
 
     verdict: Literal["Safe", "Unsafe"]
-    errors: list[SuspectedError] = Field(default_factory=list)
+    errors: list[SuspectedError] = Field(default_factory=list, max_length=10)
 
 
 class SupportFile(BaseModel):
     """A data file a reproduction test reads (a sample input, an expected output)."""
 
-    path: str = Field(description="Repository-relative path of a NEW file (not one the repository has).")
-    content: str = Field(description="The whole file, as text.")
+    path: Path_ = Field(description="Repository-relative path of a NEW file (not one the repository has).")
+    content: str = Field(max_length=CODE_CHARS, description="The whole file, as text.")
 
 
 class ReproTestDraft(BaseModel):
     """A test that reproduces the issue: it must fail before the fix and pass after it."""
 
-    path: str = Field(description="Repository-relative path of the test file, where the repository keeps "
-                                  "its tests and named as its tests are (a new file is best).")
-    content: str = Field(description="The whole file: imports and one or a few test functions that fail "
+    path: Path_ = Field(description="Repository-relative path of the test file, where the repository keeps "
+                                    "its tests and named as its tests are (a new file is best).")
+    content: str = Field(max_length=FILE_CHARS,
+                         description="The whole file: imports and one or a few test functions that fail "
                                      "while the issue is present.")
-    explanation: str = Field("", description="One sentence: what the test checks.")
-    files: list[SupportFile] = Field(default_factory=list,
+    explanation: str = Field("", max_length=SHORT_CHARS, description="One sentence: what the test checks.")
+    files: list[SupportFile] = Field(default_factory=list, max_length=5,
                                      description="Data files the test reads, if it needs any (usually none).")
+
+    def empty(self) -> str:
+        return "" if self.content.strip() else "the test file had no content"
 
 
 class PatchJudgment(BaseModel):
     """Semantic judgment of a patch against the issue, used only when no test can run."""
 
     score: float = Field(ge=0.0, le=1.0, description="How likely the patch resolves the issue, 0 to 1.")
-    reasoning: str
+    reasoning: str = Field(max_length=SHORT_CHARS)
 
 
 # ---- records kept in state --------------------------------------------------------------
@@ -143,7 +176,18 @@ class Usage(TypedDict, total=False):
     output_tokens: int
     dollars: float
     calls: int
+    # What went wrong on the way (fixgraph/models/llm.py): calls that timed out, retries of any
+    # kind, replies cut off, empty or otherwise invalid, and re-asks.
+    timeouts: int
+    retries: int
+    truncated: int
+    empty: int
+    invalid: int
+    reasks: int
     by_node: dict[str, dict[str, float]]
+
+
+USAGE_COUNTS = ("timeouts", "retries", "truncated", "empty", "invalid", "reasks")
 
 
 def merge_usage(left: Usage | None, right: Usage | None) -> Usage:
@@ -155,13 +199,18 @@ def merge_usage(left: Usage | None, right: Usage | None) -> Usage:
         mine = by_node.setdefault(node, {})
         for key, val in counts.items():
             mine[key] = mine.get(key, 0) + val
-    return Usage(
+    merged = Usage(
         input_tokens=left.get("input_tokens", 0) + right.get("input_tokens", 0),
         output_tokens=left.get("output_tokens", 0) + right.get("output_tokens", 0),
         dollars=round(left.get("dollars", 0.0) + right.get("dollars", 0.0), 6),
         calls=left.get("calls", 0) + right.get("calls", 0),
         by_node=by_node,
     )
+    for key in USAGE_COUNTS:  # present only when something went wrong, so clean records stay as they were
+        n = left.get(key, 0) + right.get(key, 0)  # type: ignore[misc]
+        if n:
+            merged[key] = n  # type: ignore[literal-required]
+    return merged
 
 
 class TaskState(TypedDict, total=False):

@@ -71,7 +71,8 @@ def test_poll_cli_once_runs_the_jobs_it_found(fake: FakeGitHub, tmp_path: Path,
     pipeline = StandInPipeline()
     monkeypatch.chdir(tmp_path)
     # The bot's preflight calls each model once: a loopback server that lists them and calls tools.
-    llm = FakeLLMServer(ScriptResponder({"Ping": [{"ok": True}]}), models=("gpt-4o", "gpt-4o-mini")).start()
+    llm = FakeLLMServer(ScriptResponder({"Ping": [{"ok": True}], "Plan": [{"files": ["calc.py"], "reasoning": "r"}]}),
+                        models=("gpt-4o", "gpt-4o-mini")).start()
     for key, value in {"GITHUB_TOKEN": TOKEN, "GITHUB_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-x",
                        "OPENAI_BASE_URL": llm.base_url, "FIXGRAPH_CACHE_DIR": str(tmp_path / "cache")}.items():
         monkeypatch.setenv(key, value)
@@ -80,7 +81,8 @@ def test_poll_cli_once_runs_the_jobs_it_found(fake: FakeGitHub, tmp_path: Path,
         assert cli.main(["--config", "redo", "poll", "--repo", "acme/calc", "--once"]) == 0
     finally:
         llm.stop()
-    assert len([r for r in llm.requests if r["body"]]) == 2  # one probe call per distinct model
+    # One probe call per distinct model, and one Planner-sized call to measure the speed.
+    assert len([r for r in llm.requests if r["body"]]) == 3
     assert "GITHUB_TOKEN" not in os.environ and "OPENAI_API_KEY" not in os.environ  # scrubbed
     assert [i.instance_id for i in pipeline.instances] == ["acme__calc-7"]
     assert len(fake.open_pulls("acme/calc")) == 1

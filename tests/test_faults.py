@@ -80,10 +80,22 @@ def test_a_fault_that_persists_ends_the_task_with_one_clear_record(calc, cfg_fac
                                                   **({"llm.timeout_s": 0.3} if kind in ("silent", "trickle") else {}))
     assert summary.failed == 1 and rec["final"] and rec["status"] == "failed"
     assert reason in rec["failed"] and rec["stop_reason"].startswith("failed in planner")
-    assert len(log) == RETRIES + 1  # bounded: one call and its retries, nothing after
+    if kind in ("silent", "trickle"):
+        # A loopback server is local: a timed-out call is retried once, not max_retries times
+        # (its queue is one request deep), and the record counts the calls that timed out.
+        assert len(log) == 2 and rec["usage"]["timeouts"] == 2 and rec["usage"]["by_node"]["planner"]["timeouts"] == 2
+        assert "llm.timeout_s / FIXGRAPH_LLM_TIMEOUT" in rec["failed"]
+    else:
+        assert len(log) == RETRIES + 1  # bounded: one call and its retries, nothing after
     assert seconds < 20
     assert not (cfg.predictions_dir / f"{rec['instance_id']}.diff").exists()
     assert not (cfg.predictions_dir / "f.jsonl").exists()
+
+
+def test_timeout_retries_are_configurable_for_a_local_server(calc, cfg_factory):
+    summary, rec, log, cfg, _ = _faulty_run(calc, cfg_factory, ["silent"] * 3,
+                                            **{"llm.timeout_s": 0.3, "llm.timeout_retries": 2})
+    assert summary.failed == 1 and len(log) == 3 and rec["usage"]["timeouts"] == 3
 
 
 def test_wrong_arguments_are_reasked_once(calc, cfg_factory, tmp_path):

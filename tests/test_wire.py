@@ -55,8 +55,11 @@ def test_a_call_whose_worst_case_overruns_the_budget_is_never_made(calc, cfg_fac
                                                         "m-big": {"input": 10.0, "output": 20.0}}})
         run_tasks([inst], cfg, run_id="cap", repos=mirrors, progress=False)
         names = [r["body"]["tools"][0]["function"]["name"] for r in srv.requests]
-        assert all(r["body"].get("max_tokens") == 4096 or r["body"].get("max_completion_tokens") == 4096
-                   for r in srv.requests)
+        # Each node's cap, sent in both fields (most OpenAI-compatible servers read max_tokens).
+        caps = {"Plan": cfg.llm.output_cap("planner"), "ExploreStep": cfg.llm.output_cap("explorer")}
+        assert [(r["body"]["max_tokens"], r["body"]["max_completion_tokens"]) for r in srv.requests] == [
+            (caps[n], caps[n]) for n in names]
+        assert cfg.llm.output_cap("coder") == 4096
     # The Coder's reply could cost 4096 * $20/M = $0.08 alone: more than the $0.05 cap allows.
     assert names == ["Plan", "ExploreStep"]
     rec = read_record(cfg, "cap", inst.instance_id)

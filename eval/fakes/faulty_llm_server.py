@@ -24,7 +24,6 @@ first requests, in order (``None`` for a good reply), for tests of one fault on 
 from __future__ import annotations
 
 import hashlib
-import json
 import socket
 import threading
 import time
@@ -32,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval.fakes.llm_server import FakeLLMServer, Responder, completion
+from eval.fakes.llm_server import FakeLLMServer, Responder, completion, encode
 
 FAULT_KINDS: tuple[str, ...] = ("rate_limit", "server_error", "drop", "silent", "trickle", "bad_json",
                                 "bad_args", "huge_usage")
@@ -135,12 +134,12 @@ class FaultyLLMServer(FakeLLMServer):
         usage = (self.plan.huge_tokens, self.plan.huge_tokens // 10) if fault == "huge_usage" else self.usage
         if fault == "bad_args":
             args = wrong_arguments(args)
-        data = json.dumps(completion(body.get("model", "fake"), tool, args, usage=usage)).encode()
+        data, ctype = encode(body, completion(body.get("model", "fake"), tool, args, usage=usage))
         if fault in ("drop", "bad_json"):
             cut = data[: len(data) // 2]
             payload = cut if fault == "drop" else cut + b"\x00<not json>"
             handler.send_response(200)
-            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Type", ctype)
             handler.send_header("Content-Length", str(len(data) if fault == "drop" else len(payload)))
             handler.end_headers()
             handler.wfile.write(payload)
@@ -154,7 +153,7 @@ class FaultyLLMServer(FakeLLMServer):
             return
         if fault == "trickle":
             handler.send_response(200)
-            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Type", ctype)
             handler.send_header("Content-Length", str(len(data)))
             handler.end_headers()
             step = max(1, -(-len(data) // 20))
@@ -172,7 +171,7 @@ class FaultyLLMServer(FakeLLMServer):
             return
         entry["usage"] = usage
         handler.send_response(200)
-        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Type", ctype)
         handler.send_header("Content-Length", str(len(data)))
         handler.end_headers()
         handler.wfile.write(data)

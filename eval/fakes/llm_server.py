@@ -5,6 +5,8 @@ it replies with a tool call whose name is the (first) tool's and whose arguments
 script for that name; ``usage`` is reported on every reply. ``GET /v1/models`` lists ``models``.
 With ``tools=False`` it plays a model without tool calling: it answers in plain text. Every request (headers included) is
 kept in ``requests`` so tests can check what went over the wire (header names lowercased).
+A request with ``"stream": true`` gets the same reply as an event stream of chunks (usage in the
+last one when ``stream_options.include_usage`` asks for it), as the OpenAI API sends it.
 """
 
 from __future__ import annotations
@@ -52,6 +54,43 @@ def completion(model: str, tool: str | None, args: dict[str, Any] | None, text: 
 
 
 _ids = itertools.count(1)
+
+
+def stream_chunks(payload: dict[str, Any], pieces: int = 3) -> list[dict[str, Any]]:
+    """A chat completion as the chunks a streamed reply sends (usage last, in a chunk of its own)."""
+    base = {"id": payload["id"], "object": "chat.completion.chunk", "created": payload["created"],
+            "model": payload["model"]}
+    choice = payload["choices"][0]
+    message = choice["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return base | {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    out = [chunk({"role": "assistant", "content": message.get("content") or ""})]
+    for i, call in enumerate(message.get("tool_calls") or []):
+        args = call["function"]["arguments"]
+        out.append(chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                          "function": {"name": call["function"]["name"], "arguments": ""}}]}))
+        step = max(1, -(-len(args) // pieces))
+        out += [chunk({"tool_calls": [{"index": i, "function": {"arguments": args[k: k + step]}}]})
+                for k in range(0, len(args), step)]
+    out.append(chunk({}, choice["finish_reason"]))
+    if payload.get("usage"):
+        out.append(base | {"choices": [], "usage": payload["usage"]})
+    return out
+
+
+def sse(chunks: list[dict[str, Any]]) -> bytes:
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+def encode(body: dict[str, Any], payload: dict[str, Any]) -> tuple[bytes, str]:
+    """The reply's bytes and content type: an event stream when the request asked to stream."""
+    if body.get("stream"):
+        if not (body.get("stream_options") or {}).get("include_usage"):
+            payload = {k: v for k, v in payload.items() if k != "usage"}
+        return sse(stream_chunks(payload)), "text/event-stream"
+    return json.dumps(payload).encode(), "application/json"
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -105,10 +144,13 @@ class FakeLLMServer:
                     return
                 server.handle(self, body)
 
-            def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-                data = json.dumps(payload).encode()
+            def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None,
+                      body: dict[str, Any] | None = None) -> None:
+                """Send ``payload``; a 200 chat completion as an event stream when ``body`` asked to stream."""
+                data, ctype = encode(body or {}, payload) if status == 200 and body else (
+                    json.dumps(payload).encode(), "application/json")
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(data)))
                 for k, v in (headers or {}).items():
                     self.send_header(k, v)
@@ -133,11 +175,11 @@ class FakeLLMServer:
     def handle(self, handler: Any, body: dict[str, Any]) -> None:
         """Answer one chat completion; subclasses inject faults here."""
         if not self.tools:
-            handler._send(200, completion(body.get("model", "fake"), None, None, text="ok", usage=self.usage))
+            handler._send(200, completion(body.get("model", "fake"), None, None, text="ok", usage=self.usage), body=body)
             return
         found = self.scripted(handler, body)
         if found is not None:
-            handler._send(200, completion(body.get("model", "fake"), found[0], found[1], usage=self.usage))
+            handler._send(200, completion(body.get("model", "fake"), found[0], found[1], usage=self.usage), body=body)
 
     @property
     def base_url(self) -> str:

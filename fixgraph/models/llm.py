@@ -1,50 +1,45 @@
 """The LLM boundary: ChatOpenAI against any OpenAI-compatible server, structured outputs,
-token and dollar accounting, and per-task and per-run budgets.
+token and dollar accounting, per-task and per-run budgets, and what the screen is told.
 
-Retries are the OpenAI client's own (``max_retries``): it retries only connection errors,
-timeouts, 408/409/429 and 5xx, with exponential backoff and jitter, and honours Retry-After.
-Everything else (400, 401, 404, 422) fails at once. A 200 whose body is not a chat completion
-(truncated JSON, an HTML page from a proxy, null ``choices``) is retried here the same way, because
-the transport garbled the answer: re-asking would tell the model it erred when it did not.
-
-``llm.timeout_s`` bounds a whole try, not only each read: the HTTP client's own timeout is per
-read, so a server that trickles its reply a few bytes at a time would otherwise hold a call forever.
+How a call is retried is fixgraph/models/transport.py's rule; what is wrong with a reply (cut off,
+empty, invalid) and the re-ask that says so is fixgraph/models/replies.py's. Each reply is capped at
+the node's ``llm.node_output_tokens`` (sent as ``max_tokens`` too, the field most
+OpenAI-compatible servers read), and the schemas bound every list and string (fixgraph/state.py).
 """
 
 from __future__ import annotations
 
-import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import openai
-
-try:  # the HTTP library the OpenAI client is built on: httpx2 in recent versions, httpx before
-    import httpx2 as _http  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - depends on the installed openai
-    import httpx as _http  # type: ignore[no-redef]
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from pydantic import BaseModel
 
 from fixgraph import redaction
 from fixgraph.config import Budget, Price, RunConfig
-from fixgraph.state import Usage
+from fixgraph.models.replies import Problem, StreamedArguments, problem_of, reask
+from fixgraph.models.transport import (
+    CONNECTION,
+    MALFORMED,
+    TIMEOUTS,
+    CallPolicy,
+    backoff_s,
+    deadline_client,
+    retry_after_s,
+    retryable_status,
+)
+from fixgraph.state import Usage, merge_usage
 
 T = TypeVar("T", bound=BaseModel)
 ModelFactory = Callable[[str], BaseChatModel]
 # Called with (tokens, dollars) after every charge, before the reply is used: a durable ledger.
 ChargeHook = Callable[[int, float], None]
-
-# What ChatOpenAI raises on a 200 whose body is not a usable chat completion.
-_MALFORMED: tuple[type[Exception], ...] = (ValueError, TypeError, openai.APIResponseValidationError)
-
-
-def backoff_s(retries_taken: int) -> float:
-    """The OpenAI client's own schedule: 0.5 s doubling up to 8 s, minus up to 25% jitter."""
-    return min(0.5 * 2.0 ** retries_taken, 8.0) * (1 - 0.25 * random.random())
+TIMEOUT_KNOB = "llm.timeout_s / FIXGRAPH_LLM_TIMEOUT"
 
 
 class BudgetExceeded(Exception):
@@ -54,51 +49,34 @@ class BudgetExceeded(Exception):
 class LLMFailure(Exception):
     """An LLM call failed for good: a non-transient error, retries exhausted, or no valid reply."""
 
-
-class _DeadlineStream(_http.SyncByteStream):  # pyright: ignore[reportGeneralTypeIssues] - one of two modules
-    """A response body that raises a read timeout once the try's deadline has passed."""
-
-    def __init__(self, inner: Any, deadline: float, request: Any):
-        self.inner = inner
-        self.deadline = deadline
-        self.request = request
-
-    def __iter__(self) -> Any:
-        for chunk in self.inner:
-            if time.monotonic() > self.deadline:
-                raise _http.ReadTimeout("the reply did not finish within llm.timeout_s", request=self.request)
-            yield chunk
-
-    def close(self) -> None:
-        self.inner.close()
+    def __init__(self, message: str, usage: Usage | None = None):
+        super().__init__(message)
+        self.usage: Usage = usage or {}
 
 
-_clients: dict[float, Any] = {}
-_clients_lock = threading.Lock()
+class InvalidReply(LLMFailure):
+    """No usable structured reply after the re-asks; ``usage`` is what the replies cost."""
 
 
-def deadline_client(total_s: float) -> Any:
-    """The OpenAI client's default HTTP client, plus a deadline on each request as a whole.
+@dataclass(frozen=True)
+class CallEvent:
+    """What the screen is told about one call: ``kind`` is start, done, retry, reask or failed."""
 
-    A timeout raised here is the client's usual timeout, so it retries it like any other. One
-    client per deadline for the whole process (the deadline lives on each request, so sharing is
-    safe): a client per task would build a TLS context each time, which fault_bench measured at
-    +70% wall time and +75 MiB over 150 tasks.
-    """
-    with _clients_lock:
-        if total_s not in _clients:
+    node: str
+    kind: str
+    call: int  # the node's call number in this task, from 1
+    seconds: float = 0.0  # how long the try (done, retry, failed) took
+    cause: str = ""  # why a retry or re-ask: timeout, answered 429, truncated, empty, ...
+    detail: str = ""  # e.g. "retry 1/1 in 1.2 s", the tokens a reply cost
+    hint: str = ""  # the setting to change, when one would help
 
-            def start(request: Any) -> None:
-                request.extensions["fixgraph_deadline"] = time.monotonic() + total_s
 
-            def bound(response: Any) -> None:
-                deadline = response.request.extensions.get("fixgraph_deadline")
-                if deadline is not None:
-                    response.stream = _DeadlineStream(response.stream, deadline, response.request)
+EventHook = Callable[[CallEvent], None]
 
-            _clients[total_s] = openai.DefaultHttpxClient(
-                timeout=total_s, event_hooks={"request": [start], "response": [bound]})
-        return _clients[total_s]
+
+def count(node: str, key: str, n: int = 1) -> Usage:
+    """A usage delta that counts ``n`` of ``key`` (timeouts, retries, truncated, empty, invalid, reasks)."""
+    return Usage(**{key: n}, by_node={node: {key: n}})  # type: ignore[misc]
 
 
 def make_chat_model(cfg: RunConfig, role: str) -> BaseChatModel:
@@ -109,17 +87,34 @@ def make_chat_model(cfg: RunConfig, role: str) -> BaseChatModel:
     kwargs: dict[str, Any] = {}
     if llm.base_url:
         kwargs["base_url"] = llm.base_url
+    if llm.send_max_tokens if llm.send_max_tokens is not None else not llm.openai:
+        # ChatOpenAI sends max_completion_tokens, which llama.cpp's and others' servers ignore.
+        kwargs["extra_body"] = {"max_tokens": llm.max_output_tokens}
+    stream = llm.stream if llm.stream is not None else not llm.openai
     return ChatOpenAI(
         model=model,
         api_key=llm.api_key,
         temperature=llm.temperature,
         timeout=llm.timeout_s,
-        max_retries=llm.max_retries,
+        max_retries=0,  # fixgraph/models/transport.py retries
         max_completion_tokens=llm.max_output_tokens,
         http_client=deadline_client(llm.timeout_s),
         use_responses_api=llm.use_responses_api,
+        streaming=stream,
+        stream_usage=True if stream else None,
         **kwargs,
     )
+
+
+def capped(model: BaseChatModel, cap: int) -> BaseChatModel:
+    """``model`` with its reply capped at ``cap`` tokens (a model without the setting as it is)."""
+    if not cap or "max_tokens" not in type(model).model_fields:
+        return model
+    update: dict[str, Any] = {"max_tokens": cap}
+    extra = getattr(model, "extra_body", None)
+    if isinstance(extra, Mapping) and "max_tokens" in extra:
+        update["extra_body"] = {**extra, "max_tokens": cap}
+    return model.model_copy(update=update)
 
 
 def default_factory(cfg: RunConfig) -> ModelFactory:
@@ -209,35 +204,87 @@ def _model_name(model: BaseChatModel) -> str:
 class LLM:
     """What nodes call. Each call returns the parsed object and the usage it cost."""
 
-    def __init__(self, factory: ModelFactory, meter: Meter, reasks: int = 1, retries: int = 2):
+    def __init__(self, factory: ModelFactory, meter: Meter, reasks: int = 1, retries: int = 2,
+                 policy: CallPolicy | None = None, node_caps: Mapping[str, int] | None = None,
+                 on_event: EventHook | None = None):
         self.factory = factory
         self.meter = meter
         self.reasks = reasks
-        # For malformed 200 replies only; the client retries every other transient fault itself.
-        self.retries = retries
+        self.policy = policy or CallPolicy(max_retries=retries, timeout_retries=retries)
+        self.node_caps = dict(node_caps or {})
+        self.on_event = on_event
+        self._calls: dict[str, int] = {}
+        self._lock = threading.Lock()
 
-    def _invoke(self, runnable: Any, convo: list[BaseMessage], worst_case: float = 0.0) -> Any:
-        """One call, budget checked first; malformed replies retried with backoff, all else mapped."""
-        detail = ""
-        for retries_taken in range(self.retries + 1):
+    def _emit(self, event: CallEvent) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def _next_call(self, node: str) -> int:
+        with self._lock:
+            self._calls[node] = self._calls.get(node, 0) + 1
+            return self._calls[node]
+
+    def _invoke(self, runnable: Any, convo: list[BaseMessage], node: str,
+                worst_case: float = 0.0, streamed: bool = False,
+                pieces: StreamedArguments | None = None) -> tuple[Any, Usage]:
+        """One call, budget checked first, retried by the transport rule; returns the answer and
+        the counts of what went wrong on the way (timeouts, retries)."""
+        p = self.policy
+        spent: Usage = {}
+        tries = {"timeout": 0, "other": 0}
+        call = self._next_call(node)
+        while True:
             self.meter.check(worst_case)
+            self._emit(CallEvent(node, "start", call, detail=f"try {sum(tries.values()) + 1}"))
+            t0 = time.monotonic()
+            hint = ""
+            if pieces is not None:
+                pieces.args.clear()  # a try's pieces only, not a failed try's
             try:
-                return runnable.invoke(_redacted(convo))
+                out = runnable.invoke(_redacted(convo), config={"callbacks": [pieces]} if pieces else None)
+                if streamed and not _finished(out):
+                    # The stream stopped before the server said why it ended: the transport cut it.
+                    raise ValueError("the reply stream ended before its last chunk")
+                self._emit(CallEvent(node, "done", call, time.monotonic() - t0))
+                return out, spent
             except openai.APIStatusError as exc:
-                raise LLMFailure(f"LLM server answered {exc.status_code}: {_short(exc.message)}") from None
-            except openai.APITimeoutError:
-                raise LLMFailure("LLM server timed out (after retries)") from None
-            except openai.APIConnectionError as exc:
-                raise LLMFailure(f"cannot reach the LLM server: {_short(str(exc))}") from None
-            except _MALFORMED as exc:
-                detail = f"{type(exc).__name__}: {_short(str(exc))}"
-                if retries_taken < self.retries:
-                    time.sleep(backoff_s(retries_taken))
-        raise LLMFailure(f"LLM server sent no readable reply in {self.retries + 1} tries: {detail}")
+                cause = f"answered {exc.status_code}"
+                fatal = f"LLM server answered {exc.status_code}: {_short(exc.message)}"
+                budget = p.max_retries if retryable_status(exc.status_code) else 0
+                wait = retry_after_s(exc)
+                kind = "other"
+            except TIMEOUTS:
+                spent = merge_usage(spent, count(node, "timeouts"))
+                n = spent.get("timeouts", 0)
+                cause, kind, budget, wait = "timeout", "timeout", p.timeout_retries, None
+                hint = TIMEOUT_KNOB
+                fatal = (f"LLM server timed out: {n} call(s) of {p.timeout_s:g} s each "
+                         f"(a slow server needs a longer {TIMEOUT_KNOB})")
+            except CONNECTION as exc:
+                cause, kind, budget, wait = "connection", "other", p.max_retries, None
+                fatal = f"cannot reach the LLM server: {_short(str(exc))}"
+            except MALFORMED as exc:
+                cause, kind, budget, wait = "unreadable reply", "other", p.max_retries, None
+                fatal = (f"LLM server sent no readable reply in {tries['other'] + 1} tries: "
+                         f"{type(exc).__name__}: {_short(str(exc))}")
+            seconds = time.monotonic() - t0
+            if tries[kind] >= budget:
+                self._emit(CallEvent(node, "failed", call, seconds, cause, hint=hint))
+                raise LLMFailure(fatal, spent) from None
+            if wait is None:
+                wait = backoff_s(tries[kind])
+                if kind == "timeout":  # time for the server to see the client go
+                    wait = max(wait, 1.0)
+            tries[kind] += 1
+            spent = merge_usage(spent, count(node, "retries"))
+            self._emit(CallEvent(node, "retry", call, seconds, cause,
+                                 f"retry {tries[kind]}/{budget} in {wait:.1f} s", hint))
+            time.sleep(wait)
 
     def structured(self, role: str, node: str, schema: type[T],
                    messages: Sequence[BaseMessage], temperature: float | None = None) -> tuple[T, Usage]:
-        model = self.factory(role)
+        model = capped(self.factory(role), self.node_caps.get(node, 0))
         if temperature is not None and "temperature" in type(model).model_fields:
             # Another sample from the same model (the Coder's candidates); a model without the
             # setting (a scripted one) answers as it would.
@@ -245,31 +292,37 @@ class LLM:
         runnable = model.with_structured_output(schema, method="function_calling", include_raw=True)
         usage: Usage = {}
         convo = list(messages)
-        last_error = "no reply"
+        problem: Problem | None = None
         max_out = int(getattr(model, "max_tokens", None) or 0)
-        for _ in range(self.reasks + 1):
+        for ask in range(self.reasks + 1):
             chars = sum(len(str(m.content)) for m in convo)
-            out = self._invoke(runnable, convo, self.meter.worst_case(_model_name(model), chars, max_out))
+            streamed = bool(getattr(model, "streaming", False))
+            pieces = StreamedArguments() if streamed else None
+            try:
+                out, spent = self._invoke(runnable, convo, node,
+                                          self.meter.worst_case(_model_name(model), chars, max_out),
+                                          streamed=streamed, pieces=pieces)
+            except LLMFailure as exc:
+                exc.usage = merge_usage(usage, exc.usage)
+                raise
             raw = out.get("raw") if isinstance(out, dict) else None
-            from fixgraph.state import merge_usage
+            usage = merge_usage(merge_usage(usage, spent), self.meter.charge(node, _model_name(model), raw))
+            problem = problem_of(schema, out, max_out, pieces.strings() if pieces else None)
+            if problem is None:
+                return out["parsed"], usage
+            usage = merge_usage(usage, count(node, problem.kind))
+            if ask < self.reasks:
+                usage = merge_usage(usage, count(node, "reasks"))
+                self._emit(CallEvent(node, "reask", self._calls.get(node, 0), cause=problem.kind,
+                                     detail=problem.detail))
+                convo = reask(list(messages), schema, problem)
+        line = problem.line() if problem else "no reply"
+        raise InvalidReply(f"no valid {schema.__name__} from the LLM: {line}", usage)
 
-            usage = merge_usage(usage, self.meter.charge(node, _model_name(model), raw))
-            parsed = out.get("parsed") if isinstance(out, dict) else None
-            if isinstance(parsed, schema):
-                return parsed, usage
-            err = out.get("parsing_error") if isinstance(out, dict) else None
-            last_error = _short(str(err)) if err else f"the reply did not call {schema.__name__}"
-            convo = list(messages) + [HumanMessage(
-                f"Your previous reply was not valid: {last_error}. "
-                f"Answer again by calling the {schema.__name__} tool with arguments that match its schema."
-            )]
-        raise InvalidReply(f"no valid {schema.__name__} from the LLM: {last_error}", usage)
 
-
-class InvalidReply(LLMFailure):
-    def __init__(self, message: str, usage: Usage):
-        super().__init__(message)
-        self.usage = usage
+def _finished(out: Any) -> bool:
+    raw = out.get("raw") if isinstance(out, dict) else None
+    return bool((getattr(raw, "response_metadata", None) or {}).get("finish_reason"))
 
 
 def _redacted(convo: list[BaseMessage]) -> list[BaseMessage]:

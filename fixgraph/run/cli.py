@@ -80,6 +80,19 @@ def configure(args: argparse.Namespace) -> RunConfig:
     return cfg
 
 
+def check_all(args: argparse.Namespace) -> int:
+    """``--check``: every part, the LLM's too when none can be set up (no key and no local server)."""
+    from fixgraph.run.preflight import print_report, run_checks
+
+    try:
+        cfg, llm_error = configure(args), ""
+    except ConfigError as exc:
+        cfg, llm_error = load_config(args.config, overrides=model_overrides(args)), str(exc)
+    if args.executor == "ray":
+        check_ray(cfg)
+    return 0 if print_report(run_checks(cfg, llm_error=llm_error)) else 1
+
+
 def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
     from fixgraph.dataset import DatasetError
     from fixgraph.records import RunLockedError
@@ -93,13 +106,11 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
             raise ConfigError("--ray-address needs --executor ray")
         if args.repos is not None and not args.repos.is_dir():
             raise ConfigError(f"--repos {args.repos} is not a folder")
+        if getattr(args, "check", False):
+            return check_all(args)
         cfg = configure(args)
         if args.executor == "ray":
             check_ray(cfg)
-        if getattr(args, "check", False):
-            from fixgraph.run.preflight import print_report, run_checks
-
-            return 0 if print_report(run_checks(cfg)) else 1
         from fixgraph.dataset import load_dataset_any, select
 
         if args.dataset is None:
@@ -132,6 +143,7 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
         try:
             summary = run_tasks(instances, cfg, build_graph=build_graph, run_id=run_id,
                                 repos=args.repos, workers=args.workers or 1, progress=not args.no_progress,
+                                event_lines=args.no_progress,
                                 publisher=publisher, executor=executor)
         finally:
             if executor is not None:
@@ -139,5 +151,5 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
     except (ConfigError, DatasetError, WorkspaceError, StaticAnalysisUnavailable, RunLockedError) as exc:
         return fail(str(exc))
     print(summary.line())
-    print(f"predictions: {summary.predictions}")
+    print(summary.predictions_line())
     return 0

@@ -1,9 +1,12 @@
 """``python graph.py --check``: is each part ready, and what to do when it is not.
 
-In a few seconds: the LLM endpoint answers, each configured model is listed there and answers one
-tiny call with a tool call (the structured output every node needs), pyright runs, git works, the
-test backend can build an environment, and (outside EVAL_MODE) the GitHub token reaches GitHub
-with the scopes publishing needs. The bot runs the same checks at start.
+The LLM endpoint answers, each configured model is listed there and answers one tiny call with a
+tool call (the structured output every node needs), the Planner's model answers one realistic
+call (a Planner-sized prompt with its schema: seconds per call and an estimate per task, with a
+warning when a task would pass its budget or calls the timeout), pyright runs, git works, the test
+backend can build an environment, and (outside EVAL_MODE) the GitHub token reaches GitHub with the
+scopes publishing needs. Without a key or a server every other part is still checked. The bot
+runs the same checks at start.
 """
 
 from __future__ import annotations
@@ -11,11 +14,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from fixgraph.config import Budget, ConfigError, RunConfig
@@ -32,6 +37,8 @@ class Check:
     part: str
     ready: bool
     detail: str
+    # Ready, but something the user should know before a long run (a slow server).
+    warning: bool = False
 
 
 class Ping(BaseModel):
@@ -78,6 +85,10 @@ def check_tool_calling(cfg: RunConfig, model: str) -> Check:
         llm.structured(roles[0], "check", Ping, [HumanMessage("Call the Ping tool with ok=true.")])
     except LLMFailure as exc:
         msg = str(exc)
+        if "truncated:" in msg:
+            return Check(f"tool calling {model}", False,
+                         f"the tool call was cut off ({_short(msg)}): the server stopped the reply early; "
+                         "check its context size (llama.cpp: --n_ctx) and llm.max_output_tokens")
         if "did not call" in msg or "no valid Ping" in msg:
             return Check(f"tool calling {model}", False,
                          "the model did not answer with a tool call: the nodes need tool calling "
@@ -89,6 +100,79 @@ def check_tool_calling(cfg: RunConfig, model: str) -> Check:
     return Check(f"tool calling {model}", True, "answered a tool call")
 
 
+def calls_per_task(cfg: RunConfig) -> tuple[int, int]:
+    """LLM calls a task usually makes (a plan, two exploration steps, a test, a patch and its
+    check) and at most (every rerun, re-ask aside)."""
+    repro = cfg.repro.enabled and cfg.critic.enabled and cfg.critic.tests == "own"
+    check = cfg.critic.enabled and cfg.critic.llm_check
+    usual = 1 + min(2, cfg.explorer.max_iterations) + int(repro) + 1 + int(check)
+    plans = 1 + cfg.explorer.max_planner_reruns
+    most = (plans * (1 + cfg.explorer.max_iterations) + (cfg.repro.max_tries if repro else 0)
+            + cfg.max_attempts * cfg.coder.candidates * (1 + (cfg.critic.llm_check_calls if check else 0)))
+    return usual, most
+
+
+def planner_prompt(cfg: RunConfig) -> list[Any]:
+    """The Planner's prompt with a made-up issue and a repository map as long as ``explorer.map_tokens``
+    (about four characters a token)."""
+    from fixgraph.prompts import render
+
+    rows, n = [], 0
+    while sum(len(r) + 1 for r in rows) < cfg.explorer.map_tokens * 4:
+        rows.append(f"pkg/module_{n}.py: class Handler{n}(process, validate, render_{n}), def helper_{n}(value)")
+        n += 1
+    problem = ("Calling `Handler3.render_3()` with an empty value raises `KeyError: 'name'` instead of "
+               "returning an empty string.\n\n```python\nfrom pkg.module_3 import Handler3\n"
+               "Handler3().render_3({})\n```\n")
+    return [SystemMessage(render("system", role="the Planner")),
+            HumanMessage(render("planner", repo="example/pkg", problem=problem, repo_map="\n".join(rows),
+                                execution="", feedback="", previous=[], max_files=cfg.explorer.max_files))]
+
+
+def check_speed(cfg: RunConfig, model: str) -> Check:
+    """One realistic call (the Planner's prompt size and its schema, its output cap, the run's
+    timeout): seconds per call, an estimate per task, and a warning when that is too slow."""
+    from fixgraph.models.llm import LLM, LLMFailure, Meter, make_chat_model
+    from fixgraph.models.transport import CallPolicy
+    from fixgraph.state import Plan
+
+    part = f"speed {model}"
+    probe_cfg = cfg.model_copy(update={"llm": cfg.llm.model_copy(update={"max_retries": 0, "timeout_retries": 0})})
+    roles = [r for r in ROLES if getattr(cfg.llm.models, r) == model]
+    meter = Meter(cfg.budget, cfg.llm.prices)
+    llm = LLM(lambda role: make_chat_model(probe_cfg, role), meter, reasks=0,
+              policy=CallPolicy.of(probe_cfg.llm), node_caps=cfg.llm.node_output_tokens)
+    t0 = time.monotonic()
+    try:
+        llm.structured(roles[0], "planner", Plan, planner_prompt(cfg))
+    except LLMFailure as exc:
+        msg = str(exc)
+        if "timed out" in msg:
+            return Check(part, False, f"a Planner-sized call did not finish within llm.timeout_s = "
+                         f"{cfg.llm.timeout_s:g} s: the server is too slow for that setting; raise "
+                         "llm.timeout_s / FIXGRAPH_LLM_TIMEOUT, or use a smaller model")
+        return Check(part, False, f"a Planner-sized call failed: {_short(msg)}")
+    except Exception as exc:  # noqa: BLE001 - e.g. the budget: report, do not crash the check
+        return Check(part, False, f"a Planner-sized call failed: {_short(exc)}")
+    seconds = time.monotonic() - t0
+    usual, most = calls_per_task(cfg)
+    detail = (f"a Planner-sized call ({meter.tokens} tokens) took {seconds:.1f} s; a task makes about {usual} "
+              f"calls (up to {most}): about {_minutes(usual * seconds)}, up to {_minutes(most * seconds)}")
+    warn = []
+    if seconds > 0.5 * cfg.llm.timeout_s:
+        warn.append(f"longer calls (the Coder's) may pass llm.timeout_s = {cfg.llm.timeout_s:g} s: raise "
+                    "llm.timeout_s / FIXGRAPH_LLM_TIMEOUT")
+    if meter.tokens * usual > cfg.budget.task_tokens:
+        warn.append(f"about {meter.tokens * usual} tokens a task, over budget.task_tokens = {cfg.budget.task_tokens}")
+    if meter.dollars * usual > cfg.budget.task_dollars:
+        warn.append(f"about ${meter.dollars * usual:.2f} a task, over budget.task_dollars = {cfg.budget.task_dollars}")
+    return Check(part, True, detail + ("; WARNING: " + "; ".join(warn) if warn else ""), warning=bool(warn))
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
 def check_pyright(cfg: RunConfig) -> Check:
     if not (cfg.critic.enabled and cfg.critic.static):
         return Check("pyright", True, "not used by this config")
@@ -97,8 +181,7 @@ def check_pyright(cfg: RunConfig) -> Check:
     try:
         return Check("pyright", True, check_available(cfg.critic))
     except StaticAnalysisUnavailable as exc:
-        return Check("pyright", False, f"{exc}: pip install pyright (it fetches Node on first use), "
-                     "or set critic.pyright")
+        return Check("pyright", False, f"{exc} (it fetches Node on first use), or set critic.pyright to its path")
 
 
 def check_git() -> Check:
@@ -182,21 +265,31 @@ def check_github(cfg: RunConfig) -> Check:
     return Check("GitHub", True, f"token of {login}, scopes {', '.join(scopes)}")
 
 
-def run_checks(cfg: RunConfig, tool_check: Callable[[RunConfig, str], Check] = check_tool_calling) -> list[Check]:
-    endpoint, listed = check_endpoint(cfg)
-    checks = [endpoint]
-    if listed is not None:
-        model_checks = check_models(cfg, listed)
-        checks += model_checks
-        checks += [tool_check(cfg, c.part.removeprefix("model ")) for c in model_checks if c.ready]
+def run_checks(cfg: RunConfig, tool_check: Callable[[RunConfig, str], Check] = check_tool_calling,
+               speed_check: Callable[[RunConfig, str], Check] = check_speed, llm_error: str = "") -> list[Check]:
+    """Every part; ``llm_error``: why no LLM could be set up (no key, no local server), reported
+    as the endpoint's line while every other part is still checked."""
+    if llm_error:
+        checks = [Check("LLM endpoint", False, llm_error)]
+    else:
+        endpoint, listed = check_endpoint(cfg)
+        checks = [endpoint]
+        if listed is not None:
+            model_checks = check_models(cfg, listed)
+            checks += model_checks
+            tools = [tool_check(cfg, c.part.removeprefix("model ")) for c in model_checks if c.ready]
+            checks += tools
+            planner = cfg.llm.models.planner
+            if any(t.ready and t.part == f"tool calling {planner}" for t in tools):
+                checks.append(speed_check(cfg, planner))
     checks += [check_pyright(cfg), check_git(), check_test_backend(cfg), check_github(cfg)]
     return checks
 
 
 def print_report(checks: list[Check], out: Callable[[str], None] = print) -> bool:
-    """One line per part; True when every part is ready."""
+    """One line per part; True when every part is ready (a warning is ready)."""
     for c in checks:
-        out(f"{'ready    ' if c.ready else 'NOT READY'}  {c.part}: {c.detail}")
+        out(f"{('WARNING  ' if c.warning else 'ready    ') if c.ready else 'NOT READY'}  {c.part}: {c.detail}")
     ok = all(c.ready for c in checks)
     out("all ready" if ok else f"{sum(not c.ready for c in checks)} part(s) not ready")
     return ok

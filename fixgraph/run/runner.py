@@ -30,10 +30,12 @@ from agents.context import TaskContext
 from fixgraph import astlock, redaction
 from fixgraph.config import RunConfig
 from fixgraph.dataset import EvaluationData, Instance, Task
-from fixgraph.models.llm import LLM, ChargeHook, Meter, ModelFactory, RunMeter, default_factory
+from fixgraph.models.llm import LLM, ChargeHook, EventHook, Meter, ModelFactory, RunMeter, default_factory
+from fixgraph.models.transport import CallPolicy
 from fixgraph.publish import DiffPublisher, Publisher
 from fixgraph.records import RunLock, RunStore, open_wal
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
+from fixgraph.run.screen import Activity, Screen
 from fixgraph.state import TaskState, Usage
 
 
@@ -144,7 +146,7 @@ def check_checkpoints(path: Path) -> None:
 
 def run_task(item: Instance | Task, cfg: RunConfig, *, build_graph: GraphFactory, publisher: Publisher,
              repo_cache: RepoCache, store: RunStore | None = None, model_factory: ModelFactory | None = None,
-             run_meter: RunMeter | None = None) -> dict[str, Any]:
+             run_meter: RunMeter | None = None, on_event: EventHook | None = None) -> dict[str, Any]:
     """Run the graph on one task and return its record (also written to ``store`` when given)."""
     instance, oracle = split(item, cfg)
     started, t0 = _now(), time.monotonic()
@@ -173,7 +175,8 @@ def run_task(item: Instance | Task, cfg: RunConfig, *, build_graph: GraphFactory
         meter = Meter(cfg.budget, cfg.llm.prices, run_meter, start=start, on_charge=on_charge)
         ctx = TaskContext(cfg=cfg, task=instance, oracle=oracle, worktree=wt,
                           llm=LLM(model_factory or default_factory(cfg), meter, cfg.llm.structured_reasks,
-                                  retries=cfg.llm.max_retries),
+                                  policy=CallPolicy.of(cfg.llm), node_caps=cfg.llm.node_output_tokens,
+                                  on_event=on_event),
                           publisher=publisher, cache_dir=cfg.cache_dir.resolve())
         start_state: TaskState | None = None if resumed else TaskState(
             instance_id=instance.instance_id, problem=instance.issue)
@@ -217,6 +220,8 @@ class RunSummary:
     finished: int = 0
     patched: int = 0
     failed: int = 0
+    empty: int = 0  # ended with no patch and no failure (a budget spent, nothing that applied)
+    timeouts: int = 0  # LLM calls that timed out, over the tasks run now
     scores: list[float] = field(default_factory=list)
     tokens: int = 0
     dollars: float = 0.0
@@ -231,6 +236,8 @@ class RunSummary:
         self.finished += 1
         self.patched += record.get("status") == "patched"
         self.failed += record.get("status") == "failed"
+        self.empty += record.get("status") == "empty"
+        self.timeouts += int((record.get("usage") or {}).get("timeouts", 0))
         score = (record.get("fix_score") or {}).get("fix_score")
         if score is not None:
             self.scores.append(float(score))
@@ -240,18 +247,27 @@ class RunSummary:
 
     def line(self) -> str:
         mean = f"{self.mean_fix_score:.3f}" if self.mean_fix_score is not None else "n/a"
+        timeouts = f"; {self.timeouts} LLM calls timed out (llm.timeout_s / FIXGRAPH_LLM_TIMEOUT)" if self.timeouts else ""
         return (f"run {self.run_id}: {self.total} tasks, {self.skipped} already done, {self.finished} run now "
-                f"({self.patched} patched, {self.failed} failed); mean fix_score (internal) {mean}; "
-                f"{self.tokens} tokens, ${self.dollars:.4f}")
+                f"({self.patched} patched, {self.empty} empty, {self.failed} failed); mean fix_score (internal) "
+                f"{mean}; {self.tokens} tokens, ${self.dollars:.4f}{timeouts}")
+
+    def predictions_line(self) -> str:
+        """Where the predictions are, when a file was written; else that none was."""
+        if self.predictions and Path(self.predictions).is_file():
+            return f"predictions: {self.predictions}"
+        return "predictions: none written (no task produced a patch)"
 
 
 def run_tasks(instances: list[Instance] | list[Task], cfg: RunConfig, *, build_graph: GraphFactory,
               run_id: str, repos: Path | None, workers: int = 1, model_factory: ModelFactory | None = None,
               progress: bool = True, publisher: Publisher | None = None,
-              executor: Executor | None = None) -> RunSummary:
+              executor: Executor | None = None, event_lines: bool = False) -> RunSummary:
     """Run every task not already done; Ctrl-C keeps what finished and exits for a later resume.
 
     Tasks run on a thread pool of ``workers``, or on ``executor`` (fixgraph/run/executors.py) when given.
+    ``progress``: the bar and the tasks in flight (fixgraph/run/screen.py); ``event_lines``: one
+    line per event on stderr instead (``--no-progress``).
     """
     # Workers are threads, and ast.parse is not thread-safe on CPython 3.11 (see fixgraph/astlock.py).
     astlock.install()
@@ -261,14 +277,16 @@ def run_tasks(instances: list[Instance] | list[Task], cfg: RunConfig, *, build_g
     lock = RunLock(store.run_dir)  # a second process with this run id stops here
     try:
         return _run_locked(instances, cfg, store, build_graph=build_graph, repos=repos, workers=workers,
-                           model_factory=model_factory, progress=progress, publisher=publisher, executor=executor)
+                           model_factory=model_factory, progress=progress, publisher=publisher, executor=executor,
+                           event_lines=event_lines)
     finally:
         lock.release()
 
 
 def _run_locked(instances: list[Instance] | list[Task], cfg: RunConfig, store: RunStore, *,
                 build_graph: GraphFactory, repos: Path | None, workers: int, model_factory: ModelFactory | None,
-                progress: bool, publisher: Publisher | None, executor: Executor | None) -> RunSummary:
+                progress: bool, publisher: Publisher | None, executor: Executor | None,
+                event_lines: bool = False) -> RunSummary:
     run_id = store.run_id
     repo_cache = RepoCache(cfg.cache_dir, repos)
     publisher = publisher or DiffPublisher(store)
@@ -283,17 +301,21 @@ def _run_locked(instances: list[Instance] | list[Task], cfg: RunConfig, store: R
     spent = max(sum(float((r.get("usage") or {}).get("dollars", 0.0)) for r in store.records()),
                 store.billed_dollars())
     run_meter = RunMeter(cfg.budget.run_dollars, spent)
-    bar = _Progress(len(instances), summary.skipped, enabled=progress)
+    activity = Activity(lines=event_lines)
+    bar = Screen(len(instances), summary.skipped, enabled=progress, activity=activity)
     lock = threading.Lock()
 
     def finished(record: dict[str, Any]) -> None:
         with lock:
             summary.add(record)
-            bar.update(summary)
+            bar.update(summary.finished, summary.mean_fix_score, summary.tokens, summary.dollars)
 
     def one(inst: Instance | Task) -> dict[str, Any]:
+        activity.started(inst.instance_id)
         record = run_task(inst, cfg, build_graph=build_graph, publisher=publisher, repo_cache=repo_cache,
-                          store=store, model_factory=model_factory, run_meter=run_meter)
+                          store=store, model_factory=model_factory, run_meter=run_meter,
+                          on_event=activity.hook(inst.instance_id))
+        activity.finished(inst.instance_id, record)
         finished(record)
         return record
 
@@ -326,41 +348,3 @@ def _run_locked(instances: list[Instance] | list[Task], cfg: RunConfig, store: R
     if queue:
         print(f"run budget of ${cfg.budget.run_dollars} spent: {len(queue)} tasks not started", file=sys.stderr)
     return summary
-
-
-class _Progress:
-    """A progress bar over tasks: done/total, mean fix_score so far, tokens and cost."""
-
-    def __init__(self, total: int, skipped: int, enabled: bool):
-        self.enabled = enabled and total > 0
-        self.total = total
-        self.skipped = skipped
-        if self.enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.progress = Progress(
-                TextColumn("[bold]fixgraph"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("fix_score {task.fields[score]}"), TextColumn("{task.fields[tokens]} tok"),
-                TextColumn("${task.fields[cost]}"), TimeElapsedColumn(),
-                console=Console(stderr=True),
-            )
-            self.task = self.progress.add_task("tasks", total=total, completed=skipped,
-                                               score="n/a", tokens=0, cost="0.00")
-
-    def __enter__(self) -> _Progress:
-        if self.enabled:
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.enabled:
-            self.progress.stop()
-
-    def update(self, summary: RunSummary) -> None:
-        if not self.enabled:
-            return
-        mean = summary.mean_fix_score
-        self.progress.update(self.task, completed=self.skipped + summary.finished,
-                             score=f"{mean:.2f}" if mean is not None else "n/a",
-                             tokens=summary.tokens, cost=f"{summary.dollars:.2f}")

@@ -41,7 +41,6 @@ from fixgraph.dataset import EvaluationData, Task
 from fixgraph.records import atomic_write
 from fixgraph.repo.workspace import Worktree, content_key
 from scoring.execution.image_tests import unmatched_tests
-from scoring.execution.runner import make_runner
 from scoring.execution.specs import (
     NON_TEST_EXTS,
     SpecsError,

@@ -56,6 +56,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -164,10 +165,14 @@ class Diag:
 
 
 def pyright_command(settings: CriticSettings) -> list[str]:
-    exe = shutil.which(settings.pyright)
+    """pyright on PATH, or beside the Python running fixgraph (a venv's bin/, which is not on PATH
+    when graph.py is run as ``venv/bin/python graph.py``)."""
+    beside = str(Path(sys.executable).parent)
+    exe = shutil.which(settings.pyright) or shutil.which(settings.pyright, path=beside)
     if exe is None:
         raise StaticAnalysisUnavailable(
-            f"pyright not found (looked for {settings.pyright!r} on PATH); install it with `pip install pyright`")
+            f"pyright not found (looked for {settings.pyright!r} on PATH and in {beside}); "
+            "install it with `pip install pyright`")
     return [exe]
 
 

@@ -33,6 +33,7 @@ import git
 from fixgraph.config import ConfigError, CriticSettings, RunConfig, load_config
 from fixgraph.dataset import DatasetError, Instance, load_jsonl
 from fixgraph.models.llm import LLM, LLMFailure, Meter, RunMeter, default_factory
+from fixgraph.models.transport import CallPolicy
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree, find_mirror
 from fixgraph.state import Finding
 from scoring.runtime import llm_check
@@ -127,7 +128,8 @@ def _cannot(instance_id: str, reason: str) -> Verdict:
 
 
 def make_llm(cfg: RunConfig, run: RunMeter) -> LLM:
-    return LLM(default_factory(cfg), Meter(cfg.budget, cfg.llm.prices, run), cfg.llm.structured_reasks)
+    return LLM(default_factory(cfg), Meter(cfg.budget, cfg.llm.prices, run), cfg.llm.structured_reasks,
+               policy=CallPolicy.of(cfg.llm), node_caps=cfg.llm.node_output_tokens)
 
 
 def run(args: argparse.Namespace) -> int:
