@@ -73,3 +73,27 @@ def test_an_install_step_cannot_plant_sitecustomize_in_the_shared_env(tmp_path: 
     assert install._sitecustomize(tmp_path / "a") == ""
     assert install._pth(tmp_path / "b") == ""
     assert install._deletes_env(tmp_path / "c") == ""
+
+
+@pytest.mark.slow
+def test_a_local_ray_binds_loopback_and_its_workers_hold_no_driver_secret(tmp_path: Path) -> None:
+    from eval.attacks import cluster
+
+    assert cluster._ray_binds(tmp_path) == ""
+    assert cluster._ray_node_address(tmp_path) == ""
+    assert cluster._ray_env(tmp_path) == ""
+    assert cluster._ray_killed_worker(tmp_path) == ""
+
+
+def test_ray_starts_with_no_secret_in_its_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from fixgraph.run.executors import _without_secrets
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+    monkeypatch.setenv("ACME_DEPLOY_TOKEN", "t0ken-0123456789")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    with _without_secrets():
+        assert "OPENAI_API_KEY" not in os.environ and "ACME_DEPLOY_TOKEN" not in os.environ
+        assert os.environ["LANG"] == "C.UTF-8"
+    assert os.environ["OPENAI_API_KEY"] == "sk-test-0123456789abcdef"
