@@ -97,3 +97,30 @@ def test_ray_starts_with_no_secret_in_its_environment(monkeypatch: pytest.Monkey
         assert "OPENAI_API_KEY" not in os.environ and "ACME_DEPLOY_TOKEN" not in os.environ
         assert os.environ["LANG"] == "C.UTF-8"
     assert os.environ["OPENAI_API_KEY"] == "sk-test-0123456789abcdef"
+
+
+def test_the_reproducers_data_files_are_never_configuration(tmp_path: Path) -> None:
+    from eval.attacks import ATTACKS, repro  # noqa: F401 - registers the attacks
+
+    for a in [a for a in ATTACKS if a.cls == "repro-files"]:
+        case = tmp_path / str(abs(hash(a.name)))
+        case.mkdir()
+        assert a.run(case) == "", a.name
+
+
+@pytest.mark.parametrize("name", ["rename-to-tmp", "operator-attrgetter", "operator-methodcaller", "sys-modules-lookup",
+                                  "dict-get-lookup", "getattribute-lookup", "builtins-getattr", "path-rename-to-tmp",
+                                  "unverified-context"])
+def test_the_guard_sees_issue_35s_bypasses(tmp_path: Path, name: str) -> None:
+    from eval.attacks.guard import _guard_attack
+    from eval.fixtures.guard_cases import BYPASSES
+
+    assert _guard_attack(name, *BYPASSES[name])(tmp_path) == ""
+
+
+@pytest.mark.parametrize("name", ["predictions_dir under /proc", "graph.py --workers abc", "graph.py --frobnicate"])
+def test_bad_command_lines_get_one_line_and_exit_2(tmp_path: Path, name: str) -> None:
+    from eval.attacks import ATTACKS, cli  # noqa: F401 - registers the attacks
+
+    (attack,) = [a for a in ATTACKS if a.name == name]
+    assert attack.run(tmp_path) == ""
