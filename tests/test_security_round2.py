@@ -124,3 +124,15 @@ def test_bad_command_lines_get_one_line_and_exit_2(tmp_path: Path, name: str) ->
 
     (attack,) = [a for a in ATTACKS if a.name == name]
     assert attack.run(tmp_path) == ""
+
+
+def test_host_unix_sockets_in_world_writable_folders_are_hidden(tmp_path: Path) -> None:
+    from eval.attacks import ATTACKS, sockets  # noqa: F401 - registers the attacks
+    from fixgraph.sandbox.process import sandbox_mode
+
+    if sandbox_mode() == "none":
+        pytest.skip("no namespaces here")
+    for a in [a for a in ATTACKS if a.cls == "unix-socket"]:
+        case = tmp_path / str(abs(hash(a.name)))
+        case.mkdir()
+        assert a.run(case) == "", a.name
