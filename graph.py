@@ -90,8 +90,9 @@ def run_task(*args: Any, **kwargs: Any) -> Any:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from fixgraph.models.discover import ROLES
+    from fixgraph.run.cli import OneLineParser
 
-    p = argparse.ArgumentParser(prog="graph.py", description="Turn issues into verified patches.")
+    p = OneLineParser(prog="graph.py", description="Turn issues into verified patches.")
     p.add_argument("--tasks", default="stratified50", help="stratified50 | all | ID[,ID...]")
     p.add_argument("--dataset", type=Path, help="SWE-bench-format JSONL (default: SWE-bench Lite from the hub)")
     p.add_argument("--config", default="redo", help="a config name in configs/ or a TOML path")

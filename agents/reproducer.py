@@ -19,6 +19,7 @@ from langgraph.runtime import Runtime
 from agents.coder import coder_files
 from agents.common import execution_evidence, messages, stops_cleanly
 from agents.context import TaskContext
+from fixgraph.repo.datafiles import data_file_problem
 from fixgraph.repo.workspace import PatchError
 from fixgraph.state import ReproTestDraft, TaskState, Usage, merge_usage
 from scoring.execution import selection
@@ -26,6 +27,7 @@ from scoring.execution.runner import make_runner
 from scoring.execution.specs import SpecsError, repo_specs
 from scoring.execution.testenv import PASSING, SuiteRun, owned_by
 from scoring.execution.tests import ReproTest, baseline, internal_error_frames
+from scoring.static.guard import check_new_files
 
 # A failure of these kinds raised in the test file itself says the test is broken, not the code.
 _BROKEN_TEST = {"NameError", "ImportError", "ModuleNotFoundError", "SyntaxError", "IndentationError",
@@ -85,7 +87,15 @@ def check_support(draft: ReproTestDraft, ctx: TaskContext) -> str:
             return f"data file {f.path!r} already exists: a data file must be a new file"
         if len(f.content) > MAX_SUPPORT_CHARS:
             return f"data file {f.path!r} is over {MAX_SUPPORT_CHARS} characters"
+        problem = data_file_problem(draft.path, f.path)
+        if problem:
+            return problem
         seen.add(f.path)
+    # Guarded as a patch would be: they run with the test and go into the pull request.
+    flagged = [g for g in check_new_files([(f.path, f.content) for f in draft.files]) if g.get("rule") != "edits-tests"]
+    if flagged:
+        g = flagged[0]
+        return f"data file {g.get('file')!r}: {g.get('message')} (the unsafe-patch guard's rule {g.get('rule')})"
     return ""
 
 

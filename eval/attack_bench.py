@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from eval.attacks import ATTACKS, Attack, cli, guard, sandbox, webhook  # noqa: F401 - each registers its attacks
+from eval.attacks import ATTACKS, Attack, cli, cluster, guard, install, repro, sandbox, sockets, webhook  # noqa: F401 - each registers its attacks
 
 # ---- running ---------------------------------------------------------------------------------
 

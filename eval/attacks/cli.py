@@ -6,9 +6,10 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from eval.attacks import ROOT, attack
+from eval.attacks import ATTACKS, ROOT, Attack, attack
 from eval.attacks.sandbox import _mirror
 
 # ---- the command line ------------------------------------------------------------------------
@@ -118,3 +119,59 @@ def _same_run_id(tmp: Path) -> str:
     return _one_line_exit_2(proc, expect="in progress") + (f"; wrote {records}" if records else "")
 
 
+
+
+# ---- issue 35: more bad input, each one line and exit 2 ---------------------------------------
+
+
+def _config_with(tmp: Path, line: str) -> Path:
+    cfg = tmp / "c.toml"
+    cfg.write_text(line + "\n" + (ROOT / "configs" / "redo.toml").read_text())
+    return cfg
+
+
+def _run_with_config(tmp: Path, line: str, expect: str, env: dict[str, str] | None = None) -> str:
+    mirrors, sha = _mirror(tmp)
+    ds = _dataset(tmp, mirrors, sha)
+    proc = _graph(tmp, "--config", str(_config_with(tmp, line)), "--tasks", "all", "--dataset", str(ds),
+                  "--repos", str(mirrors), env=env)
+    return _one_line_exit_2(proc, expect=expect) + _nothing_written(tmp)
+
+
+@attack("cli-input", "predictions_dir under /proc")
+def _predictions_in_proc(tmp: Path) -> str:
+    return _run_with_config(tmp, 'predictions_dir = "/proc/fixgraph-bench/preds"', "cannot create")
+
+
+@attack("cli-input", "runs_dir under /sys")
+def _runs_in_sys(tmp: Path) -> str:
+    return _run_with_config(tmp, 'runs_dir = "/sys/fixgraph-bench/runs"', "cannot create")
+
+
+@attack("cli-input", "predictions_dir under a read-only /proc/self folder")
+def _predictions_in_proc_self(tmp: Path) -> str:
+    return _run_with_config(tmp, 'predictions_dir = "/proc/self/fdinfo/preds"', "cannot create")
+
+
+def _bad_flag(*args: str, expect: str) -> Callable[[Path], str]:
+    def run(tmp: Path) -> str:
+        return _one_line_exit_2(_graph(tmp, *args), expect=expect) + _nothing_written(tmp)
+    return run
+
+
+for _args, _expect in ((("--workers", "abc"), "--workers"), (("--workers", "1.5"), "--workers"),
+                       (("--workers", "0"), "--workers"), (("--workers", "-3"), "--workers"),
+                       (("--executor", "kubernetes"), "--executor"), (("--frobnicate",), "--frobnicate"),
+                       (("--tasks",), "--tasks"), (("--ray-address", "10.0.0.1:6379"), "--executor ray")):
+    ATTACKS.append(Attack("cli-input", f"graph.py {' '.join(_args)}", _bad_flag(*_args, expect=_expect)))
+
+
+@attack("cli-input", "--repos names a regular file")
+def _repos_is_file(tmp: Path) -> str:
+    (tmp / "afile").write_text("x")
+    return _one_line_exit_2(_graph(tmp, "--repos", str(tmp / "afile")), expect="not a folder") + _nothing_written(tmp)
+
+
+@attack("cli-input", "--config names a missing TOML file")
+def _missing_config(tmp: Path) -> str:
+    return _one_line_exit_2(_graph(tmp, "--config", str(tmp / "nope.toml")), expect="config") + _nothing_written(tmp)

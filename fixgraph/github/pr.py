@@ -35,6 +35,7 @@ from fixgraph.github.client import GitHubAccess, TokenSource, repo_allowed
 from fixgraph.prompts import PROMPTS_DIR
 from fixgraph.publish import Outcome
 from fixgraph.records import redact
+from fixgraph.repo.datafiles import data_file_problem
 from fixgraph.repo.workspace import PatchError, Worktree
 
 log = logging.getLogger("fixgraph.github.pr")
@@ -305,7 +306,10 @@ class GitHubPublisher:
         if outcome.repro_test:
             # The reproduction test goes in as a regression test, with the data files it reads;
             # resolve() keeps each inside the repo.
+            test_path = str(outcome.repro_test["path"])
             for item in [outcome.repro_test, *(outcome.repro_test.get("files") or [])]:
+                if item is not outcome.repro_test and data_file_problem(test_path, str(item["path"])):
+                    continue  # the Reproducer refuses these; a record edited since is not trusted either
                 target = wt.resolve(item["path"])
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(item["content"], encoding="utf-8")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,26 @@ if TYPE_CHECKING:
 def fail(message: str) -> int:
     print(f"fixgraph: error: {message}", file=sys.stderr)
     return 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad argument ends with one line and exit 2, as all bad input does (not
+    argparse's usage block)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        print(f"fixgraph: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _creatable(path: Path) -> str:
+    """Why a folder cannot be made in the existing folder ``path`` ("" when it can): the one way to
+    know on a pseudo-filesystem (``/proc``, ``/sys``), where root's permission bits say yes."""
+    try:
+        probe = Path(tempfile.mkdtemp(prefix=".fixgraph-probe-", dir=path))
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    probe.rmdir()
+    return ""
 
 
 def _check_inputs(run_id: str, instances: list[Instance] | list[Task], out_dirs: list[Path]) -> None:
@@ -44,6 +65,8 @@ def _check_inputs(run_id: str, instances: list[Instance] | list[Task], out_dirs:
             raise ConfigError(f"cannot create {wanted}: {path} is not a folder")
         if not os.access(path, os.W_OK | os.X_OK):
             raise ConfigError(f"cannot create {wanted}: {path} is not writable")
+        if not wanted.absolute().exists() and (why := _creatable(path)):
+            raise ConfigError(f"cannot create {wanted}: no folder can be made in {path} ({why})")
 
 
 def check_ray(cfg: RunConfig) -> None:

@@ -24,11 +24,12 @@ import contextlib
 import datetime as dt
 import logging
 import os
+import re
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -212,6 +213,38 @@ def _join(ray: Any, kwargs: dict[str, Any], timeout: float, where: str) -> None:
         raise outcome[0]
 
 
+LOOPBACK = "127.0.0.1"
+# Ray turns a loopback node address into the machine's own unless this is off (ray_constants).
+_LOCAL_ONLY_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+# Names of environment variables that hold secrets, besides those whose value is a known secret.
+SECRET_VAR = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|PRIVATE_?KEY|CREDENTIAL|AUTH|SESSION|COOKIE", re.I)
+
+
+def _loopback_only(ray: Any) -> None:
+    """A Ray started here binds loopback only (GCS, raylet, object manager, workers, the runtime
+    env agent): with its node address 127.0.0.1, Ray listens on nothing else. Ray imported
+    before :meth:`RayExecutor.start` read the switch already; it is set on the module too."""
+    from ray._private import ray_constants
+
+    os.environ[_LOCAL_ONLY_VAR] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+@contextlib.contextmanager
+def _without_secrets() -> Iterator[None]:
+    """``os.environ`` without any secret while Ray starts its processes, then as it was."""
+    from fixgraph import redaction
+
+    known = set(redaction.known())
+    dropped = {k: v for k, v in os.environ.items() if SECRET_VAR.search(k) or v in known}
+    for key in dropped:
+        del os.environ[key]
+    try:
+        yield
+    finally:
+        os.environ.update(dropped)
+
+
 def _absolute(cfg: RunConfig) -> RunConfig:
     # Workers do not share the driver's working directory on a cluster; paths mean the same everywhere.
     return cfg.model_copy(update={"cache_dir": cfg.cache_dir.resolve(), "runs_dir": cfg.runs_dir.resolve(),
@@ -232,6 +265,9 @@ class RayExecutor:
     def start(cls, cfg: RunConfig, address: str | None = None, max_in_flight: int | None = None) -> RayExecutor:
         """Join the cluster at ``address``, or start Ray on this machine; reuse a Ray already
         initialised in this process (a test session, a notebook) and leave it running."""
+        if not address:
+            # Read when Ray is imported: a local Ray's node address is loopback, not this machine's.
+            os.environ.setdefault(_LOCAL_ONLY_VAR, "0")
         require_ray()
         import ray
 
@@ -245,13 +281,19 @@ class RayExecutor:
             _probe(address, min(3.0, settings.connect_timeout_s))
             kwargs["address"] = address
         else:
-            kwargs.update(address="local", num_cpus=settings.local_cpus or os.cpu_count() or 1)
+            _loopback_only(ray)
+            kwargs.update(address="local", num_cpus=settings.local_cpus or os.cpu_count() or 1,
+                          _node_ip_address=LOOPBACK)
         where = f"the Ray cluster at {address}" if address else "a local Ray"
         try:
             if address:
                 _join(ray, kwargs, settings.connect_timeout_s, where)
             else:
-                ray.init(**kwargs)
+                # Ray's processes (GCS, raylet, and every worker the raylet starts) inherit this
+                # environment: they get none of the driver's secrets. A task gets what it needs
+                # (the LLM key, the token) in its payload, the run's config.
+                with _without_secrets():
+                    ray.init(**kwargs)
         except ExecutorError:
             raise
         except Exception as exc:  # Ray raises many kinds; each ends the run with its one line

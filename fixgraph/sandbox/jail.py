@@ -3,6 +3,8 @@
 ``unshare`` has already given it new mount, PID (it is PID 1) and usually network namespaces, as
 real root or as root of a new user namespace. Before the test command runs it:
 
+- covers the folders where anyone may leave a Unix socket (``/tmp``, ``/run``) with empty ones
+  holding only the paths the command needs (``mask_dirs``, ``keep``);
 - reaches what the command needs through folders closed to others (root's home) without opening
   them: each is covered by an empty folder holding only the needed children (``reach``);
 - binds the run's working copy over the shared environment's installed source (``binds``), so
@@ -88,8 +90,39 @@ def _reach(folders: dict) -> None:
             os.close(fd)
 
 
+def _mask(dirs: list, keep: list) -> None:
+    """Cover each of ``dirs`` (``/tmp``, ``/run``: folders anyone may put a Unix socket in) with
+    an empty tmpfs, then bind back only the paths of ``keep`` under it (the run's own folders, its
+    interpreter), each at its place: the host's sockets there (a database's, Ray's, a desktop
+    bus) cannot be reached. Folders made on the way let others pass but not list (0711)."""
+    for folder in dirs:
+        mine = [k for k in keep if k.startswith(folder.rstrip("/") + "/")]
+        fds = {}
+        for path in mine:
+            try:
+                fds[path] = os.open(path, os.O_PATH)
+            except OSError:
+                continue
+        _mount("none", folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
+        for path, fd in fds.items():
+            rel = path[len(folder.rstrip("/")) + 1:].split("/")
+            at = folder.rstrip("/")
+            for part in rel[:-1]:
+                at = f"{at}/{part}"
+                if not os.path.isdir(at):
+                    os.mkdir(at, 0o711)
+            target = f"{at}/{rel[-1]}"
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.mkdir(target, 0o711)
+            else:
+                os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o600))
+            _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
+            os.close(fd)
+
+
 def prepare_mounts(spec: dict) -> list[str]:
     notes = []
+    _mask(spec.get("mask_dirs", []), spec.get("keep", []))
     _reach(spec.get("reach", {}))
     for source, target in spec.get("binds", []):
         # This run's view only: a shared environment's installed source shows the run's own copy.

@@ -261,6 +261,36 @@ def _writable(cwd: Path, env: Mapping[str, str], extra: Sequence[Path]) -> list[
     return out
 
 
+# World-writable folders where the host's Unix sockets live (a database's, Ray's, a session bus):
+# each run sees them empty but for its own paths. The network namespace cuts abstract sockets.
+MASKED_DIRS = ("/tmp", "/var/tmp", "/run", "/var/run")
+
+
+def _masks(paths: Sequence[Path], env: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """The folders of :data:`MASKED_DIRS` here (links resolved), and the paths under them a run
+    must keep: ``paths`` and every absolute path named in ``env``, as named and resolved; a
+    venv's folder keeps its parent too (a shared env's installed checkout sits beside it)."""
+    dirs: list[str] = []
+    for d in MASKED_DIRS:
+        real = Path(d).resolve()
+        if real.is_dir() and len(real.parts) > 1 and str(real) not in dirs:
+            dirs.append(str(real))
+    named = [str(p) for p in paths]
+    for key, value in env.items():
+        named += [v for v in value.split(os.pathsep) if v.startswith("/")]
+        if key == "VIRTUAL_ENV" and value.startswith("/"):
+            named.append(str(Path(value).parent))
+    wanted: set[str] = set()
+    for name in named:
+        for cand in {Path(name).absolute(), Path(name).resolve()}:
+            wanted.update(str(cand) for d in dirs if cand.is_relative_to(d) and str(cand) != d and cand.exists())
+    keep: list[str] = []
+    for path in sorted(wanted):
+        if not any(path.startswith(k + "/") for k in keep):
+            keep.append(path)
+    return dirs, keep
+
+
 def can_bind(limits: Limits) -> bool:
     """Whether a run with ``limits`` gets a mount namespace of its own, where ``binds`` apply."""
     return _probe(limits.network_isolation) is not None
@@ -298,6 +328,9 @@ def run_isolated(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], limits: 
         else:
             for f in outputs:
                 f.touch()
+        # Once the output files exist: what is kept must be there to be bound back.
+        spec["mask_dirs"], spec["keep"] = _masks(
+            [*_needed(cmd, env), *dirs, *outputs, cwd, *(p for pair in binds for p in pair)], env)
         # setpriv: unshare dies with this thread (fixgraph killed), and the jail then with unshare.
         argv = [*_pdeathsig(), *prefix, sys.executable, "-I", "-S", str(JAIL), json.dumps(spec), "--", *cmd]
         done = _run(argv, cwd, env, limits, isolated=limits.network_isolation)

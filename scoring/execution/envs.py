@@ -39,7 +39,9 @@ from fixgraph.dataset import Task
 from fixgraph.records import atomic_write, file_lock
 from fixgraph.repo import gitsafe
 from fixgraph.repo.workspace import Worktree
+from fixgraph.sandbox import nofollow
 from fixgraph.sandbox.process import Limits, run_isolated, scrubbed_env
+from scoring.execution import envcheck
 from scoring.execution.compiled import (
     CompiledBuild,
     classify_failure,
@@ -175,7 +177,14 @@ class VenvEnvs:
                     meta = json.loads(meta_path.read_text())
                 except json.JSONDecodeError:
                     meta = None
-            if meta is None or (not meta.get("ok") and meta.get("retryable")
+            tainted = _tainted(path, meta)
+            if tainted:
+                # Something changed the shared env outside fixgraph's build and installs: it is
+                # built again (no run may use it meanwhile), never used as it is.
+                with file_lock(path.parent / f"{path.name}.run.lock"):
+                    meta = {**self._build(task, wt, spec, path), "build_tries": 1, "rebuilt_because": tainted}
+                atomic_write(meta_path, json.dumps(meta, indent=1))
+            elif meta is None or (not meta.get("ok") and meta.get("retryable")
                                 and meta.get("build_tries", 1) < BUILD_TRIES):
                 # Counted as the condition above counts: a failed env.json without the field is one build.
                 tries = 1 if meta is None else meta.get("build_tries", 1) + 1
@@ -291,6 +300,8 @@ class VenvEnvs:
                                                 "pip_packages"):
             return fail(f"installing pip_packages failed: {meta['step_error']}", retryable=run.transient)
         shutil.rmtree(setup, ignore_errors=True)
+        site = envcheck.listing(venv)
+        meta.update(site_build=site, site=site)
         meta.update(ok=True, reason="", seconds=round(time.monotonic() - start, 1), log_tail=run.tail())
         return meta
 
@@ -324,16 +335,32 @@ class VenvEnvs:
             retry = install.replace("pip install ", "pip install --no-build-isolation ", 1)
             if retry != install and run(["bash", "-c", retry], src, "install"):
                 ok, err = True, ""
+        venv = path / "venv"
+        if ok and not ((venv / "bin" / "python").is_file() and src.is_dir() and not src.is_symlink()):
+            ok, err = False, "the install step removed the env's interpreter or its own checkout"
+        planted = envcheck.planted(meta.get("site_build", {}), envcheck.listing(venv))
+        if planted:
+            # Python would run them in every later task's processes: removed, and the install refused.
+            for key in planted:
+                _remove_entry(venv, key)
+            if ok:
+                ok, err = False, f"the install step left {', '.join(planted)} in the shared env: refused and removed"
+        meta["site"] = envcheck.listing(venv)
         if not ok:
             meta["failed_installs"][task.base_commit] = f"at {task.base_commit[:12]}: {err}"
             if not run.transient:  # a compiler error, a download from outside, a timeout: final
                 meta["install_tries"][task.base_commit] = INSTALL_TRIES
             meta["failed_install_log_tail"] = run.tail()
+            if src.is_symlink():
+                src.unlink()
             shutil.rmtree(src, ignore_errors=True)
+            path.mkdir(parents=True, exist_ok=True)  # an install step may have removed it all
             _link_source(path)
             return
         meta.update(artifacts=sorted(_file_set(src) - before), installed_commit=task.base_commit, serves=[],
                     install_seconds=round(time.monotonic() - start, 1), install_log_tail=run.tail())
+        if base.is_symlink():
+            base.unlink()
         shutil.rmtree(base, ignore_errors=True)
         os.rename(src, base)
         _link_source(path)
@@ -363,6 +390,29 @@ class _Steps:
 
     def tail(self) -> str:
         return "".join(self.log)[-4000:]
+
+
+def _tainted(path: Path, meta: dict[str, Any] | None) -> str:
+    """Why the built env at ``path`` cannot be used as it is ("" when it can): its interpreter is
+    gone, or site-packages' top level is not what the last build or install left."""
+    if not meta or not meta.get("ok"):
+        return ""
+    venv = path / "venv"
+    if not (venv / "bin" / "python").is_file():
+        return "its interpreter is gone"
+    recorded = meta.get("site")
+    if recorded is None:
+        return ""  # built before this check existed
+    diff = envcheck.changed(recorded, envcheck.listing(venv))
+    return f"site-packages changed after its last install: {', '.join(diff[:5])}" if diff else ""
+
+
+def _remove_entry(venv: Path, key: str) -> None:
+    target = venv / key
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target, ignore_errors=True)
+    else:
+        target.unlink(missing_ok=True)
 
 
 def _editable(install: str) -> bool:
@@ -463,25 +513,16 @@ def _pointed_at(path: Path, work: Path, can_bind: bool) -> Iterator[list[tuple[P
 
 
 def _empty_submodules(root: Path) -> list[str]:
-    gm = root / ".gitmodules"
-    if not gm.is_file():
+    try:
+        text = nofollow.read_bytes(root, ".gitmodules", 1_000_000).decode(errors="replace")
+    except OSError:
         return []
-    paths = re.findall(r"^\s*path\s*=\s*(\S+)", gm.read_text(errors="replace"), flags=re.M)
+    paths = re.findall(r"^\s*path\s*=\s*(\S+)", text, flags=re.M)
     return [p for p in paths if not (root / p).is_dir() or not any((root / p).iterdir())]
 
 
 def _file_set(root: Path) -> set[str]:
-    out: set[str] = set()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in _SKIP_ARTIFACT_DIRS]
-        for name in filenames:
-            if name.endswith((".pyc", ".o")):
-                continue
-            full = Path(dirpath) / name
-            try:
-                if full.stat().st_size > _MAX_ARTIFACT_BYTES:
-                    continue
-            except OSError:
-                continue
-            out.add(str(full.relative_to(root)))
-    return out
+    """The regular files under ``root`` (no link: an artifact is copied as fixgraph, and a link
+    would copy whatever it leads to), without compiled objects and build folders."""
+    return {rel for rel in nofollow.regular_files(root, frozenset(_SKIP_ARTIFACT_DIRS), _MAX_ARTIFACT_BYTES)
+            if not rel.endswith((".pyc", ".o"))}

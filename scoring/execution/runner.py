@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from fixgraph.config import TestSettings
 from fixgraph.dataset import Task
 from fixgraph.repo.workspace import Worktree
+from fixgraph.sandbox import nofollow
 from fixgraph.sandbox.process import Completed, Limits, can_bind, prepare_workdir, run_isolated, scrubbed_env
 from scoring.execution import testenv
 from scoring.execution.specs import (
@@ -125,7 +126,7 @@ class SubprocessRunner:
                 err = err or _write_into(work, rel, content)
             if err:
                 raise EnvError(err)
-            _overlay(env, work)
+            _overlay(env, work)  # a refused artifact shows as the code's own failure
             run_env, _ = self._prepare(env, work, home)
             run_env.update(extra_env or {})
             limits = Limits(min(timeout_s, self.settings.timeout_s), self.settings.cpu_s, self.settings.memory_mb,
@@ -158,19 +159,20 @@ class SubprocessRunner:
         err = materialize(wt, task.base_commit, work)
         if err:
             return SuiteRun({}, "", 0.0, error=err, backend=self.backend)
-        saved = {f: (work / f).read_bytes() if (work / f).is_file() else None for f in suite.protected}
+        saved = {f: _saved(work, f) for f in suite.protected}
         if patch is not None and patch.strip():
             notes += _apply_candidate(wt, work, patch)
             touched = set(patch_files(patch)) & (set(saved) | {p for p, _ in suite.added})
             if touched:
                 notes.append("the patch changes test files; they were reset: " + ", ".join(sorted(touched)))
         for rel, data in saved.items():  # the tests are the base commit's, not the patch's
-            target = work / rel
-            if data is None:
-                target.unlink(missing_ok=True)
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
+            try:
+                if data is None:
+                    nofollow.unlink(work, rel)
+                elif data is not _LINK:
+                    nofollow.write_bytes(work, rel, data)
+            except OSError as exc:
+                notes.append(f"test file {rel} not reset: {exc}")
         for rel, content in suite.added:
             err = _write_into(work, rel, content, "test path")
             if err:
@@ -179,10 +181,10 @@ class SubprocessRunner:
             err = git_apply(work, suite.extra_patch)
             if err:
                 return SuiteRun({}, "", 0.0, error=f"test_patch does not apply: {err}", backend=self.backend)
-        _overlay(env, work)
+        notes += _overlay(env, work)
         run_env, pre_log = self._prepare(env, work, home)
         argv, cmd_env = test_command(task.repo, env.spec, env.python)
-        _tox_current_env(argv, env, work)
+        notes += _tox_current_env(argv, env, work)
         crash_file = run_dir / "crash.jsonl"
         if uses_pytest(argv):
             plugin_dir = crash.install_plugin(run_dir / "plugin")
@@ -298,32 +300,61 @@ def _read_output(work: Path, rel: str) -> bytes | None:
         return fh.read(MAX_OUTPUT_FILE_BYTES)
 
 
-def _tox_current_env(argv: list[str], env: TestEnv, work: Path) -> None:
+def _tox_current_env(argv: list[str], env: TestEnv, work: Path) -> list[str]:
     """``tox --current-env`` runs ``.tox/<env>/bin/python``, a symlink to our interpreter. A venv's
     interpreter reached through a symlink finds no ``pyvenv.cfg`` beside it and loses the venv's
-    packages (conda's, which swebench uses, has no such file to lose). Lay one there first."""
+    packages (conda's, which swebench uses, has no such file to lose). Lay one there first; never
+    through a link the repository tracks (``.tox`` pointing at a folder of the machine). The notes
+    of what was refused."""
     cfg = Path(env.python).parent.parent / "pyvenv.cfg"
     if "tox" not in argv[:3] or "--current-env" not in argv or not cfg.is_file():
-        return
+        return []
     names = [a[2:] for a in argv if a.startswith("-e") and len(a) > 2]
     names += [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-e"]
+    notes = []
     for name in names:
         for one in name.split(","):
-            box = work / ".tox" / one
-            box.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(cfg, box / "pyvenv.cfg")
-            if not (box / "lib").exists():
-                (box / "lib").symlink_to(cfg.parent / "lib")
+            try:
+                nofollow.write_bytes(work, f".tox/{one}/pyvenv.cfg", cfg.read_bytes())
+                lib = work / ".tox" / one / "lib"
+                if not lib.is_symlink() and not lib.exists():
+                    lib.symlink_to(cfg.parent / "lib")
+            except OSError as exc:
+                notes.append(f"tox env {one!r} not prepared: {exc}")
+    return notes
 
 
-def _overlay(env: TestEnv, work: Path) -> None:
+# A protected test file the base commit holds as a symlink: left as it is, never read through.
+_LINK = b"\0link"
+
+
+def _saved(work: Path, rel: str) -> bytes | None:
+    try:
+        return nofollow.read_bytes(work, rel)
+    except nofollow.Refused:
+        return _LINK
+    except OSError:
+        return None
+
+
+def _overlay(env: TestEnv, work: Path) -> list[str]:
+    """Copy the install step's artifacts into the run's copy ``work``. Both sides were shaped by
+    the repository (the copy tracks its symlinks; the installed checkout is what the install step
+    left): nothing is followed through a link, and each refusal is a note for the run's record."""
     if env.artifacts_root is None:
-        return
+        return []
+    refused = []
     for rel in env.artifacts:
-        src, dst = env.artifacts_root / rel, work / rel
-        if src.is_file() and not dst.exists():
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dst)
+        try:
+            nofollow.copy_file(env.artifacts_root, rel, work)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            refused.append(f"{rel} ({exc})")
+    if not refused:
+        return []
+    return [f"install artifacts not copied (a symlink on the way is never followed): {'; '.join(refused[:5])}"
+            + (f" and {len(refused) - 5} more" if len(refused) > 5 else "")]
 
 
 def make_runner(settings: TestSettings, cache_dir: Path) -> SuiteRunner:

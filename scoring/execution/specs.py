@@ -12,6 +12,7 @@ from the installed swebench.
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 import shlex
 from collections.abc import Callable
@@ -19,6 +20,8 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from fixgraph.sandbox import nofollow
 
 # swebench's list of files in a test patch that are not tests.
 NON_TEST_EXTS = (".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml")
@@ -72,17 +75,25 @@ def requirements_text(checkout: Path, repo: str, paths: list[str]) -> str | None
     def keep(line: str) -> bool:
         return not any(line.strip().startswith(x) for x in ("-e .", "#", ".[test"))
 
+    def read(rel: str) -> str | None:
+        # The checkout is the repository's: a requirements file that is a link (to /root/.env)
+        # is not read through, nor an include that leaves the checkout.
+        try:
+            return nofollow.read_bytes(checkout, rel, 5_000_000).decode(errors="replace")
+        except OSError:
+            return None
+
     for rel in paths:
-        path = checkout / rel
-        if not path.is_file():
+        content = read(rel)
+        if content is None:
             continue
         original: list[str] = []
         extra: list[str] = []
-        for line in path.read_text(errors="replace").splitlines():
+        for line in content.splitlines():
             if line.strip().startswith("-r"):
-                inc = path.parent / line.strip()[2:].strip()
-                if inc.is_file():
-                    extra += [ln for ln in inc.read_text(errors="replace").splitlines() if keep(ln)]
+                inc = read(posixpath.normpath(posixpath.join(posixpath.dirname(rel), line.strip()[2:].strip())))
+                if inc is not None:
+                    extra += [ln for ln in inc.splitlines() if keep(ln)]
             elif keep(line):
                 original.append(line)
         text = "\n".join([*extra, *original]) + "\n"

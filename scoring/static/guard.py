@@ -113,6 +113,8 @@ PYPROJECT_BUILD = re.compile(r"build-backend|backend-path|\[build-system\]|^\s*r
 SCRIPT_SUFFIXES = (".sh", ".bash", ".zsh", ".ksh", ".ps1", ".bat", ".cmd", "Makefile", ".mk", ".cfg", ".ini",
                    ".toml", ".yml", ".yaml", ".txt", ".in", "Dockerfile")
 # Methods that write or move a file, when called on a path that is outside the repository.
+# Methods that move or link a path to where their first argument says.
+MOVE_METHODS = {"rename", "replace", "symlink_to", "hardlink_to", "link_to"}
 WRITE_METHODS = {"write_text", "write_bytes", "touch", "mkdir", "symlink_to", "hardlink_to", "rename", "replace",
                  "chmod", "unlink", "rmdir", "open"}
 UNVERIFIED_TLS = {"ssl._create_unverified_context", "ssl._create_default_https_context",
@@ -168,6 +170,19 @@ def check_patch(wt: Worktree, patch: str) -> list[Finding]:
         if not c.is_python:
             continue
         out += check_source(c, after, None if c.is_new else base_content(wt, c.path))
+    return out
+
+
+def check_new_files(files: list[tuple[str, str]]) -> list[Finding]:
+    """Guard findings for new files given as (path, content) (the Reproducer's data files), as
+    :func:`check_patch` would find them in a patch that adds them."""
+    out: list[Finding] = []
+    for path, content in files:
+        lines = content.splitlines()
+        change = FileChange(path=path, is_new=True, is_deleted=False, added=frozenset(range(1, len(lines) + 1)))
+        out += _path_rules(change) + _text_rules(change, content)
+        if change.is_python:
+            out += check_source(change, content, None)
     return out
 
 
@@ -257,6 +272,9 @@ def qualname(node: ast.AST, imports: dict[str, str]) -> str | None:
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
         node = node.value
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str) \
+            and qualname(node.value, imports) == "sys.modules":
+        return ".".join([node.slice.value] + list(reversed(parts)))  # sys.modules["os"].system
     if not isinstance(node, ast.Name):
         return None
     root = imports.get(node.id)
@@ -307,7 +325,8 @@ def _check_node(node: ast.AST, ctx: _Ctx) -> None:
         if name in PROTECTED:
             rule, _, _ = PROTECTED[name]
             if rule == "file-move":
-                where = _outside_repo(_key_arg(node, 1, "dst")) or _outside_repo(_key_arg(node, 0, "src"))
+                # Moved or copied to /tmp is out of the repository too (writes to /tmp are not).
+                where = _outside_repo(_key_arg(node, 1, "dst"), tmp=True) or _outside_repo(_key_arg(node, 0, "src"))
                 if where is not None:
                     ctx.flag(rule, line, f"added code calls {name}() with {where}, outside the repository")
             elif name.startswith("yaml.") or rule != "unpickle" or not _safe_unpickle(node, name):
@@ -318,6 +337,10 @@ def _check_node(node: ast.AST, ctx: _Ctx) -> None:
                 and _outside_repo(node.func.value) is not None:
             ctx.flag("file-delete", line, f"added code calls .{node.func.attr}() on "
                                           f"{_outside_repo(node.func.value)}, outside the repository")
+        elif name is None and isinstance(node.func, ast.Attribute) and node.func.attr in MOVE_METHODS \
+                and node.args and _outside_repo(node.args[0], tmp=True) is not None:
+            ctx.flag("file-move", line, f"added code calls .{node.func.attr}() with "
+                                        f"{_outside_repo(node.args[0], tmp=True)}, outside the repository")
         elif name in ("os.getenv", "os.environ.get", "os.environ.pop", "os.environ.setdefault"):
             _check_secret_read(_key_arg(node, 0, "key"), line, ctx)
         elif name is None and isinstance(node.func, ast.Attribute) and node.func.attr in ("bind", "listen") \
@@ -362,6 +385,11 @@ def _check_reference(node: ast.Attribute | ast.Name, ctx: _Ctx) -> None:
     """A protected callable taken as a value (``f = os.system``; ``map(os.remove, ...)``): calling
     it later hides the call's name from the rules above."""
     name = qualname(node, ctx.imports)
+    parent = ctx.parents.get(id(node))
+    if name in UNVERIFIED_TLS and not (isinstance(parent, ast.Call) and parent.func is node):
+        # ssl._create_default_https_context = ssl._create_unverified_context: every later request
+        ctx.flag("tls-verify-off", node.lineno, f"added code installs {name} as a value")
+        return
     if name not in PROTECTED or name in ("eval", "exec", "compile", "open"):
         return
     parent = ctx.parents.get(id(node))
@@ -379,8 +407,24 @@ def _dynamic_lookup(call: ast.Call, ctx: _Ctx) -> bool:
     func = call.func
     module = None
     attr: ast.AST | None = None
-    if isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "getattr" and func.args:
+    inner_name = qualname(func.func, ctx.imports) if isinstance(func, ast.Call) else None
+    if isinstance(func, ast.Call) and (inner_name in ("getattr", "builtins.getattr") or isinstance(
+            func.func, ast.Name) and func.func.id == "getattr") and func.args:
         module, attr = func.args[0], func.args[1] if len(func.args) > 1 else None
+    elif isinstance(func, ast.Call) and isinstance(func.func, ast.Call) and func.args \
+            and qualname(func.func.func, ctx.imports) == "operator.attrgetter":
+        # operator.attrgetter("system")(os)(...)
+        module, attr = func.args[0], func.func.args[0] if func.func.args else None
+    elif inner_name == "operator.methodcaller" and isinstance(func, ast.Call) and call.args:
+        # operator.methodcaller("system", "id")(os)
+        module, attr = call.args[0], func.args[0] if func.args else None
+    elif isinstance(func, ast.Call) and isinstance(func.func, ast.Attribute) and func.args and (
+            func.func.attr == "__getattribute__" or func.func.attr == "get" and isinstance(
+                func.func.value, ast.Attribute) and func.func.value.attr == "__dict__"):
+        # os.__getattribute__("system")(...), os.__dict__.get("system")(...)
+        owner = func.func.value
+        module = owner.value if isinstance(owner, ast.Attribute) and owner.attr == "__dict__" else owner
+        attr = func.args[0]
     elif isinstance(func, ast.Subscript):
         inner = func.value
         if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id == "vars" and inner.args:
@@ -432,14 +476,16 @@ def _safe_yaml(call: ast.Call, ctx: _Ctx) -> bool:
     return loader is not None and str(_const(loader)) in SAFE_YAML_LOADERS
 
 
-def _outside_repo(node: ast.AST | None) -> str | None:
-    """A literal path that points outside any repository: absolute, home or parent-relative."""
+def _outside_repo(node: ast.AST | None, tmp: bool = False) -> str | None:
+    """A literal path that points outside any repository: absolute, home or parent-relative
+    (``/tmp`` only when ``tmp``: a move or a copy there takes files out; a write there is scratch)."""
     if node is None:
         return None
+    spared = ("/dev/null",) if tmp else ("/tmp", "/dev/null")
     for sub in ast.walk(node):
         if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
             text = sub.value
-            if text.startswith(("/", "~")) and not text.startswith(("/tmp", "/dev/null")) or text.startswith("../"):
+            if text.startswith(("/", "~")) and not text.startswith(spared) or text.startswith("../"):
                 return text
         if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in (
                 "expanduser", "home", "gettempdir") and sub.func.attr != "gettempdir":

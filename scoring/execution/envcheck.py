@@ -1,0 +1,97 @@
+"""A shared environment's integrity: what one task's install step may not leave for another task.
+
+A venv per (repo, version) is shared by every task of that version; each task's install step runs
+in it (sandboxed, but with the env folder writable). Python runs ``sitecustomize``,
+``usercustomize`` and every ``import`` line of a ``.pth`` file in site-packages at the start of
+every process: one install step that plants one changes every later task's test runs. So:
+
+- :func:`listing` is a cheap picture of site-packages' top level: every entry's name and kind, the
+  content hash of each ``.pth`` and ``*customize`` file. It is recorded after the build
+  (``site_build``) and after each install (``site``).
+- :func:`planted` says what an install step left that no install may: a ``sitecustomize`` or
+  ``usercustomize`` that was not there after the build, or a ``.pth`` file, new or changed since
+  the build, with an ``import`` line (an editable install's own finder line excepted).
+- Before each run the env's listing must still be the one recorded (:func:`changed`); anything
+  else changed it outside fixgraph's install, and the env is rebuilt.
+
+It looks at the top level only (a package's own files could still be edited by an install step
+of the same repository); that is the price of a check that costs milliseconds per run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+from pathlib import Path
+
+CUSTOMIZE = ("sitecustomize", "usercustomize")
+# A .pth line that setuptools' editable install (PEP 660) writes: it imports its own finder.
+_EDITABLE_FINDER = re.compile(r"^import (__editable___[\w.-]+_finder); \1\.install\([^;]*\)$")
+_MAX_READ = 1_000_000
+
+
+def site_dirs(venv: Path) -> list[Path]:
+    return sorted(p for p in venv.glob("lib/python*/site-packages") if p.is_dir() and not p.is_symlink())
+
+
+def _digest(path: str) -> str:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return "unreadable"
+    with os.fdopen(fd, "rb") as fh:
+        return hashlib.sha256(fh.read(_MAX_READ)).hexdigest()[:16]
+
+
+def _runs_code(path: str) -> bool:
+    """Whether a ``.pth`` file has a line Python executes (one that starts with ``import``)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return True
+    with os.fdopen(fd, "rb") as fh:
+        lines = fh.read(_MAX_READ).decode(errors="replace").splitlines()
+    return any(ln.startswith(("import ", "import\t")) and not _EDITABLE_FINDER.match(ln.strip()) for ln in lines)
+
+
+def listing(venv: Path) -> dict[str, str]:
+    """site-packages' top level: ``"<site dir>/<name>" -> kind`` (``d``, ``l:<target>``, ``f``,
+    and for ``.pth`` and ``*customize`` files ``f:<hash>`` plus ``:code`` when a ``.pth`` runs code)."""
+    out: dict[str, str] = {}
+    for site in site_dirs(venv):
+        prefix = site.relative_to(venv).as_posix()
+        for entry in os.scandir(site):
+            key = f"{prefix}/{entry.name}"
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                out[key] = "l:" + os.readlink(entry.path)
+            elif stat.S_ISDIR(st.st_mode):
+                out[key] = "d"
+            elif entry.name.endswith(".pth"):
+                out[key] = f"f:{_digest(entry.path)}" + (":code" if _runs_code(entry.path) else "")
+            elif entry.name.split(".")[0] in CUSTOMIZE:
+                out[key] = f"f:{_digest(entry.path)}"
+            else:
+                out[key] = "f"
+    return out
+
+
+def planted(build: dict[str, str], now: dict[str, str]) -> list[str]:
+    """Entries of ``now`` that no install step may leave, given the listing after the build."""
+    found = []
+    for key, kind in sorted(now.items()):
+        name = key.rsplit("/", 1)[-1]
+        if build.get(key) == kind:
+            continue
+        if name.split(".")[0] in CUSTOMIZE:
+            found.append(key)
+        elif name.endswith(".pth") and (kind.endswith(":code") or kind.startswith(("l:", "d"))):
+            found.append(key)
+    return found
+
+
+def changed(recorded: dict[str, str], now: dict[str, str]) -> list[str]:
+    """Top-level entries added, removed or changed since ``recorded``."""
+    return sorted(k for k in recorded.keys() | now.keys() if recorded.get(k) != now.get(k))

@@ -1,0 +1,138 @@
+"""Issue 35's findings, one test each: every one failed on the commit before the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eval.attacks import install
+
+
+def test_artifacts_are_never_copied_through_a_symlink(tmp_path: Path) -> None:
+    for attack in (install._overlay_abs_dir, install._overlay_rel_dir, install._overlay_dangling,
+                   install._overlay_chain, install._overlay_source_link, install._all_links):
+        case = tmp_path / attack.__name__
+        case.mkdir()
+        assert attack(case) == "", attack.__name__
+
+
+def test_the_artifact_list_and_tox_and_requirements_follow_no_link(tmp_path: Path) -> None:
+    for attack in (install._artifact_list_link, install._tox_link, install._requirements_link,
+                   install._requirements_include):
+        case = tmp_path / attack.__name__
+        case.mkdir()
+        assert attack(case) == "", attack.__name__
+
+
+def test_a_refused_artifact_is_noted_and_the_rest_copied(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    notes, work = install._overlay_case(tmp_path, {"pkg/data": str(outside)},
+                                        {"pkg/data/x.pth": "import os\n", "pkg/_version.py": "V = 1\n"})
+    assert (work / "pkg" / "_version.py").read_text() == "V = 1\n"
+    assert len(notes) == 1 and "pkg/data/x.pth" in notes[0] and "symlink" in notes[0]
+    assert not (outside / "x.pth").exists()
+
+
+@pytest.mark.slow
+def test_the_install_artifact_escape_end_to_end(tmp_path: Path) -> None:
+    assert install._artifact_through_link(tmp_path) == ""
+
+
+def test_env_listing_flags_what_no_install_may_leave() -> None:
+    from scoring.execution.envcheck import changed, planted
+
+    build = {"lib/python3.11/site-packages/distutils-precedence.pth": "f:aa:code",
+             "lib/python3.11/site-packages/pip": "d"}
+    now = {**build, "lib/python3.11/site-packages/sitecustomize.py": "f:bb",
+           "lib/python3.11/site-packages/__editable__.calc-0.1.pth": "f:cc",
+           "lib/python3.11/site-packages/evil.pth": "f:dd:code",
+           "lib/python3.11/site-packages/calc": "d"}
+    assert planted(build, now) == ["lib/python3.11/site-packages/evil.pth",
+                                   "lib/python3.11/site-packages/sitecustomize.py"]
+    assert changed(now, {**now, "lib/python3.11/site-packages/usercustomize.py": "f:ee"}) == [
+        "lib/python3.11/site-packages/usercustomize.py"]
+
+
+def test_an_editable_finder_pth_is_no_plant(tmp_path: Path) -> None:
+    from scoring.execution.envcheck import listing, planted
+
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "__editable__.calc-0.1.pth").write_text(
+        "import __editable___calc_0_1_finder; __editable___calc_0_1_finder.install()\n")
+    (site / "paths.pth").write_text("/some/where\n")
+    assert planted({}, listing(tmp_path / "venv")) == []
+    (site / "paths.pth").write_text("/some/where\nimport os; os.system('id')\n")
+    assert planted({}, listing(tmp_path / "venv")) == ["lib/python3.11/site-packages/paths.pth"]
+
+
+@pytest.mark.slow
+def test_an_install_step_cannot_plant_sitecustomize_in_the_shared_env(tmp_path: Path) -> None:
+    assert install._sitecustomize(tmp_path / "a") == ""
+    assert install._pth(tmp_path / "b") == ""
+    assert install._deletes_env(tmp_path / "c") == ""
+
+
+@pytest.mark.slow
+def test_a_local_ray_binds_loopback_and_its_workers_hold_no_driver_secret(tmp_path: Path) -> None:
+    from eval.attacks import cluster
+
+    assert cluster._ray_binds(tmp_path) == ""
+    assert cluster._ray_node_address(tmp_path) == ""
+    assert cluster._ray_env(tmp_path) == ""
+    assert cluster._ray_killed_worker(tmp_path) == ""
+
+
+def test_ray_starts_with_no_secret_in_its_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from fixgraph.run.executors import _without_secrets
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+    monkeypatch.setenv("ACME_DEPLOY_TOKEN", "t0ken-0123456789")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    with _without_secrets():
+        assert "OPENAI_API_KEY" not in os.environ and "ACME_DEPLOY_TOKEN" not in os.environ
+        assert os.environ["LANG"] == "C.UTF-8"
+    assert os.environ["OPENAI_API_KEY"] == "sk-test-0123456789abcdef"
+
+
+def test_the_reproducers_data_files_are_never_configuration(tmp_path: Path) -> None:
+    from eval.attacks import ATTACKS, repro  # noqa: F401 - registers the attacks
+
+    for a in [a for a in ATTACKS if a.cls == "repro-files"]:
+        case = tmp_path / str(abs(hash(a.name)))
+        case.mkdir()
+        assert a.run(case) == "", a.name
+
+
+@pytest.mark.parametrize("name", ["rename-to-tmp", "operator-attrgetter", "operator-methodcaller", "sys-modules-lookup",
+                                  "dict-get-lookup", "getattribute-lookup", "builtins-getattr", "path-rename-to-tmp",
+                                  "unverified-context"])
+def test_the_guard_sees_issue_35s_bypasses(tmp_path: Path, name: str) -> None:
+    from eval.attacks.guard import _guard_attack
+    from eval.fixtures.guard_cases import BYPASSES
+
+    assert _guard_attack(name, *BYPASSES[name])(tmp_path) == ""
+
+
+@pytest.mark.parametrize("name", ["predictions_dir under /proc", "graph.py --workers abc", "graph.py --frobnicate"])
+def test_bad_command_lines_get_one_line_and_exit_2(tmp_path: Path, name: str) -> None:
+    from eval.attacks import ATTACKS, cli  # noqa: F401 - registers the attacks
+
+    (attack,) = [a for a in ATTACKS if a.name == name]
+    assert attack.run(tmp_path) == ""
+
+
+def test_host_unix_sockets_in_world_writable_folders_are_hidden(tmp_path: Path) -> None:
+    from eval.attacks import ATTACKS, sockets  # noqa: F401 - registers the attacks
+    from fixgraph.sandbox.process import sandbox_mode
+
+    if sandbox_mode() == "none":
+        pytest.skip("no namespaces here")
+    for a in [a for a in ATTACKS if a.cls == "unix-socket"]:
+        case = tmp_path / str(abs(hash(a.name)))
+        case.mkdir()
+        assert a.run(case) == "", a.name
