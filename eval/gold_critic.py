@@ -73,6 +73,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", type=Path, default=None, help="worktrees (default: a temporary folder)")
     p.add_argument("-o", "--output", type=Path, default=None, help="per-row results, JSON Lines")
     p.add_argument("--resume", action="store_true", help="count the rows already in --output instead of judging them")
+    p.add_argument("--built-only", action="store_true",
+                   help="only instances whose test environment is already built under the cache dir (venv backend)")
+    p.add_argument("--report", action="store_true",
+                   help="only print the figures of the rows in --output (several files' rows concatenated)")
     return p
 
 
@@ -108,7 +112,9 @@ def _judge(args: argparse.Namespace, cfg: RunConfig, cmd: list[str], phases: set
            runner: SuiteRunner | None, inst: Instance, static_cache: Path) -> dict[str, Any]:
     rec: dict[str, Any] = {"instance_id": inst.instance_id, "repo": inst.repo}
     try:
-        wt = repos.worktree(inst.repo, inst.base_commit, f"gold-{inst.repo_slug}")
+        # Runs side by side (shards, phases) each have their own worktree.
+        tag = "-".join(sorted(phases)) + (f"-{args.shard.replace('/', 'of')}" if args.shard else "")
+        wt = repos.worktree(inst.repo, inst.base_commit, f"gold-{inst.repo_slug}-{tag}")
         wt.apply(inst.patch)
     except (WorkspaceError, git.GitCommandError, PatchError) as exc:
         rec["skipped"] = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else type(exc).__name__
@@ -187,6 +193,15 @@ def _seconds(rec: dict[str, Any], phase: str) -> float:
     return float(rec[phase]["seconds"])
 
 
+def _built(cfg: RunConfig, inst: Instance) -> bool:
+    """Whether the venv backend's environment for ``inst`` is built and usable."""
+    path = cfg.cache_dir / "envs" / f"{inst.repo.replace('/', '+')}__{inst.version}" / "env.json"
+    try:
+        return bool(json.loads(path.read_text()).get("ok"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _round_robin(rows: list[dict[str, Any]], dataset: dict[str, Instance]) -> list[dict[str, Any]]:
     """The same rows, one repository after another in turn: a run cut short (or ``--limit``) still
     spans every repository."""
@@ -217,10 +232,15 @@ def run(args: argparse.Namespace) -> int:
     skipped: dict[str, int] = {}
     rows = mirrored_rows([{"instance_id": i} for i in dataset], dataset, args.repos, only, skipped)
     rows = _round_robin(sample(rows, args.stride, 0, None), dataset)
+    if args.built_only:
+        rows = [r for r in rows if _built(cfg, dataset[r["instance_id"]])]
     rows = sample(rows, 1, args.limit, shard)
     if not rows:
         raise InputError("no instance with a mirror to judge")
-    previous = {str(r.get("instance_id")): r for r in written_rows(args.output)} if args.resume else {}
+    previous = {str(r.get("instance_id")): r for r in written_rows(args.output)} if args.resume or args.report else {}
+    if args.report:
+        report([previous[r["instance_id"]] for r in rows if r["instance_id"] in previous], phases)
+        return 0
     work = Path(tempfile.mkdtemp(prefix="gold-critic-"))
     repos = RepoCache((args.cache_dir or work).resolve(), mirrors=args.repos)
     runner = make_runner(cfg.tests, cfg.cache_dir.resolve()) if phases & {"replay", "tests"} else None
