@@ -34,7 +34,7 @@ from scoring.runtime import llm_check, replay
 from scoring.runtime.findings import crash_summaries, explained, findings_of
 from scoring.static import differential as static
 from scoring.static import guard
-from scoring.verdict import expected_change, fix_score, quality, select
+from scoring.verdict import expected_change, fix_score, quality, select, weigh
 
 
 def _fmt(f: Finding) -> str:
@@ -44,7 +44,11 @@ def _fmt(f: Finding) -> str:
     if f.get("symbol"):
         where += f" in {f.get('symbol')}"
     rule = f.get("rule", "")
-    line = f"- [{f.get('source', '')}{'/' + rule if rule else ''}] {where}: {f.get('message', '')}"
+    status = f.get("status", "")
+    kind = {"confirmed": "confirmed by the tests", "unconfirmed": "static suspicion, not confirmed by the tests",
+            "untested": "static suspicion, the tests could not run"}.get(status, "")
+    mark = f" {kind}: {f.get('evidence', '')}" if kind else ""
+    line = f"- [{f.get('source', '')}{'/' + rule if rule else ''}{mark}] {where}: {f.get('message', '')}"
     # REDO §G: the Coder gets each error with its location and the code it points at.
     code = f.get("code", "")
     return line + (f"\n    at: {code}" if code else "")
@@ -133,23 +137,28 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
         notes.append("the unsafe-patch guard blocks this patch")
     findings += guard_findings
 
+    # No veto before evidence (scoring/verdict/weigh.py): only a finding sure without running ends
+    # the attempt here; the others are suspicions the tests weigh.
+    suspicions: list[Finding] = []
     if settings.static:
         result = static.analyze_patch(wt, patch, settings=settings, cache_dir=ctx.cache_dir)
         if result.status == "cannot_analyze":
             verdict = "CannotAnalyze"
             notes.append(f"static analysis could not run: {result.reason}")
-        elif result.new:
-            verdict = "Unsafe"
-            findings += result.new
+        else:
+            sure = [f for f in result.new if weigh.certain(f)]
+            suspicions += [f for f in result.new if not weigh.certain(f)]
+            if sure:
+                verdict = "Unsafe"
+                findings += sure
 
-    if verdict == "Safe" and settings.llm_check:
+    if verdict == "Safe" and not suspicions and settings.llm_check:
         check, delta = llm_check.runtime_check(ctx.llm, ctx.task, wt, patch, calls=settings.llm_check_calls)
         usage = merge_usage(usage, delta)
         if check is None:
             verdict = "NoVerdict"
         elif check.verdict == "Unsafe":
-            verdict = "Unsafe"
-            findings += llm_check.to_findings(check, wt)
+            suspicions += llm_check.to_findings(check, wt)
 
     replayed = None
     if verdict == "Safe" and settings.replay_issue and settings.tests != "off":
@@ -166,20 +175,38 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
     if verdict == "Unsafe":
         score = ScoreParts(fix_score=0.0, kind="none", code_quality=code_quality,
                            note="rejected by the Critic before running tests")
+        findings += weigh.weigh(suspicions, ran=False, lines=None, crashes=[], texts={},
+                                why_not="the attempt ended before the tests")
     else:
-        outcome = _run_tests(ctx, state, patch, replayed.reproduced if replayed is not None else [])
+        traced = sorted({f.get("file", "") for f in suspicions if f.get("file")})
+        outcome = _run_tests(ctx, state, patch, replayed.reproduced if replayed is not None else [], traced)
         # Tests that assert what the issue asks to change: a warning to update them, not a regression.
         expected = (expected_change.of_outcome(outcome, ctx.task.problem_statement, ctx.task.repo)
                     if outcome is not None and outcome.source == "own" and ctx.cfg.regression.expected_changes
                     else {})
         llm_score = None
-        if fix_score.needs_judgment(outcome):
+        ran = outcome is not None and outcome.runnable
+        # Suspicions the tests cannot weigh decide (score 0 below): no judgment is worth asking for.
+        if fix_score.needs_judgment(outcome) and (ran or not suspicions):
             judgment, delta = ctx.llm.structured("critic", "critic", PatchJudgment, messages(
                 "the Critic", "judge", repo=ctx.task.repo, problem=ctx.task.issue, patch=patch))
             usage = merge_usage(usage, delta)
             llm_score = judgment.score
         score = fix_score.compute(outcome, code_quality, llm_score, leave_out=expected.keys(),
                                   why_left_out=expected_change.WHY)
+        weighed = weigh.weigh(suspicions, ran=ran, lines=outcome.lines if outcome is not None else None,
+                              crashes=(outcome.regression_crashes + outcome.repro_crashes) if outcome else [],
+                              texts={f: wt.read(f) or "" for f in traced},
+                              why_not=(outcome.reason if outcome is not None else "tests are off"))
+        findings += weighed
+        if weigh.confirmed(weighed):
+            verdict = "Unsafe"
+        if weighed:
+            score["note"] = "; ".join(n for n in (score.get("note", ""), weigh.summary(weighed)) if n)
+        if weighed and not ran:
+            # The tests could not run here: the static finding decides, as it did before the tests.
+            score = ScoreParts(fix_score=0.0, kind="none", code_quality=code_quality,
+                               note=f"rejected on static evidence alone: {weigh.summary(weighed)}")
         if outcome is not None:
             crash = outcome.crash
             score["test_run"] = {
@@ -206,14 +233,16 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
     attempt = AttemptRecord(number=number, patch=patch, explanation=explanation,
                             verdict=verdict, findings=findings, score=score,
                             fixed_from_previous=sorted(before - now), crash_context=crash)
-    return attempt, usage, "\n".join(notes + [_fmt(f) for f in findings])
+    # A suspicion the tests contradicted stays in the record, not in the Coder's feedback.
+    told = [f for f in findings if f.get("status") != "contradicted"]
+    return attempt, usage, "\n".join(notes + [_fmt(f) for f in told])
 
 
-def _run_tests(ctx: TaskContext, state: TaskState, patch: str,
-               issue_code: list[dict[str, str]]) -> tests.TestOutcome | None:
+def _run_tests(ctx: TaskContext, state: TaskState, patch: str, issue_code: list[dict[str, str]],
+               trace: list[str]) -> tests.TestOutcome | None:
     """The tests' verdict on ``patch``; ``issue_code`` is the replay's reproduction of the issue's
     own code (``scoring.runtime.replay.reproductions``), counted with the reproduction tests when
-    ``repro.issue_code`` is on."""
+    ``repro.issue_code`` is on; ``trace``: the files whose executed lines the runs record."""
     mode = ctx.cfg.critic.tests
     if mode == "off":
         return None
@@ -226,7 +255,7 @@ def _run_tests(ctx: TaskContext, state: TaskState, patch: str,
     repro = state.get("repro") or {}
     accepted = [tests.ReproTest.from_dict(repro)] if repro.get("status") == "accepted" else []
     return tests.own_outcome(runner, ctx.task, ctx.worktree, patch, accepted, ctx.cfg.regression,
-                             ctx.cfg.repro.timeout_s, issue_code if ctx.cfg.repro.issue_code else [])
+                             ctx.cfg.repro.timeout_s, issue_code if ctx.cfg.repro.issue_code else [], trace)
 
 
 def _test_findings(outcome: tests.TestOutcome, skip: set[str] | frozenset[str] = frozenset()) -> list[Finding]:

@@ -16,12 +16,15 @@ under ``--repos``. Each patch is judged, in the same run and in alternating orde
   cache at the start of the run;
 - with ``--llm``, ``ours_static+llm``: the full REDO pipeline, the LLM check on the patches the
   static phase passes (a missing verdict counts as not flagged, and is reported);
-- with ``--runtime``, ``ours_static+runtime``: the static phase, then, on the patches it passes,
+- with ``--runtime``, ``ours_static+runtime``: the static phase's findings sure without running
+  (``scoring.verdict.weigh.certain``), then, on the patches they pass, the other findings weighed
+  against the tests as the Critic weighs them (issue 36),
   the Critic's replay of the issue's code with the patch (``scoring.runtime.replay``) and the loop's own
   check (``scoring.execution.tests.own_outcome``: the existing tests selected from the patch, no
   reproduction test, no hidden data) turned into runtime findings (``scoring.runtime.findings``). Test
   environments come from the config's backend (venv) under its cache dir (``FIXGRAPH_CACHE_DIR``);
-  a row whose tests cannot run counts as not flagged, and is reported. The runtime rule's scope
+  a row whose tests cannot run counts as not flagged (but for its static suspicions, which then
+  decide), and is reported. The runtime rule's scope
   (``--runtime-scope``, else the config's ``regression.runtime_scope``) names this column; every
   regressed test's crash is saved in the row (``scoring.runtime.findings.summarize``), and the other scope
   is counted from those records as an extra row (``ours_static+runtime_<scope>``), so one run
@@ -58,12 +61,14 @@ from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.models.llm import RunMeter
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
+from fixgraph.state import Finding
 from scoring.execution.runner import make_runner
 from scoring.execution.testenv import SuiteRunner
 from scoring.execution.tests import own_outcome
 from scoring.runtime import llm_check, replay
 from scoring.runtime.findings import SCOPES, Scope, crash_summaries, findings_of, unsafe_in
 from scoring.static import differential as static
+from scoring.verdict import weigh
 from scoring.verdict.critic import InputError, load_predictions, make_llm
 
 POSITIVE = {"runtime_error"}
@@ -331,20 +336,31 @@ def _count(rec: dict[str, Any], truth: bool, redo: Tally, ours: Tally, full: Tal
 
 def _runtime(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, patch: str,
              static_rec: dict[str, Any], scope: Scope) -> dict[str, Any]:
-    """The runtime column's verdict in ``scope``: the static phase's, else the selected existing
-    tests'. ``crashes`` keeps every regressed test's crash for a rescoring in either scope."""
-    if static_rec["unsafe"] or static_rec["status"] != "ok":
-        return {"unsafe": bool(static_rec["unsafe"]), "ran": False, "seconds": static_rec["seconds"]}
+    """The runtime column's verdict in ``scope``, as the Critic reaches it (issue 36, no veto before
+    evidence): a static finding sure without running decides; the others are suspicions the
+    selected existing tests weigh (``scoring.verdict.weigh``: flagged when a crashed test confirms
+    one, or when the tests cannot run and the suspicion decides), with the replay's and the
+    tests' own runtime findings. ``crashes`` keeps every regressed test's crash for a rescoring in
+    either scope."""
+    new = [Finding(**f) for f in static_rec.get("new") or []]
+    sure = [f for f in new if weigh.certain(f)]
+    if sure or static_rec["status"] != "ok":
+        return {"unsafe": bool(sure), "ran": False, "seconds": static_rec["seconds"]}
+    suspicions = [f for f in new if not weigh.certain(f)]
+    traced = sorted({f.get("file", "") for f in suspicions if f.get("file")})
     start = time.monotonic()
     replayed = _replay(runner, cfg, inst, wt, patch)
-    outcome = own_outcome(runner, inst.task(), wt, patch, [], cfg.regression)
+    outcome = own_outcome(runner, inst.task(), wt, patch, [], cfg.regression, trace=traced)
     crashes = crash_summaries(outcome, patch)
     found = findings_of(crashes, scope)
-    return {"unsafe": bool(found) or bool(replayed and replayed["summaries"]), "scope": scope,
-            "ran": outcome.regression_ran, "reason": outcome.reason[:300],
+    weighed = weigh.weigh(suspicions, ran=outcome.runnable, lines=outcome.lines,
+                          crashes=outcome.regression_crashes + outcome.repro_crashes,
+                          texts={f: wt.read(f) or "" for f in traced}, why_not=outcome.reason)
+    return {"unsafe": bool(found) or bool(replayed and replayed["summaries"]) or bool(weigh.confirmed(weighed)),
+            "scope": scope, "ran": outcome.regression_ran, "reason": outcome.reason[:300],
             "findings": [dict(f) for f in found], "crashes": crashes, "broken": outcome.broken(),
-            "tests_run": len(outcome.pass_to_pass_before), "replay": replayed,
-            "seconds": round(static_rec["seconds"] + time.monotonic() - start, 2)}
+            "weighed": [dict(f) for f in weighed], "tests_run": len(outcome.pass_to_pass_before),
+            "replay": replayed, "seconds": round(static_rec["seconds"] + time.monotonic() - start, 2)}
 
 
 def _replay(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, patch: str) -> dict[str, Any] | None:
@@ -393,6 +409,8 @@ def _count_runtime(rec: dict[str, Any], truth: bool, tally: Tally, scope: Scope,
     # The tests' verdict from their saved crashes (none when they could not run); a row saved
     # before the crashes were, or flagged by the static phase (nothing ran), has its saved verdict.
     unsafe = unsafe_in(rt["crashes"], scope) if "crashes" in rt else bool(rt["unsafe"])
+    # A suspicion the tests confirmed (or that decided, the tests not running) flags in either scope.
+    unsafe = unsafe or any(f.get("status") in ("confirmed", "untested") for f in rt.get("weighed") or [])
     if replayed:
         unsafe = unsafe or bool((rt.get("replay") or {}).get("summaries"))
     tally.add(truth, unsafe, rt["seconds"])

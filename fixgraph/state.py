@@ -137,6 +137,10 @@ class Finding(TypedDict, total=False):
     symbol: str
     severity: str  # error | warning
     code: str  # the offending line as the patched file has it, shown to the Coder
+    # A static or LLM suspicion weighed against the tests (scoring/verdict/weigh.py):
+    # confirmed | contradicted | unconfirmed | untested (the tests could not run: it decided)
+    status: str
+    evidence: str  # what the tests showed about it
 
 
 class ScoreParts(TypedDict, total=False):

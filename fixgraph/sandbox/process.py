@@ -94,7 +94,7 @@ JAIL = Path(__file__).with_name("jail.py")
 # Files a test process writes for fixgraph to read (named by these variables): made writable for
 # the sandbox user, and redacted before fixgraph reads them.
 OUTPUT_FILE_VARS = ("FIXGRAPH_CRASH_FILE", "FIXGRAPH_STATUS_FILE")
-WRITABLE_DIR_VARS = ("HOME", "TMPDIR")
+WRITABLE_DIR_VARS = ("HOME", "TMPDIR", "FIXGRAPH_TRACE_DIR")
 
 _protected: set[Path] = set()
 _watchdogs: list[subprocess.Popen[bytes]] = []

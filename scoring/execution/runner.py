@@ -47,7 +47,7 @@ from scoring.execution.testenv import (
     run_root,
     suite_timeout,
 )
-from scoring.runtime import crash
+from scoring.runtime import crash, lines
 
 if TYPE_CHECKING:
     pass
@@ -191,6 +191,11 @@ class SubprocessRunner:
             argv += ["-p", crash.PLUGIN_MODULE]
             run_env["PYTHONPATH"] = os.pathsep.join([str(plugin_dir), run_env["PYTHONPATH"]])
         run_env.update(cmd_env)
+        trace_dir = run_dir / "lines"
+        if suite.trace and patch is not None:
+            site = lines.install(run_dir / "site")
+            run_env["PYTHONPATH"] = os.pathsep.join([str(site), run_env["PYTHONPATH"]])
+            run_env.update(lines.env_for(suite.trace, trace_dir))
         status_file = run_dir / "status.txt"
         run_env.update(FIXGRAPH_CRASH_FILE=str(crash_file), FIXGRAPH_STATUS_FILE=str(status_file),
                        FIXGRAPH_REPO_ROOT=str(work),
@@ -225,7 +230,9 @@ class SubprocessRunner:
             notes.append(f"tests killed after {limits.timeout_s:g}s; tests not reported are left out")
         return SuiteRun(statuses, pre_log + done.output, done.seconds, done.timed_out, done.isolated_network,
                         crash_records=records, notes=notes, root=str(work), backend=self.backend,
-                        timeout_s=limits.timeout_s, slowdown=testenv.slowdown_over(slowed))
+                        timeout_s=limits.timeout_s, slowdown=testenv.slowdown_over(slowed),
+                        lines=lines.read(trace_dir, suite.trace, done.timed_out)
+                        if suite.trace and patch is not None else None)
 
     def _prepare(self, env: TestEnv, work: Path, home: Path) -> tuple[dict[str, str], str]:
         """The scrubbed environment for the test process; runs the spec's pre-install edits."""

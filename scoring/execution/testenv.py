@@ -39,7 +39,9 @@ class Suite:
     - ``finished_on_timeout``: a run killed by its timeout reports the tests pytest saw finish (the
       crash plugin writes each outcome as it comes). Only the regression check asks: the harness
       reads pytest's summary, which a killed run never prints, and a reproduction test that hangs
-      is no test.
+      is no test;
+    - ``trace``: repository-relative files whose executed lines the run records
+      (``scoring.runtime.lines``; honoured on patched runs of the local backends only).
     """
 
     targets: tuple[str, ...]
@@ -49,6 +51,7 @@ class Suite:
     timeout_s: float | None = None
     label: str = ""
     finished_on_timeout: bool = False
+    trace: tuple[str, ...] = ()
 
     def key_parts(self) -> list[str]:
         """What identifies the suite's outcome at a given commit (for caching a base run)."""
@@ -75,6 +78,8 @@ class SuiteRun:
     # :func:`slowdown` at its start and end): what a cost measured on it is worth on an idle one.
     timeout_s: float = 0.0
     slowdown: float = 1.0
+    # The lines of the suite's ``trace`` files the run executed (scoring.runtime.lines.Lines), or None.
+    lines: Any = None
 
     def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
         """The end of the log, with the run's temporary working copy written as ``.``: what a

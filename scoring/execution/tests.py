@@ -32,7 +32,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +60,7 @@ from scoring.execution.testenv import (
     owned_by,
 )
 from scoring.runtime import crash
+from scoring.runtime.lines import Lines
 
 if TYPE_CHECKING:
     from scoring.execution.selection import Selection
@@ -160,11 +161,18 @@ class TestOutcome:
     # Tests whose outcome here says nothing of the patch (scoring.execution.image_tests), with the
     # reason: kept out of fail_to_pass and pass_to_pass, counted as neither a pass nor a regression.
     not_runnable_here: dict[str, str] = field(default_factory=dict)
+    # Crash records of the reproduction tests still failing with the patch (plugin records, ``test`` set).
+    repro_crashes: list[dict[str, Any]] = field(default_factory=list)
+    # What the patched runs executed of the files asked to be traced (scoring.runtime.lines), None
+    # when no run traced them.
+    lines: Lines | None = None
 
     __test__ = False  # pytest: not a test class, whatever its name
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["lines"] = self.lines.to_dict() if self.lines is not None else None
+        return out
 
     def broken(self, among: Iterable[str] | None = None) -> list[str]:
         """The tests that passed at the base and do not with the patch (``among``: only those), in
@@ -276,11 +284,11 @@ def _safe(name: str) -> str:
 
 def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro: list[ReproTest],
                 settings: RegressionSettings, repro_timeout_s: float | None = None,
-                issue_code: Sequence[Mapping[str, str]] = ()) -> TestOutcome:
+                issue_code: Sequence[Mapping[str, str]] = (), trace: Sequence[str] = ()) -> TestOutcome:
     """Judge ``patch`` (applied in ``wt``) with the reproduction tests and the selected existing tests.
     ``issue_code``: the issue's own code as a reproduction test, already run with the patch by the
     Critic's replay (``scoring.runtime.replay.reproductions``: id, status, detail); its statements count
-    with the reproduction tests."""
+    with the reproduction tests. ``trace``: files whose lines the patched runs record (``out.lines``)."""
     from scoring.execution import selection
 
     out = TestOutcome(runnable=False, reason="", source="own", backend=runner.backend)
@@ -295,8 +303,17 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
                          f"({len(issue_code) - len(still_crashing)} pass with the patch)")
     if not repro and not issue_code:
         why.append("no reproduction test")
+    traced = tuple(trace)
+
+    def seen(run: SuiteRun) -> None:
+        if run.lines is not None:
+            if out.lines is None:
+                out.lines = Lines()
+            out.lines.merge(run.lines)
+
     for test in repro:
-        after = runner.run_suite(task, wt, patch, test.suite(repro_timeout_s))
+        after = runner.run_suite(task, wt, patch, replace(test.suite(repro_timeout_s), trace=traced))
+        seen(after)
         out.seconds += after.seconds
         out.notes += after.notes
         out.timed_out = out.timed_out or after.timed_out
@@ -309,6 +326,8 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
         still = [t for t in test.failing if out.fail_to_pass[t] not in PASSING]
         if still:
             failing_runs.append((after, still))
+            out.repro_crashes += [{**r, "test": str(r.get("nodeid", ""))} for r in after.crash_records
+                                  if str(r.get("nodeid", "")) in still]
     # Regression tests: what passed at the base should still pass.
     out.regression_ran = False
     # A reproduction test that rewrites an existing test file does not hide that file's base
@@ -328,7 +347,7 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
     else:
         first = _first_suite(chosen, settings)
         _, cached = _baseline_path(runner, task, wt, first, settings.base_runs)
-        beside = (_Beside(runner, task, wt, patch, first)
+        beside = (_Beside(runner, task, wt, patch, replace(first, trace=traced))
                   if settings.patched_beside_base and not cached.is_file() else None)
         suite, narrowed, before = _base_run(runner, task, wt, chosen, settings)
         out.seconds += before.seconds
@@ -355,8 +374,10 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
         else:
             owned = {t: s for t, s in before.statuses.items() if owned_by(t, (*chosen.files, *narrowed))}
             # The run started beside the base one serves when the base run kept its suite.
-            after = ((beside.result() if beside is not None and beside.suite == suite
-                      else runner.run_suite(task, wt, patch, suite)) if owned else None)
+            after = ((beside.result() if beside is not None and beside.suite == replace(suite, trace=traced)
+                      else runner.run_suite(task, wt, patch, replace(suite, trace=traced))) if owned else None)
+            if after is not None:
+                seen(after)
             if after is None:
                 why.append("no selected existing test reported a result at the base")
             elif after.error:

@@ -1,0 +1,278 @@
+"""How often the Critic blocks a right patch: its false alarms on SWE-bench Lite's gold patches.
+
+    python -m eval.gold_critic --dataset ../shared/data/swebench_lite.jsonl --repos /work/.mirror \\
+        [--stride K] [--limit N] [--shard I/N] [--phases static,replay,tests] [--backend local] \\
+        [-o ROWS.jsonl] [--resume]
+
+Every instance's ``patch`` (the reference fix, resolved by definition) goes through the Critic's
+phases, each judged as the Critic judges it now (issue 36, no veto before evidence):
+
+- ``static``: the differential static phase. ``gold_false_alarm_static`` counts the gold patches a
+  finding sure without running vetoes (``scoring.verdict.weigh.certain``); ``static_any`` counts
+  those with any finding at all: what the static phase alone vetoed before issue 36. REDO's
+  static phase (eval/redo_static.py) runs in the same run, on the same worktree:
+  ``redo_static_false_alarm``.
+- ``replay``: the issue's own code run with the patch against the base (``scoring.runtime.replay``,
+  no LLM); a gold patch it finds an introduced, changed or persisting crash in is a false alarm.
+- ``tests``: the selected existing tests of the patched code (no reproduction test: none is
+  written without an LLM; no hidden test), with the static suspicions traced and weighed
+  (``scoring.verdict.weigh``); a false alarm is a suspicion the tests confirm, a runtime finding
+  from a crashed test, or a regression (``no_regression`` < 1). Without a reproduction test the
+  fix_score has no ``test_pass_rate`` (the loop gets it from the Reproducer or the LLM), so the
+  threshold is not applied here; the row keeps the score parts.
+
+Each phase's line is ``gold_false_alarm_<phase>=<share> (<rejected>/<judged>)``, with every
+rejected case listed under it. A phase that could not run on a row (no environment, the issue has
+no code) does not count that row; the line says how many ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import git
+
+from eval.redo_static import redo_static
+from eval.rows import mirrored_rows, parse_shard, run_terminable, sample, written_rows
+from fixgraph.config import RunConfig, load_config
+from fixgraph.dataset import Instance, load_jsonl
+from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
+from fixgraph.state import Finding
+from scoring.execution.runner import make_runner
+from scoring.execution.testenv import SuiteRunner
+from scoring.execution.tests import own_outcome
+from scoring.runtime import replay
+from scoring.runtime.findings import crash_summaries, findings_of
+from scoring.static import differential as static
+from scoring.verdict import fix_score, weigh
+from scoring.verdict.critic import InputError
+
+PHASES = ("static", "replay", "tests")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m eval.gold_critic", description=(__doc__ or "").split("\n")[0])
+    p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
+    p.add_argument("--repos", type=Path, required=True, help="folder of repository mirrors (owner+name/repo)")
+    p.add_argument("--only", default="", help="comma-separated owner/name repos (default: every mirrored one)")
+    p.add_argument("--stride", type=int, default=1, help="judge every K-th instance (a spread across repos)")
+    p.add_argument("--limit", type=int, default=0,
+                   help="judge only the first N instances (after --stride, taken from each repository in turn)")
+    p.add_argument("--shard", default="", metavar="I/N", help="judge only shard I of N (0-based)")
+    p.add_argument("--phases", default="static", help=f"comma-separated, of {', '.join(PHASES)}")
+    p.add_argument("--config", default="redo", help="the run config (configs/NAME.toml)")
+    p.add_argument("--backend", choices=("venv", "docker", "local"), default=None,
+                   help="the test backend for replay and tests (default: the config's)")
+    p.add_argument("--cache-dir", type=Path, default=None, help="worktrees (default: a temporary folder)")
+    p.add_argument("-o", "--output", type=Path, default=None, help="per-row results, JSON Lines")
+    p.add_argument("--resume", action="store_true", help="count the rows already in --output instead of judging them")
+    p.add_argument("--built-only", action="store_true",
+                   help="only instances whose test environment is already built under the cache dir (venv backend)")
+    p.add_argument("--report", action="store_true",
+                   help="only print the figures of the rows in --output (several files' rows concatenated)")
+    return p
+
+
+def _static(cfg: RunConfig, cmd: list[str], wt: Worktree, patch: str, static_cache: Path) -> dict[str, Any]:
+    r = redo_static(cmd, wt, patch)
+    s = static.analyze_patch(wt, patch, settings=cfg.critic, cache_dir=static_cache)
+    sure = [f for f in s.new if weigh.certain(f)]
+    return {"redo": {"unsafe": r.unsafe, "new": r.new_messages[:10], "seconds": r.seconds},
+            "status": s.status, "reason": s.reason, "seconds": s.seconds,
+            "certain": [dict(f) for f in sure], "suspicions": [dict(f) for f in s.new if not weigh.certain(f)]}
+
+
+def _tests(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, patch: str,
+           suspicions: list[dict[str, Any]]) -> dict[str, Any]:
+    start = time.monotonic()
+    traced = sorted({str(f.get("file", "")) for f in suspicions if f.get("file")})
+    outcome = own_outcome(runner, inst.task(), wt, patch, [], cfg.regression, trace=traced)
+    crashes = findings_of(crash_summaries(outcome, patch), cfg.regression.runtime_scope)
+    weighed = weigh.weigh([Finding(**f) for f in suspicions], ran=outcome.runnable, lines=outcome.lines,
+                          crashes=outcome.regression_crashes + outcome.repro_crashes,
+                          texts={f: wt.read(f) or "" for f in traced}, why_not=outcome.reason)
+    score = fix_score.compute(outcome, 1.0, None)
+    regressed = outcome.regression_ran and (score.get("no_regression") or 0.0) < 1.0
+    confirmed = [f for f in weighed if f.get("status") == "confirmed"]
+    return {"ran": outcome.regression_ran, "reason": outcome.reason[:300],
+            "rejected": bool(confirmed or crashes or regressed),
+            "weighed": [dict(f) for f in weighed], "crashes": [dict(f) for f in crashes],
+            "broken": outcome.broken()[:10], "no_regression": score.get("no_regression"),
+            "tests_run": len(outcome.pass_to_pass_before), "seconds": round(time.monotonic() - start, 2)}
+
+
+def _judge(args: argparse.Namespace, cfg: RunConfig, cmd: list[str], phases: set[str], repos: RepoCache,
+           runner: SuiteRunner | None, inst: Instance, static_cache: Path) -> dict[str, Any]:
+    rec: dict[str, Any] = {"instance_id": inst.instance_id, "repo": inst.repo}
+    try:
+        # Runs side by side (shards, phases) each have their own worktree.
+        tag = "-".join(sorted(phases)) + (f"-{args.shard.replace('/', 'of')}" if args.shard else "")
+        wt = repos.worktree(inst.repo, inst.base_commit, f"gold-{inst.repo_slug}-{tag}")
+        wt.apply(inst.patch)
+    except (WorkspaceError, git.GitCommandError, PatchError) as exc:
+        rec["skipped"] = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else type(exc).__name__
+        return rec
+    try:
+        if "static" in phases or "tests" in phases:
+            rec["static"] = _static(cfg, cmd, wt, inst.patch, static_cache)
+        if "replay" in phases and runner is not None:
+            rec["replay"] = replay.replay_issue(runner, inst.task(), wt, inst.patch,
+                                                timeout_s=cfg.critic.replay_timeout_s).to_dict()
+        if "tests" in phases and runner is not None:
+            rec["tests"] = _tests(runner, cfg, inst, wt, inst.patch, rec["static"]["suspicions"])
+    finally:
+        wt.reset()
+    return rec
+
+
+def _verdicts(rec: dict[str, Any]) -> dict[str, bool | None]:
+    """Each phase's verdict on one row: True a false alarm, False passed, None not judged."""
+    st, rp, ts = rec.get("static"), rec.get("replay"), rec.get("tests")
+    ok = st is not None and st["status"] == "ok"
+    return {
+        "redo_static": bool(st["redo"]["unsafe"]) if st is not None else None,
+        "static": bool(st["certain"]) if ok and st is not None else None,
+        "static_any": bool(st["certain"] or st["suspicions"]) if ok and st is not None else None,
+        "replay": bool(rp["summaries"]) if rp is not None and rp.get("ran") else None,
+        "tests": bool(ts["rejected"]) if ts is not None and ts.get("ran") else None,
+    }
+
+
+def _why(rec: dict[str, Any], phase: str) -> str:
+    if phase in ("static", "static_any"):
+        fs = rec["static"]["certain"] + ([] if phase == "static" else rec["static"]["suspicions"])
+        return "; ".join(f"{f.get('source')}/{f.get('rule')} {f.get('file')}:{f.get('line')}: "
+                         f"{str(f.get('message', '')).splitlines()[0][:120]}" for f in fs[:3])
+    if phase == "redo_static":
+        return "; ".join(m.splitlines()[0][:120] for m in rec["static"]["redo"]["new"][:3])
+    if phase == "replay":
+        return str(rec["replay"]["note"])[:300]
+    ts = rec["tests"]
+    parts = [f"{f.get('rule')} {f.get('file')}:{f.get('line')} {f.get('status')}" for f in ts["weighed"]
+             if f.get("status") == "confirmed"]
+    parts += [str(f.get("message", ""))[:150] for f in ts["crashes"][:2]]
+    if ts.get("no_regression") is not None and ts["no_regression"] < 1.0:
+        parts.append(f"no_regression={ts['no_regression']:.2f}: " + ", ".join(ts["broken"][:3]))
+    return "; ".join(parts)
+
+
+def report(recs: list[dict[str, Any]], phases: set[str]) -> None:
+    shown = [p for p in ("static", "static_any", "redo_static", "replay", "tests")
+             if (p.startswith(("static", "redo")) and ("static" in phases or "tests" in phases)) or p in phases]
+    judged = [r for r in recs if "skipped" not in r]
+    print(f"rows: {len(recs)} ({len(recs) - len(judged)} skipped: cannot check out or apply); "
+          f"repositories: {len({r['repo'] for r in judged})}")
+    for phase in shown:
+        verdicts = [(r, _verdicts(r)[phase]) for r in judged]
+        ran = [(r, v) for r, v in verdicts if v is not None]
+        bad = [r for r, v in ran if v]
+        share = len(bad) / len(ran) if ran else 0.0
+        name = {"static_any": "static_any (any finding: the veto before issue 36)",
+                "redo_static": "redo_static"}.get(phase, phase)
+        print(f"gold_false_alarm_{phase}={share:.3f} ({len(bad)}/{len(ran)})  {name}")
+        for r in bad:
+            print(f"    {r['instance_id']}: {_why(r, phase)}")
+    for phase in shown:
+        secs = sorted(_seconds(r, phase) for r in judged if _verdicts(r)[phase] is not None)
+        if secs:
+            print(f"median_s_{phase}={secs[len(secs) // 2]:.2f}")
+
+
+def _seconds(rec: dict[str, Any], phase: str) -> float:
+    if phase == "redo_static":
+        return float(rec["static"]["redo"]["seconds"])
+    if phase in ("static", "static_any"):
+        return float(rec["static"]["seconds"])
+    return float(rec[phase]["seconds"])
+
+
+def _built(cfg: RunConfig, inst: Instance) -> bool:
+    """Whether the venv backend's environment for ``inst`` is built and usable."""
+    path = cfg.cache_dir / "envs" / f"{inst.repo.replace('/', '+')}__{inst.version}" / "env.json"
+    try:
+        return bool(json.loads(path.read_text()).get("ok"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _round_robin(rows: list[dict[str, Any]], dataset: dict[str, Instance]) -> list[dict[str, Any]]:
+    """The same rows, one repository after another in turn: a run cut short (or ``--limit``) still
+    spans every repository."""
+    by_repo: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_repo.setdefault(dataset[row["instance_id"]].repo, []).append(row)
+    queues = list(by_repo.values())
+    out: list[dict[str, Any]] = []
+    for i in range(max((len(q) for q in queues), default=0)):
+        out += [q[i] for q in queues if i < len(q)]
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    phases = {p.strip() for p in args.phases.split(",") if p.strip()}
+    if not phases or phases - set(PHASES):
+        raise InputError(f"--phases: expected some of {', '.join(PHASES)}, got {args.phases!r}")
+    if args.stride < 1 or args.limit < 0:
+        raise InputError("--stride must be at least 1 and --limit not negative")
+    if not args.repos.is_dir():
+        raise InputError(f"--repos: not a directory: {args.repos}")
+    shard = parse_shard(args.shard) if args.shard else None
+    cfg = load_config(args.config, overrides={"tests.backend": args.backend} if args.backend else None)
+    cmd = static.pyright_command(cfg.critic)
+    static.pyright_version(cmd)
+    dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
+    only = {r.strip() for r in args.only.split(",") if r.strip()}
+    skipped: dict[str, int] = {}
+    rows = mirrored_rows([{"instance_id": i} for i in dataset], dataset, args.repos, only, skipped)
+    rows = _round_robin(sample(rows, args.stride, 0, None), dataset)
+    if args.built_only:
+        rows = [r for r in rows if _built(cfg, dataset[r["instance_id"]])]
+    rows = sample(rows, 1, args.limit, shard)
+    if not rows:
+        raise InputError("no instance with a mirror to judge")
+    previous = {str(r.get("instance_id")): r for r in written_rows(args.output)} if args.resume or args.report else {}
+    if args.report:
+        report([previous[r["instance_id"]] for r in rows if r["instance_id"] in previous], phases)
+        return 0
+    work = Path(tempfile.mkdtemp(prefix="gold-critic-"))
+    repos = RepoCache((args.cache_dir or work).resolve(), mirrors=args.repos)
+    runner = make_runner(cfg.tests, cfg.cache_dir.resolve()) if phases & {"replay", "tests"} else None
+    out = args.output.open("a" if args.resume else "w", encoding="utf-8") if args.output else None
+    recs: list[dict[str, Any]] = []
+    print(f"judging {len(rows)} gold patches, phases {sorted(phases)}", file=sys.stderr)
+    try:
+        for n, row in enumerate(rows, 1):
+            inst = dataset[row["instance_id"]]
+            rec = previous.get(inst.instance_id)
+            if rec is None:
+                rec = _judge(args, cfg, cmd, phases, repos, runner, inst, work / "static")
+                if out is not None:
+                    out.write(json.dumps(rec) + "\n")
+                    out.flush()
+            recs.append(rec)
+            v = _verdicts(rec)
+            print(f"[{n}/{len(rows)}] {inst.instance_id} "
+                  + " ".join(f"{k}={'-' if x is None else 'X' if x else 'ok'}" for k, x in v.items()), file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"interrupted: the figures below cover the {len(recs)} rows judged so far", file=sys.stderr)
+    finally:
+        if out is not None:
+            out.close()
+        shutil.rmtree(work, ignore_errors=True)
+    report(recs, phases)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_terminable(run, parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""eval/gold_critic.py: per-phase false-alarm shares over saved rows, every case listed."""
+
+from __future__ import annotations
+
+import pytest
+
+from eval import gold_critic
+from scoring.verdict.critic import InputError
+
+
+def _row(iid: str, repo: str, certain=(), suspicions=(), redo=False, replay=None, tests=None):
+    rec = {"instance_id": iid, "repo": repo,
+           "static": {"status": "ok", "seconds": 2.0, "certain": list(certain), "suspicions": list(suspicions),
+                      "redo": {"unsafe": redo, "new": ["x is possibly unbound"] if redo else [], "seconds": 3.0}}}
+    if replay is not None:
+        rec["replay"] = replay
+    if tests is not None:
+        rec["tests"] = tests
+    return rec
+
+
+def test_report_counts_each_phase_and_lists_its_cases(capsys):
+    unbound = {"source": "pyright", "rule": "reportPossiblyUnbound", "file": "a.py", "line": 3, "message": "x"}
+    recs = [
+        _row("a-1", "o/a", suspicions=[unbound], redo=True,
+             replay={"ran": True, "summaries": [{"kind": "introduced"}], "note": "replay: introduced", "seconds": 1}),
+        _row("b-1", "o/b", replay={"ran": False, "summaries": [], "note": "no code", "seconds": 0}),
+        {"instance_id": "c-1", "repo": "o/c", "skipped": "cannot check out"},
+    ]
+    gold_critic.report(recs, {"static", "replay"})
+    out = capsys.readouterr().out
+    assert "rows: 3 (1 skipped" in out
+    assert "gold_false_alarm_static=0.000 (0/2)" in out
+    assert "gold_false_alarm_static_any=0.500 (1/2)" in out
+    assert "gold_false_alarm_redo_static=0.500 (1/2)" in out
+    assert "gold_false_alarm_replay=1.000 (1/1)" in out
+    assert "    a-1: pyright/reportPossiblyUnbound a.py:3" in out
+
+
+def test_rows_come_from_each_repository_in_turn():
+    class Inst:
+        def __init__(self, repo: str):
+            self.repo = repo
+
+    data = {"a1": Inst("a"), "a2": Inst("a"), "b1": Inst("b")}
+    rows = [{"instance_id": i} for i in ("a1", "a2", "b1")]
+    assert [r["instance_id"] for r in gold_critic._round_robin(rows, data)] == ["a1", "b1", "a2"]  # type: ignore[arg-type]
+
+
+def test_bad_phases_are_one_line_errors(tmp_path):
+    args = gold_critic.parser().parse_args(["--repos", str(tmp_path), "--phases", "static,nope"])
+    with pytest.raises(InputError, match="--phases"):
+        gold_critic.run(args)
