@@ -12,6 +12,7 @@ never a regression (:func:`not_runnable`). Imports nothing of fixgraph's: the fl
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterable
 from pathlib import PurePosixPath
@@ -19,7 +20,7 @@ from pathlib import PurePosixPath
 DJANGO = "django/django"
 RUNNER = "tests/runtests.py"
 # ``test_y (app.test_x.Class)`` and, from Python 3.11, ``test_y (app.test_x.Class.test_y)``.
-_TEST_ID = re.compile(r"^(\w+) \(([\w.]+)\)")
+_TEST_ID = re.compile(r"^(\S+) \(([\w.]+)\)")
 # Test apps (and modules) that need a database other than SQLite, or GIS libraries: under
 # ``test_sqlite`` they are skipped, so they say nothing of a patch here.
 _OTHER_DATABASE = {
@@ -97,3 +98,36 @@ def owning_file(test_id: str, files: Iterable[str]) -> str | None:
 def is_failed_import(test_id: str) -> bool:
     """django's runner reports a label it could not import as a test of ``_FailedTest``."""
     return owner_label(test_id).startswith("unittest.loader._FailedTest")
+
+
+_TEST_MODULE = re.compile(r"^tests/(\w+)/(?:\w+/)*test_\w+\.py$")
+
+
+def check_test_path(path: str, tracked: Iterable[str]) -> str:
+    """Why a new test module is not where django's runner finds it by a label ("" when it is):
+    ``tests/<app>/test_<x>.py`` in an existing test app."""
+    m = _TEST_MODULE.match(path)
+    if not m:
+        return (f"{path!r} is not where django keeps tests: write tests/<app>/test_<x>.py in an existing "
+                "test app, run by the label <app>.test_<x>")
+    folder = str(PurePosixPath(path).parent) + "/"
+    if not any(t.startswith(folder) for t in tracked):
+        return (f"{path!r}: there is no test app {folder} (the runner imports labels of existing test "
+                "apps: pick the app whose tests are closest, e.g. the one of the changed module)")
+    return ""
+
+
+def defines_test_case(tree: object) -> bool:
+    """Whether a parsed module defines a class with a base and a ``test_...`` method: what
+    unittest's loader (and so django's runner) collects; module-level test functions are not."""
+    if not isinstance(tree, ast.Module):
+        return False
+    return any(isinstance(n, ast.ClassDef) and n.bases
+               and any(isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name.startswith("test")
+                       for m in n.body)
+               for n in ast.walk(tree))
+
+
+def is_summary_name(test_id: str) -> bool:
+    """A bare ``test_x``: what swebench's django parser reads off a ``FAIL: test_x (...)`` line."""
+    return bool(re.fullmatch(r"test\w*", test_id))
