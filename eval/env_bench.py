@@ -62,6 +62,21 @@ def build_one(envs: VenvEnvs, cache: RepoCache, inst: Instance) -> dict[str, Any
     return row
 
 
+def _chosen(args: argparse.Namespace) -> list[Instance] | str:
+    """The first instance of each wanted (repo, version) with a mirror, or why there is none."""
+    if not args.repos.is_dir():
+        return f"--repos {args.repos} is not a directory"
+    try:
+        instances = load_jsonl(args.dataset)
+    except DatasetError as exc:
+        return str(exc)
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    versions = {s.strip() for s in args.versions.split(",") if s.strip()}
+    chosen = [i for i in first_per_version(instances, only)
+              if find_mirror(args.repos, i.repo) is not None and (not versions or i.version in versions)]
+    return chosen or f"no (repo, version) of {args.dataset} has a mirror under {args.repos}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eval.env_bench", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--dataset", type=Path, required=True)
@@ -71,20 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache-dir", type=Path, default=Path(".cache/fixgraph"))
     ap.add_argument("--out", type=Path, default=Path("runs/env_bench.jsonl"))
     args = ap.parse_args(argv)
-    if not args.repos.is_dir():
-        print(f"error: --repos {args.repos} is not a directory", file=sys.stderr)
-        return 2
-    try:
-        instances = load_jsonl(args.dataset)
-    except DatasetError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    only = {s.strip() for s in args.only.split(",") if s.strip()}
-    versions = {s.strip() for s in args.versions.split(",") if s.strip()}
-    chosen = [i for i in first_per_version(instances, only)
-              if find_mirror(args.repos, i.repo) is not None and (not versions or i.version in versions)]
-    if not chosen:
-        print(f"error: no (repo, version) of {args.dataset} has a mirror under {args.repos}", file=sys.stderr)
+    chosen = _chosen(args)
+    if isinstance(chosen, str):
+        print(f"error: {chosen}", file=sys.stderr)
         return 2
     settings = TestSettings(backend="venv")
     envs = VenvEnvs(settings.env_dir or args.cache_dir / "envs", args.cache_dir, settings)

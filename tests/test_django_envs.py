@@ -39,3 +39,19 @@ def test_django_is_run_by_labels_and_single_tests_by_dotted_names() -> None:
     assert not specs.takes_test_labels(specs.repo_specs(specs.Path("."), "sympy/sympy", "1.1"))
     argv, env = specs.test_command("django/django", spec, "/py")
     assert argv[:2] == ["/py", "tests/runtests.py"] and "--settings=test_sqlite" in argv
+
+
+def test_env_bench_builds_one_env_per_version_and_refuses_bad_input(tmp_path, capsys) -> None:  # noqa: ANN001
+    from eval import env_bench
+    from fixgraph.dataset import Instance
+
+    rows = [Instance.model_validate({"instance_id": f"django__django-{n}", "repo": "django/django",
+                                     "base_commit": "a" * 40, "problem_statement": "x", "version": v, "patch": "",
+                                     "test_patch": "", "FAIL_TO_PASS": "[]", "PASS_TO_PASS": "[]"})
+            for n, v in ((3, "4.0"), (1, "3.0"), (2, "4.0"), (4, "10.0"))]
+    firsts = env_bench.first_per_version(rows, {"django"})
+    assert [(i.instance_id, i.version) for i in firsts] == [
+        ("django__django-1", "3.0"), ("django__django-2", "4.0"), ("django__django-4", "10.0")]
+    assert env_bench.first_per_version(rows, {"flask"}) == []
+    assert env_bench.main(["--dataset", str(tmp_path / "none.jsonl"), "--repos", str(tmp_path)]) == 2
+    assert "dataset not found" in capsys.readouterr().err
