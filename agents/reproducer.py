@@ -22,7 +22,7 @@ from agents.context import TaskContext
 from fixgraph.repo.datafiles import data_file_problem
 from fixgraph.repo.workspace import PatchError
 from fixgraph.state import ReproTestDraft, TaskState, Usage, merge_usage
-from scoring.execution import selection
+from scoring.execution import django_layout, selection
 from scoring.execution.runner import make_runner
 from scoring.execution.specs import SpecsError, repo_specs
 from scoring.execution.testenv import PASSING, SuiteRun, owned_by
@@ -56,7 +56,12 @@ def check_draft(draft: ReproTestDraft, ctx: TaskContext) -> str:
         ctx.worktree.resolve(draft.path)
     except PatchError as exc:
         return str(exc)
-    if not selection.is_test_file(draft.path) and not selection.matches_patterns(
+    django = django_layout.is_django(ctx.task.repo, ctx.worktree.tracked_files())
+    if django:
+        problem = django_layout.check_test_path(draft.path, ctx.worktree.tracked_files())
+        if problem:
+            return problem
+    elif not selection.is_test_file(draft.path) and not selection.matches_patterns(
             draft.path, selection.python_files_patterns(ctx.worktree)):
         return (f"{draft.path!r} is not a test file name the test command collects "
                 "(name it test_<something>.py where the repository keeps its tests)")
@@ -64,6 +69,9 @@ def check_draft(draft: ReproTestDraft, ctx: TaskContext) -> str:
         tree = ast.parse(draft.content)
     except SyntaxError as exc:
         return f"not valid Python: {exc.msg} (line {exc.lineno})"
+    if django and not django_layout.defines_test_case(tree):
+        return ("django's runner runs unittest test cases only: define a class deriving from "
+                "django.test.SimpleTestCase (or TestCase) with test_... methods")
     has_test = any(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name.startswith("test")
                    or isinstance(n, ast.ClassDef) and n.name.startswith("Test") for n in ast.walk(tree))
     if not has_test:
@@ -110,6 +118,10 @@ def test_names(content: str) -> set[str]:
 
 def judge_run(run: SuiteRun, path: str, content: str = "") -> tuple[str, list[str]]:
     """("", failing ids) when the run reproduces the issue, else (why not, [])."""
+    if any(django_layout.is_failed_import(t) for t in run.statuses):
+        # django's runner could not import the label: refused with what it said.
+        return (f"the runner could not import the label {django_layout.label_of(path)} "
+                f"(tests/<app>/ must be an existing test app): {run.log_tail(600)}"), []
     if run.statuses:
         names = test_names(content) if content else None
         run.statuses = {t: s for t, s in run.statuses.items() if owned_by(t, (path,), names)}
@@ -179,7 +191,9 @@ def reproducer(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any
             "the Reproducer", "reproducer", repo=ctx.task.repo, problem=ctx.task.issue,
             confidence=exploration.get("confidence", "unknown"), learned=exploration.get("learned", ""),
             suspects=suspects, files=files, test_files=test_files, example=example, tries=tries,
-            test_command=_command_text(ctx) + " <file>", execution=execution_evidence(ctx),
+            test_command=_command_text(ctx) + (" <app>.test_<x> (the label of tests/<app>/test_<x>.py)"
+                                               if ctx.task.repo == django_layout.DJANGO else " <file>"),
+            execution=execution_evidence(ctx),
         )
         draft, delta = ctx.llm.structured("coder", "reproducer", ReproTestDraft, prompt)
         usage = merge_usage(usage, delta)

@@ -52,6 +52,14 @@ def pick(instances: list[Instance], mirrors: Path, limit: int | None, only: set[
     return out
 
 
+def strided(instances: list[Instance], stride: int) -> list[Instance]:
+    """Every ``stride``-th instance of each repo in instance-id order (all its versions stay in)."""
+    by_repo: dict[str, list[Instance]] = defaultdict(list)
+    for inst in sorted(instances, key=lambda i: i.instance_id):
+        by_repo[inst.repo].append(inst)
+    return [i for group in by_repo.values() for i in group[::stride]]
+
+
 # What a test that wanted the internet says when it has none.
 NETWORK_ERROR = re.compile(r"ConnectionError|NewConnectionError|Max retries exceeded|Network is unreachable|"
                       r"Temporary failure in name resolution|Name or service not known")
@@ -146,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repos", type=Path, required=True, help="folder of local repo mirrors")
     ap.add_argument("--limit", type=int, default=None, help="at most N instances per repo")
     ap.add_argument("--only", default="", help="comma-separated repos (owner/name or name) to include")
+    ap.add_argument("--stride", type=int, default=1,
+                    help="every K-th instance of each repo, by instance id (before --limit)")
     ap.add_argument("--tasks", default="", help="comma-separated instance ids (overrides --only and --limit)")
     ap.add_argument("--backend", choices=["venv", "local", "docker"], default="venv")
     ap.add_argument("--timeout", type=float, default=900.0, help="wall-clock seconds per test run")
@@ -154,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not args.repos.is_dir():
         print(f"error: --repos {args.repos} is not a directory", file=sys.stderr)
+        return 2
+    if args.stride < 1:
+        print("error: --stride must be at least 1", file=sys.stderr)
         return 2
     if args.limit is not None and args.limit < 1:
         print("error: --limit must be at least 1", file=sys.stderr)
@@ -171,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
     else:
-        chosen = pick(instances, args.repos, args.limit, only)
+        chosen = pick(strided(instances, args.stride), args.repos, args.limit, only)
     if not chosen:
         print(f"error: no instance of {args.dataset} has a mirror under {args.repos}", file=sys.stderr)
         return 2

@@ -436,6 +436,14 @@ def run(args: argparse.Namespace) -> int:
     chosen = [i for i in instances if i.repo in mirrors and gold_files(i.patch)]
     if args.repo:
         chosen = [i for i in chosen if i.repo in args.repo]
+    if args.stride > 1:  # every K-th instance of each repository, in the dataset's order
+        position: Counter[str] = Counter()
+        kept = []
+        for inst in chosen:
+            if position[inst.repo] % args.stride == 0:
+                kept.append(inst)
+            position[inst.repo] += 1
+        chosen = kept
     if args.limit:
         chosen = chosen[: args.limit]
     if not chosen:
@@ -613,6 +621,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repos", type=Path, required=True, help="folder of git mirrors (<owner>+<name>/repo)")
     p.add_argument("--limit", type=int, default=0, help="only the first N matching instances")
     p.add_argument("--repo", action="append", help="only this owner/name (repeatable)")
+    p.add_argument("--stride", type=int, default=1, help="every K-th instance of each repository")
     p.add_argument("--cache-dir", type=Path, default=Path(".cache/fixgraph"))
     p.add_argument("--execute", action="store_true",
                    help="run each issue's code at its base commit in the test sandbox (execution evidence)")
@@ -633,6 +642,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.limit < 0:
         print("localization_bench: --limit must be >= 0", file=sys.stderr)
+        return 2
+    if args.stride < 1:
+        print("localization_bench: --stride must be >= 1", file=sys.stderr)
         return 2
     try:
         return run(args)

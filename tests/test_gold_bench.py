@@ -46,3 +46,21 @@ def test_no_instance_with_a_mirror(tmp_path: Path, capsys: pytest.CaptureFixture
     (tmp_path / "empty").mkdir()
     assert gold_bench.main(["--dataset", str(dataset), "--repos", str(tmp_path / "empty")]) == 2
     assert "has a mirror under" in capsys.readouterr().err
+
+
+def test_a_base_commit_missing_from_the_mirror_is_one_clear_record(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    mirrors = tmp_path / "mirrors"
+    good = make_calc_repo(mirrors)
+    gone = {**good, "instance_id": "fixture__calc-2", "base_commit": "0123456789abcdef" * 2 + "01234567"}
+    dataset = write_dataset(tmp_path / "data.jsonl", [good, gone])
+    out = tmp_path / "bench.jsonl"
+    args = ["--dataset", str(dataset), "--repos", str(mirrors), "--backend", "local", "--stride", "2",
+            "--cache-dir", str(tmp_path / "cache"), "--out", str(out), "--timeout", "60"]
+    assert gold_bench.main(args) == 0  # --stride 2: the first of the two only
+    assert [json.loads(ln)["instance_id"] for ln in out.read_text().splitlines()] == ["fixture__calc-1"]
+    assert gold_bench.main([*args[:-6], "--tasks", "fixture__calc-2", *args[-6:]]) == 0
+    rows = [json.loads(ln) for ln in out.read_text().splitlines()]
+    assert len(rows) == 2 and rows[1]["runnable"] is False
+    assert "0123456789ab" in rows[1]["reason"]
+    assert "fixture/calc: 1 x" in capsys.readouterr().out

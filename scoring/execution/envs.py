@@ -67,6 +67,19 @@ ERA_CONSTRAINTS: dict[str, list[str]] = {
 # ran green fail here. Every other (repo, version) in those logs ran the specs' Python.
 HARNESS_PYTHON: dict[tuple[str, str], str] = {("sympy/sympy", "1.0"): "3.7"}
 
+# Requirements a virtualenv cannot satisfy on this machine (a system library or a service that pip
+# does not bring), left out of the build with the reason; the tests that want them skip.
+# django: ``pylibmc`` compiles against libmemcached's headers (libmemcached-dev, not installed
+# here) and its cache tests skip without it (``PyLibMCCacheTests`` are skipped when no memcached
+# is configured); ``pywatchman`` talks to the watchman service, which a venv cannot run, and
+# ``utils_tests.test_autoreload``'s watchman tests skip when the client or the service is absent.
+LEFT_OUT: dict[str, dict[str, str]] = {
+    "django/django": {
+        "pylibmc": "needs libmemcached's headers (libmemcached-dev) to build; memcached tests skip",
+        "pywatchman": "a client of the watchman service, which a venv cannot run; watchman tests skip",
+    },
+}
+
 # Git submodules are not in a ``git archive`` checkout; where PyPI has the same code, install it.
 SUBMODULE_PACKAGES: dict[str, str] = {"astropy_helpers": "astropy-helpers<3.2"}
 
@@ -288,6 +301,8 @@ class VenvEnvs:
             reqs = requirements_text(setup, task.repo, requirements_paths(self.cache_dir, task.repo))
             if reqs is None:
                 return fail(f"no requirements file of {task.repo} at {commit[:12]}")
+            reqs, dropped = without_left_out(task.repo, reqs)
+            meta["left_out"] = dropped
             (path / "requirements.txt").write_text(reqs)
             if not run([vpy, "-m", "pip", "install", "-q", "-r", str(path / "requirements.txt")], setup,
                        "requirements"):
@@ -364,6 +379,25 @@ class VenvEnvs:
         shutil.rmtree(base, ignore_errors=True)
         os.rename(src, base)
         _link_source(path)
+
+
+_REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def without_left_out(repo: str, reqs: str) -> tuple[str, dict[str, str]]:
+    """``reqs`` without the requirements :data:`LEFT_OUT` names for ``repo``, and those left out
+    with their reasons (recorded in the env's ``env.json``)."""
+    table = {k.lower(): v for k, v in LEFT_OUT.get(repo, {}).items()}
+    kept: list[str] = []
+    dropped: dict[str, str] = {}
+    for line in reqs.splitlines():
+        m = _REQ_NAME.match(line)
+        name = m.group(1).lower().replace("_", "-") if m else ""
+        if name in table:
+            dropped[name] = table[name]
+        else:
+            kept.append(line)
+    return "\n".join(kept) + "\n", dropped
 
 
 class _Steps:

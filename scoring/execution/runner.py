@@ -28,6 +28,7 @@ from fixgraph.sandbox.process import Completed, Limits, can_bind, prepare_workdi
 from scoring.execution import testenv
 from scoring.execution.specs import (
     SpecsError,
+    eval_env,
     parse_log,
     patch_files,
     repo_specs,
@@ -190,6 +191,7 @@ class SubprocessRunner:
             plugin_dir = crash.install_plugin(run_dir / "plugin")
             argv += ["-p", crash.PLUGIN_MODULE]
             run_env["PYTHONPATH"] = os.pathsep.join([str(plugin_dir), run_env["PYTHONPATH"]])
+        run_env.update(eval_env(env.spec))
         run_env.update(cmd_env)
         trace_dir = run_dir / "lines"
         if suite.trace and patch is not None:

@@ -47,6 +47,7 @@ from typing import Any
 from fixgraph.config import RegressionSettings
 from fixgraph.records import atomic_write, file_lock
 from fixgraph.repo.workspace import Worktree
+from scoring.execution import django_layout
 from scoring.static.patchinfo import PatchParseError, SymbolMap, parse_patch
 
 W_CONVENTION, W_MIRROR, W_IMPORT, W_PACKAGE, W_NAME, MAX_NAME_HITS = 4, 3, 2, 1, 1, 3
@@ -146,10 +147,12 @@ def changed_names(wt: Worktree, patch: str) -> list[str]:
 
 def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
                  exclude: set[str] | None = None, costs: CostBook | None = None,
-                 node_ids: bool = False) -> Selection:
+                 node_ids: bool = False, repo: str = "") -> Selection:
     """The existing tests to run for ``patch``; ``costs`` (measured seconds per file) bounds the
     selection by ``settings.max_expected_s`` too. ``node_ids``: the runner takes single tests
-    (pytest), so a file left out for its cost still gives the tests that name changed code."""
+    (pytest's node ids, django's labels), so a file left out for its cost still gives the tests
+    that name changed code. ``repo``: django's layout is known by its name or its
+    ``tests/runtests.py`` (:mod:`scoring.execution.django_layout`)."""
     exclude = exclude or set()
     sel = Selection()
     try:
@@ -164,6 +167,9 @@ def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
     tracked = _base_files(wt)
     patterns = python_files_patterns(wt)
     tests = [f for f in tracked if (is_test_file(f) or matches_patterns(f, patterns)) and f not in exclude]
+    django = django_layout.is_django(repo, tracked)
+    if django:
+        tests = [t for t in tests if django_layout.is_app_test(t)]
     if not tests:
         return sel
     scores: dict[str, int] = {}
@@ -188,7 +194,8 @@ def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
                 if not has(t, "convention") and not _foreign(mod, t):
                     add(t, W_CONVENTION + _closeness(mod, t), f"convention: tests {mod}")
     for mod in modules:
-        for t in _mirrored(mod, tests):
+        mirrored = django_layout.app_tests(mod, tests, MAX_MIRROR_FILES) if django else _mirrored(mod, tests)
+        for t in mirrored:
             if not has(t, "convention") and not has(t, "mirror"):
                 add(t, W_MIRROR, f"mirror: test folder of {'/'.join(_subpackage(mod))}")
     packages: set[str] = set()
@@ -223,6 +230,10 @@ def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
     sizes = _sizes(wt, ranked)
     budget = settings.max_expected_s - (S_PER_RUN if costs is not None else 0.0)
     for t in ranked:
+        unrunnable = django_layout.not_runnable(t) if django else ""
+        if unrunnable:
+            sel.left_out.append(f"{t}: not runnable here, {unrunnable}")
+            continue
         if sizes.get(t, 0) > settings.max_file_bytes:
             sel.left_out.append(f"{t}: {sizes[t]} bytes, over regression.max_file_bytes")
             continue
@@ -247,6 +258,8 @@ def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
         allowance = max(budget, NARROW_MIN_S)
         for t in ranked:
             if t in sel.files or not has(t, "names") or len(sel.tests) >= MAX_NARROW_TESTS:
+                continue
+            if django and django_layout.not_runnable(t):
                 continue
             ids = tests_naming(_base_text(wt, t) or "", t, specific)
             per_test = costs.per_test(t, _count_tests(wt, t)) if costs is not None else 0.0
@@ -365,6 +378,8 @@ class CostBook:
         for test_id in statuses:
             if "::" in test_id:
                 f = test_id.split("::", 1)[0]
+            elif django_layout.owner_label(test_id):
+                f = django_layout.owning_file(test_id, files) or ""
             else:  # a bare name (sympy's runner): the file that defines it
                 f = names.get(test_id.split(" ", 1)[0].split("[", 1)[0], "")
             if f in counts:
@@ -505,7 +520,8 @@ def _closeness(module: str, test: str) -> int:
     if not mod_parts:
         return 1
     tail = mod_parts[-1]
-    return 1 if tail in test_parts else 0
+    # django's test apps are named after the package, often with ``_tests`` (``tests/utils_tests/``).
+    return 1 if tail in test_parts or f"{tail}_tests" in test_parts else 0
 
 
 def _import_pattern(dotted: str) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fixgraph.sandbox import nofollow
+from scoring.execution import django_layout
 
 # swebench's list of files in a test patch that are not tests.
 NON_TEST_EXTS = (".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml")
@@ -154,13 +155,45 @@ def patch_files(patch: str) -> list[str]:
     return out
 
 
+def django_label(target: str) -> str:
+    """``tests/<app>/test_x.py`` -> ``<app>.test_x``: the label django's ``runtests.py`` runs a
+    test module by (swebench's harness passes these); a single test's node id
+    ``tests/<app>/tests.py::Class::test_y`` -> ``<app>.tests.Class.test_y``. Anything else (a
+    dotted label already) is returned as it is."""
+    path, sep, rest = target.partition("::")
+    if not path.endswith(".py"):
+        return target
+    label = django_layout.label_of(path)
+    return label + ("." + rest.replace("::", ".") if sep and rest else "")
+
+
 def test_directives(repo: str, files: list[str]) -> list[str]:
     """What to pass to the test command for these test files, as swebench's harness does (django:
     dotted modules relative to ``tests/``)."""
     files = [f for f in files if not f.endswith(NON_TEST_EXTS)]
     if repo == "django/django":
-        files = [f.removesuffix(".py").removeprefix("tests/").replace("/", ".") for f in files]
+        files = [django_label(f) for f in files]
     return files
+
+
+# The locale swebench's images generate (``locale-gen en_US.UTF-8``) is a system step a venv cannot
+# take; C.UTF-8 is always there and is UTF-8 too, which is what django's tests need of it.
+# LANGUAGE (gettext's list of languages) keeps its value.
+_LOCALE_VARS = {"LANG", "LC_ALL"}
+
+
+def eval_env(spec: dict[str, Any] | None) -> dict[str, str]:
+    """The ``export K=V`` lines of the spec's ``eval_commands`` (swebench runs them before the
+    tests) as env vars; the locale is C.UTF-8 (see ``_LOCALE_VARS``). Other commands are system
+    steps (``locale-gen``) and are left out."""
+    out: dict[str, str] = {}
+    for cmd in (spec or {}).get("eval_commands", []) or []:
+        m = re.fullmatch(r"\s*export\s+([A-Za-z_][A-Za-z0-9_]*)=(\S*)\s*", str(cmd))
+        if not m:
+            continue
+        key, value = m.group(1), m.group(2)
+        out[key] = "C.UTF-8" if key in _LOCALE_VARS else value
+    return out
 
 
 def test_command(repo: str, spec: dict[str, Any] | None, python: str) -> tuple[list[str], dict[str, str]]:
@@ -196,6 +229,15 @@ def takes_node_ids(spec: dict[str, Any] | None) -> bool:
         return True
     words = [w for w in shlex.split(spec["test_cmd"]) if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w)]
     return bool(words) and words[0] in ("pytest", "py.test", "tox")
+
+
+def takes_test_labels(spec: dict[str, Any] | None) -> bool:
+    """Whether single tests can be named to the repo's test command: pytest's node ids, or
+    django's ``runtests.py`` labels (``app.tests.Class.test_x``, from a node id by
+    :func:`test_directives`); sympy's ``bin/test`` takes files only."""
+    if takes_node_ids(spec):
+        return True
+    return bool(spec) and "runtests.py" in str(spec.get("test_cmd", "")).split(" ", 1)[0]
 
 
 def uses_pytest(argv: list[str]) -> bool:

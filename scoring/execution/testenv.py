@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from fixgraph.dataset import Task
 from fixgraph.repo import gitsafe
 from fixgraph.repo.workspace import Worktree
+from scoring.execution import django_layout
 
 PASSING = ("PASSED", "XFAIL")  # swebench's grading counts an expected failure as a pass
 LOG_TAIL_CHARS = 3000
@@ -112,10 +113,20 @@ def owned_by(test_id: str, files: tuple[str, ...] | list[str], names: set[str] |
     """Whether a parsed test id is one of ``files``' own tests. A test of pytest itself prints the
     results of the inner sessions it starts, and the log parser reads those too
     (``test_x.py::test_func`` of a temporary directory): they are nobody's tests. An id with a path
-    must name one of the files; a bare name (sympy's runner, django's) must be one ``names`` lists
-    when given."""
+    must name one of the files; a bare name (sympy's runner) must be one ``names`` lists when
+    given. django's ``test_x (app.test_y.Class)`` (``...Class.test_x`` from Python 3.11) is owned
+    by the file of its module, ``tests/app/test_y.py``, when that is one of ``files``: its
+    ``unittest.loader._FailedTest`` (a label that cannot be imported) is nobody's, nor the bare
+    ``test_x`` the parser reads off django's ``ERROR:``/``FAIL:`` lines."""
     if "::" in test_id:
         return test_id.split("::", 1)[0] in files
+    if any(f.startswith("tests/") for f in files):
+        if django_layout.owner_label(test_id) and django_layout.owning_file(test_id, files) is None:
+            return False
+        if not django_layout.owner_label(test_id) and names is not None and django_layout.is_summary_name(test_id):
+            # swebench's django parser also reads ``ERROR: test_x (...)`` as a bare ``test_x``: the
+            # full id is the test's; the bare one would never pass (no such line when it does).
+            return False
     if names is None:
         return True
     word = test_id.split(" ", 1)[0].split("[", 1)[0]

@@ -47,6 +47,7 @@ from scoring.execution.specs import (
     patch_files,
     repo_specs,
     takes_node_ids,
+    takes_test_labels,
 )
 from scoring.execution.testenv import (
     LOG_TAIL_CHARS,
@@ -334,10 +335,12 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
     # version from the selection: the two run separately.
     costs = selection.CostBook(runner.cache_dir, task.repo, task.version)
     try:
-        node_ids = takes_node_ids(repo_specs(runner.cache_dir, task.repo, task.version))
+        spec = repo_specs(runner.cache_dir, task.repo, task.version)
+        node_ids, labels = takes_node_ids(spec), takes_test_labels(spec)
     except SpecsError:
-        node_ids = False
-    chosen = selection.select_tests(wt, patch, settings, costs=costs, node_ids=node_ids) if settings.enabled else None
+        node_ids = labels = False
+    chosen = (selection.select_tests(wt, patch, settings, costs=costs, node_ids=labels, repo=task.repo)
+              if settings.enabled else None)
     beside: _Beside | None = None
     if chosen is not None:
         out.selection = chosen.to_dict()

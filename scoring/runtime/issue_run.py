@@ -49,6 +49,31 @@ REPL_PRELUDES = {
 }
 
 
+# django's code needs settings before most of it runs; an issue's snippet usually assumes a project
+# (``python manage.py shell``). Unless the snippet configures them itself, they are configured
+# first: an in-memory SQLite database and the contrib apps most snippets lean on.
+DJANGO_PRELUDE = (
+    "import django\n"
+    "from django.conf import settings\n"
+    "if not settings.configured:\n"
+    "    settings.configure(DEBUG=True, SECRET_KEY='fixgraph-replay', USE_TZ=False,\n"
+    "        DATABASES={'default': {'ENGINE': 'django.db.backends.sqlite3', 'NAME': ':memory:'}},\n"
+    "        INSTALLED_APPS=['django.contrib.contenttypes', 'django.contrib.auth'])\n"
+    "    django.setup()\n"
+)
+_CONFIGURES_DJANGO = re.compile(r"settings\.configure\(|DJANGO_SETTINGS_MODULE|django\.setup\(")
+_USES_DJANGO = re.compile(r"^\s*(from|import)\s+django\b", re.M)
+
+
+def prelude_for(repo: str, blocks: list[str]) -> str:
+    """The code run untraced before ``blocks``: the repository's REPL session (sympy), or django's
+    settings when the snippets use django and do not configure it themselves."""
+    if repo == "django/django":
+        code = "\n".join(blocks)
+        return DJANGO_PRELUDE if _USES_DJANGO.search(code) and not _CONFIGURES_DJANGO.search(code) else ""
+    return REPL_PRELUDES.get(repo, "")
+
+
 @dataclass
 class TracedError:
     """An exception the issue's code raised: its type, message (at most 200 characters), and the
@@ -187,7 +212,7 @@ def trace_issue(
     run_python = getattr(runner, "run_python", None)
     if run_python is None:
         return IssueTrace(reason=NO_BACKEND, snippets=len(blocks))
-    prelude = REPL_PRELUDES.get(task.repo, "")
+    prelude = prelude_for(task.repo, blocks)
     # Keyed by the backend, not the environment's key: that key names the commit the environment
     # was last installed at, and asking for it installs this task's (minutes for a compiled
     # repository whose instances alternate). An environment is built from pinned specs, so a
