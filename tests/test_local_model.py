@@ -197,3 +197,34 @@ def test_the_bots_default_port_is_no_local_servers_port():
     port = GitHubSettings().webhook_port
     assert port not in {urlsplit(url).port for _, url in LOCAL_SERVERS}
     assert f"FIXGRAPH_WEBHOOK_PORT={port}\n" in (PROJECT_ROOT / ".env.example").read_text()
+
+
+def test_a_reply_without_usage_is_charged_an_estimate():
+    from langchain_core.messages import AIMessage
+
+    from fixgraph.config import Budget
+    from fixgraph.models.llm import Meter
+
+    meter = Meter(Budget(), {})
+    reply = AIMessage(content="", tool_calls=[{"name": "Plan", "args": {"files": ["a" * 38]}, "id": "c1"}])
+    usage = meter.charge("planner", "m", reply, prompt_chars=400)
+    assert (usage.get("input_tokens"), usage.get("output_tokens")) == (100, 13) and meter.tokens == 113
+
+
+def test_local_model_smoke_reports_per_node_and_per_task(calc, tmp_path, capsys, monkeypatch):
+    from eval import local_model_smoke
+    from eval.fixtures.repos import write_dataset
+
+    mirrors, inst = calc
+    ds = write_dataset(tmp_path / "ds.jsonl", [inst.model_dump()])
+    monkeypatch.setenv("FIXGRAPH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    with FakeLLMServer(ScriptResponder(calc_script(False))) as srv:
+        code = local_model_smoke.main(["--base-url", srv.base_url, "--model", "fake", "--tasks", inst.instance_id,
+                                       "--dataset", str(ds), "--repos", str(mirrors), "--config", "baseline"])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert out[0].startswith("node        calls  tokens_in")
+    assert any(ln.startswith("planner         1") for ln in out)
+    assert f"{inst.instance_id}: patched in" in "\n".join(out)
+    assert any(ln.startswith("server idle after the run: a 1-token request answered in") for ln in out)

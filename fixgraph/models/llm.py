@@ -9,6 +9,7 @@ OpenAI-compatible servers read), and the schemas bound every list and string (fi
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -179,8 +180,14 @@ class Meter:
         # About four characters a token for English and code; a bound, not a count.
         return (prompt_chars / 4 * price.input + max_output_tokens * price.output) / 1_000_000
 
-    def charge(self, node: str, model: str, message: BaseMessage | None) -> Usage:
+    def charge(self, node: str, model: str, message: BaseMessage | None, prompt_chars: int = 0) -> Usage:
+        """Charge one reply. A server that reports no usage (llama-cpp-python when streaming) is
+        charged an estimate, four characters a token, so that the token budget still holds."""
         meta = getattr(message, "usage_metadata", None) or {}
+        if message is not None and not meta and prompt_chars:
+            out_chars = len(str(message.content or "")) + sum(
+                len(json.dumps(c.get("args"))) for c in getattr(message, "tool_calls", None) or [])
+            meta = {"input_tokens": prompt_chars // 4, "output_tokens": out_chars // 4}
         # A server cannot refund budget with negative counts.
         tin = max(0, int(meta.get("input_tokens", 0) or 0))
         tout = max(0, int(meta.get("output_tokens", 0) or 0))
@@ -306,7 +313,7 @@ class LLM:
                 exc.usage = merge_usage(usage, exc.usage)
                 raise
             raw = out.get("raw") if isinstance(out, dict) else None
-            usage = merge_usage(merge_usage(usage, spent), self.meter.charge(node, _model_name(model), raw))
+            usage = merge_usage(merge_usage(usage, spent), self.meter.charge(node, _model_name(model), raw, chars))
             problem = problem_of(schema, out, max_out, pieces.strings() if pieces else None)
             if problem is None:
                 return out["parsed"], usage

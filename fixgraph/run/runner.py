@@ -30,7 +30,16 @@ from agents.context import TaskContext
 from fixgraph import astlock, redaction
 from fixgraph.config import RunConfig
 from fixgraph.dataset import EvaluationData, Instance, Task
-from fixgraph.models.llm import LLM, ChargeHook, EventHook, Meter, ModelFactory, RunMeter, default_factory
+from fixgraph.models.llm import (
+    LLM,
+    CallEvent,
+    ChargeHook,
+    EventHook,
+    Meter,
+    ModelFactory,
+    RunMeter,
+    default_factory,
+)
 from fixgraph.models.transport import CallPolicy
 from fixgraph.publish import DiffPublisher, Publisher
 from fixgraph.records import RunLock, RunStore, open_wal
@@ -130,6 +139,12 @@ def _checkpointer(path: Path | None) -> SqliteSaver | None:
 
     open_wal(path, setup, check_same_thread=False)
     return savers[0]
+
+
+def _both(screen: EventHook, task: str, other: Callable[[str, CallEvent], None] | None) -> EventHook:
+    if other is None:
+        return screen
+    return lambda ev: (screen(ev), other(task, ev))[0]
 
 
 def check_checkpoints(path: Path) -> None:
@@ -262,12 +277,14 @@ class RunSummary:
 def run_tasks(instances: list[Instance] | list[Task], cfg: RunConfig, *, build_graph: GraphFactory,
               run_id: str, repos: Path | None, workers: int = 1, model_factory: ModelFactory | None = None,
               progress: bool = True, publisher: Publisher | None = None,
-              executor: Executor | None = None, event_lines: bool = False) -> RunSummary:
+              executor: Executor | None = None, event_lines: bool = False,
+              on_call: Callable[[str, CallEvent], None] | None = None) -> RunSummary:
     """Run every task not already done; Ctrl-C keeps what finished and exits for a later resume.
 
     Tasks run on a thread pool of ``workers``, or on ``executor`` (fixgraph/run/executors.py) when given.
     ``progress``: the bar and the tasks in flight (fixgraph/run/screen.py); ``event_lines``: one
-    line per event on stderr instead (``--no-progress``).
+    line per event on stderr instead (``--no-progress``); ``on_call``: told of every LLM call
+    event with its task's id (eval/local_model_smoke.py times the calls).
     """
     # Workers are threads, and ast.parse is not thread-safe on CPython 3.11 (see fixgraph/astlock.py).
     astlock.install()
@@ -278,7 +295,7 @@ def run_tasks(instances: list[Instance] | list[Task], cfg: RunConfig, *, build_g
     try:
         return _run_locked(instances, cfg, store, build_graph=build_graph, repos=repos, workers=workers,
                            model_factory=model_factory, progress=progress, publisher=publisher, executor=executor,
-                           event_lines=event_lines)
+                           event_lines=event_lines, on_call=on_call)
     finally:
         lock.release()
 
@@ -286,7 +303,7 @@ def run_tasks(instances: list[Instance] | list[Task], cfg: RunConfig, *, build_g
 def _run_locked(instances: list[Instance] | list[Task], cfg: RunConfig, store: RunStore, *,
                 build_graph: GraphFactory, repos: Path | None, workers: int, model_factory: ModelFactory | None,
                 progress: bool, publisher: Publisher | None, executor: Executor | None,
-                event_lines: bool = False) -> RunSummary:
+                event_lines: bool = False, on_call: Callable[[str, CallEvent], None] | None = None) -> RunSummary:
     run_id = store.run_id
     repo_cache = RepoCache(cfg.cache_dir, repos)
     publisher = publisher or DiffPublisher(store)
@@ -314,7 +331,7 @@ def _run_locked(instances: list[Instance] | list[Task], cfg: RunConfig, store: R
         activity.started(inst.instance_id)
         record = run_task(inst, cfg, build_graph=build_graph, publisher=publisher, repo_cache=repo_cache,
                           store=store, model_factory=model_factory, run_meter=run_meter,
-                          on_event=activity.hook(inst.instance_id))
+                          on_event=_both(activity.hook(inst.instance_id), inst.instance_id, on_call))
         activity.finished(inst.instance_id, record)
         finished(record)
         return record
