@@ -463,7 +463,7 @@ def run(args: argparse.Namespace) -> int:
     seen_repos = {r.repo for r in done.values()}
     try:
         for n, inst in enumerate(chosen, 1):
-            if inst.instance_id in done:
+            if inst.instance_id in done or args.report_only:
                 continue
             try:
                 row = measure(inst, mirrors[inst.repo], args, settings, first=inst.repo not in seen_repos)
@@ -633,12 +633,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--show-misses", action="store_true", help="list instances with a gold file outside the top 8")
     p.add_argument("-o", "--output", type=Path, help="append each instance's row to this JSONL file as it is done")
     p.add_argument("--resume", action="store_true", help="keep the rows already in --output and do only the rest")
+    p.add_argument("--report-only", action="store_true",
+                   help="with --resume: report over the rows already in --output, measure none (a run still going)")
     p.add_argument("--fit", action="store_true",
                    help="print the re-ranking's coefficients fitted on all rows (for fixgraph/localize/rerank.py)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     if args.resume and args.output is None:
         print("localization_bench: --resume needs -o/--output", file=sys.stderr)
+        return 2
+    if args.report_only and not args.resume:
+        print("localization_bench: --report-only needs --resume and -o/--output", file=sys.stderr)
         return 2
     if args.limit < 0:
         print("localization_bench: --limit must be >= 0", file=sys.stderr)

@@ -251,6 +251,12 @@ def test_localization_bench_resumes_from_its_rows(wt, tmp_path: Path, capsys: py
     assert kept["acme__pkg-2"].parts.today["pkg/sessions.py"] > 0
     assert main([*common, "--resume"]) == 2
     assert "--resume needs -o/--output" in capsys.readouterr().err
+    # --report-only reports the rows there and measures none; --stride 2 keeps the 1st and 3rd.
+    measured.clear()
+    assert main([*common, "-o", str(out), "--resume", "--report-only", "--stride", "2"]) == 0
+    assert measured == [] and "(2 instances" in capsys.readouterr().out.strip().splitlines()[-1]
+    assert main([*common, "--report-only"]) == 2
+    assert "--report-only needs --resume" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args, message", [
@@ -258,6 +264,7 @@ def test_localization_bench_resumes_from_its_rows(wt, tmp_path: Path, capsys: py
     (["--dataset", "{dataset}", "--repos", "nope-dir"], "is not a directory"),
     (["--dataset", "{dataset}", "--repos", "{empty}"], "no instance of the dataset has a mirror"),
     (["--dataset", "{dataset}", "--repos", ".", "--limit", "-1"], "--limit must be >= 0"),
+    (["--dataset", "{dataset}", "--repos", ".", "--stride", "0"], "--stride must be >= 1"),
 ])
 def test_localization_bench_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                   args: list[str], message: str) -> None:
