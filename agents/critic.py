@@ -178,8 +178,9 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
         findings += weigh.weigh(suspicions, ran=False, lines=None, crashes=[], texts={},
                                 why_not="the attempt ended before the tests")
     else:
-        traced = sorted({f.get("file", "") for f in suspicions if f.get("file")})
-        outcome = _run_tests(ctx, state, patch, replayed.reproduced if replayed is not None else [], traced)
+        texts = {f: wt.read(f) or "" for f in sorted({str(s.get("file", "")) for s in suspicions if s.get("file")})}
+        outcome = _run_tests(ctx, state, patch, replayed.reproduced if replayed is not None else [],
+                             weigh.trace_specs(suspicions, texts))
         # Tests that assert what the issue asks to change: a warning to update them, not a regression.
         expected = (expected_change.of_outcome(outcome, ctx.task.problem_statement, ctx.task.repo)
                     if outcome is not None and outcome.source == "own" and ctx.cfg.regression.expected_changes
@@ -196,7 +197,7 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
                                   why_left_out=expected_change.WHY)
         weighed = weigh.weigh(suspicions, ran=ran, lines=outcome.lines if outcome is not None else None,
                               crashes=(outcome.regression_crashes + outcome.repro_crashes) if outcome else [],
-                              texts={f: wt.read(f) or "" for f in traced},
+                              texts=texts,
                               why_not=(outcome.reason if outcome is not None else "tests are off"))
         findings += weighed
         if weigh.confirmed(weighed):

@@ -347,15 +347,15 @@ def _runtime(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, 
     if sure or static_rec["status"] != "ok":
         return {"unsafe": bool(sure), "ran": False, "seconds": static_rec["seconds"]}
     suspicions = [f for f in new if not weigh.certain(f)]
-    traced = sorted({f.get("file", "") for f in suspicions if f.get("file")})
+    texts = {f: wt.read(f) or "" for f in sorted({str(s.get("file", "")) for s in suspicions if s.get("file")})}
     start = time.monotonic()
     replayed = _replay(runner, cfg, inst, wt, patch)
-    outcome = own_outcome(runner, inst.task(), wt, patch, [], cfg.regression, trace=traced)
+    outcome = own_outcome(runner, inst.task(), wt, patch, [], cfg.regression, trace=weigh.trace_specs(suspicions, texts))
     crashes = crash_summaries(outcome, patch)
     found = findings_of(crashes, scope)
     weighed = weigh.weigh(suspicions, ran=outcome.runnable, lines=outcome.lines,
                           crashes=outcome.regression_crashes + outcome.repro_crashes,
-                          texts={f: wt.read(f) or "" for f in traced}, why_not=outcome.reason)
+                          texts=texts, why_not=outcome.reason)
     return {"unsafe": bool(found) or bool(replayed and replayed["summaries"]) or bool(weigh.confirmed(weighed)),
             "scope": scope, "ran": outcome.regression_ran, "reason": outcome.reason[:300],
             "findings": [dict(f) for f in found], "crashes": crashes, "broken": outcome.broken(),

@@ -19,7 +19,7 @@ PRICE = 1000.0  # dollars per million input tokens, so that the scripted calls c
 def _script() -> dict[str, list[Any]]:
     script = calc_script(False)
     edit = {"path": "calc/ops.py", "search": BUGGY_LINE}
-    # Broken first (static analysis rejects it), wrong second (the reproduction test fails), right last.
+    # Broken first (a static finding the tests confirm), wrong second (the reproduction test fails), right last.
     script["CodeChange"] = [{"edits": [edit | {"replace": line}], "explanation": why}
                             for line, why in ((BROKEN_LINE, "Use total()."), (WRONG_LINE, "Subtract less."),
                                               (FIXED_LINE, "Drop the stray - 1."))]
@@ -44,7 +44,9 @@ def test_three_candidates_are_judged_and_the_best_is_delivered_within_budget(tmp
     # One round of three, each judged by the Critic.
     assert [a["number"] for a in attempts] == [1, 2, 3] and {a["round"] for a in attempts} == {1}
     assert [a["verdict"] for a in attempts] == ["Unsafe", "Safe", "Safe"]
-    assert attempts[0]["score"]["fix_score"] == 0.0 and any(f["source"] == "pyright" for f in attempts[0]["findings"])
+    # The broken one's pyright finding is weighed against the tests (issue 36): they confirm it.
+    assert attempts[0]["score"]["fix_score"] < cfg.critic.fix_score_threshold
+    assert any(f["source"] == "pyright" and f.get("status") == "confirmed" for f in attempts[0]["findings"])
     assert attempts[1]["score"]["test_pass_rate"] == 0.0 and attempts[2]["score"]["test_pass_rate"] == 1.0
     assert attempts[2]["score"]["fix_score"] >= cfg.critic.fix_score_threshold
     # How each was sampled is recorded: the usual prompt first, then the sampling temperature.

@@ -7,6 +7,8 @@ is confirmed by the reproduction test that crashes there, and sent back to the C
 
 from __future__ import annotations
 
+from typing import Any
+
 from eval.fixtures.repos import BUGGY_LINE, FIXED_LINE, calc_script
 from fixgraph.models.scripted import ScriptedChatModel
 from graph import run_tasks
@@ -26,12 +28,17 @@ def _script(first: str) -> dict:
     return script
 
 
-def test_a_correct_patch_with_a_pyright_false_positive_is_delivered(calc, cfg_factory):
+def _run(calc, cfg_factory, first: str) -> tuple[Any, ScriptedChatModel, dict[str, Any]]:
+    """The graph on the calc fixture, the Coder's first patch ``first``: (config, model, record)."""
     mirrors, inst = calc
     cfg = cfg_factory("redo")
-    model = ScriptedChatModel(script=_script(FALSE_POSITIVE))
-    run_tasks([inst], cfg, run_id="fp", repos=mirrors, model_factory=lambda role: model, progress=False)
-    rec = read_record(cfg, "fp", inst.instance_id)
+    model = ScriptedChatModel(script=_script(first))
+    run_tasks([inst], cfg, run_id="weigh", repos=mirrors, model_factory=lambda role: model, progress=False)
+    return cfg, model, read_record(cfg, "weigh", inst.instance_id)
+
+
+def test_a_correct_patch_with_a_pyright_false_positive_is_delivered(calc, cfg_factory):
+    cfg, model, rec = _run(calc, cfg_factory, FALSE_POSITIVE)
     [only] = rec["attempts"]
     assert only["verdict"] == "Safe"
     [suspicion] = [f for f in only["findings"] if f["source"] == "pyright"]
@@ -44,11 +51,7 @@ def test_a_correct_patch_with_a_pyright_false_positive_is_delivered(calc, cfg_fa
 
 
 def test_a_real_runtime_error_found_statically_is_confirmed_and_sent_back(calc, cfg_factory):
-    mirrors, inst = calc
-    cfg = cfg_factory("redo")
-    model = ScriptedChatModel(script=_script(REAL_ERROR))
-    run_tasks([inst], cfg, run_id="real", repos=mirrors, model_factory=lambda role: model, progress=False)
-    rec = read_record(cfg, "real", inst.instance_id)
+    _, model, rec = _run(calc, cfg_factory, REAL_ERROR)
     first, second = rec["attempts"]
     assert first["verdict"] == "Unsafe"
     [error] = [f for f in first["findings"] if f["source"] == "pyright"]

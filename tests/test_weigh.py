@@ -76,5 +76,17 @@ def test_the_tracer_records_executed_and_raising_lines_in_watched_files_only(tmp
     assert got.traced == {"pkg/m.py"} and {1, 2, 3, 4, 5} <= got.executed["pkg/m.py"]
     assert "AttributeError" in got.raised["pkg/m.py"][3]
     assert "pkg/other.py" not in got.executed
+    assert got.imported == {"pkg/m.py"}
+    # With lines named, only the code objects holding them are traced; the file still counts as imported.
+    (tmp_path / "pkg" / "m.py").write_text(
+        "def f(x):\n    return x\n\n\ndef h():\n    return 2\n")
+    env.update(traced_lines.env_for([traced_lines.spec("pkg/m.py", [6])], tmp_path / "out2"))
+    subprocess.run([sys.executable, "-c", "import pkg.m; pkg.m.f(1)"], cwd=tmp_path, env=env, check=True)
+    only = traced_lines.read(tmp_path / "out2", [traced_lines.spec("pkg/m.py", [6])], timed_out=False)
+    assert only.traced == {"pkg/m.py"} and only.imported == {"pkg/m.py"} and not only.executed.get("pkg/m.py")
+    [never] = weigh.weigh([Finding(source="pyright", rule="reportCallIssue", file="pkg/m.py", line=2)], ran=True,
+                          lines=only, crashes=[], texts={})
+    assert never.get("status") == "unconfirmed" and "never reached" in never.get("evidence", "")
+    assert weigh.trace_specs([_pyright(3)], {"m.py": TEXT}) == ["m.py#2,3"]
     # A run that wrote nothing (killed by its timeout) traced nothing.
     assert traced_lines.read(tmp_path / "none", ["pkg/m.py"], timed_out=True).traced == set()

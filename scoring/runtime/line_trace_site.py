@@ -2,10 +2,12 @@
 ``sitecustomize.py`` in a folder put first on the test process's ``PYTHONPATH`` (any runner:
 pytest, sympy's ``bin/test``, Django's ``runtests.py``, and the subprocesses they start).
 
-``$FIXGRAPH_TRACE_FILES`` lists the repository-relative files to watch (``os.pathsep``-separated);
+``$FIXGRAPH_TRACE_FILES`` lists the repository-relative files to watch (``os.pathsep``-separated),
+each with the lines that matter after a ``#`` (``pkg/m.py#12,40``; none: the whole file);
 ``$FIXGRAPH_TRACE_DIR`` is where each process writes ``lines-<pid>.json`` at exit:
-``{"executed": {file: [line, ...]}, "raised": {file: {line: [exception type, ...]}}}``. Frames of
-other files get no local tracer, so the cost is one check per function call. A process killed by
+``{"imported": [file, ...], "executed": {file: [line, ...]}, "raised": {file: {line: [exception
+type, ...]}}}``. Only code objects of a watched file that hold one of its lines get a local tracer
+(decided once per code object), so the cost elsewhere is one dictionary look-up per call. A process killed by
 its timeout writes nothing: the run then says nothing either way. Runs inside the instance's own
 environment: standard library only, Python 3.6 syntax. A ``sitecustomize`` this one shadows is run
 after it.
@@ -17,11 +19,18 @@ import os
 import sys
 import threading
 
-_FILES = [f for f in os.environ.get("FIXGRAPH_TRACE_FILES", "").split(os.pathsep) if f]
+_WANTED = {}
+for _entry in os.environ.get("FIXGRAPH_TRACE_FILES", "").split(os.pathsep):
+    _path, _, _nums = _entry.partition("#")
+    if _path:
+        _WANTED[_path] = set(int(n) for n in _nums.split(",") if n.strip().isdigit())
+_FILES = list(_WANTED)
 _DIR = os.environ.get("FIXGRAPH_TRACE_DIR", "")
+_IMPORTED = set()
 _EXECUTED = {}
 _RAISED = {}
 _MATCH = {}
+_CODES = {}
 
 
 def _rel(filename):
@@ -60,22 +69,39 @@ def _local(rel):
 _LOCALS = {}
 
 
+def _holds(code, rel):
+    """Whether ``code`` (not its nested functions) has one of ``rel``'s wanted lines."""
+    wanted = _WANTED.get(rel)
+    if not wanted:
+        return True
+    import dis
+    lines = [n for _, n in dis.findlinestarts(code) if n is not None]
+    return bool(lines) and any(min(lines) <= n <= max(lines) for n in wanted)
+
+
 def _global(frame, event, arg):
     if event != "call":
         return None
-    rel = _rel(frame.f_code.co_filename)
-    if rel is None:
-        return None
-    tracer = _LOCALS.get(rel)
-    if tracer is None:
-        tracer = _LOCALS[rel] = _local(rel)
-    return tracer(frame, event, arg)
+    code = frame.f_code
+    try:
+        tracer = _CODES[code]
+    except KeyError:
+        rel = _rel(code.co_filename)
+        tracer = None
+        if rel is not None:
+            _IMPORTED.add(rel)
+            if _holds(code, rel):
+                tracer = _LOCALS.get(rel)
+                if tracer is None:
+                    tracer = _LOCALS[rel] = _local(rel)
+        _CODES[code] = tracer
+    return tracer(frame, event, arg) if tracer is not None else None
 
 
 def _write():
     sys.settrace(None)
     try:
-        out = {"executed": {f: sorted(v) for f, v in _EXECUTED.items()},
+        out = {"imported": sorted(_IMPORTED), "executed": {f: sorted(v) for f, v in _EXECUTED.items()},
                "raised": {f: {str(n): sorted(t) for n, t in v.items()} for f, v in _RAISED.items()}}
         path = os.path.join(_DIR, f"lines-{os.getpid()}.json")
         with open(path + ".tmp", "w") as fh:

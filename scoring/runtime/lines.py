@@ -21,11 +21,13 @@ MAX_FILES = 20
 
 @dataclass
 class Lines:
-    """``executed``: file -> lines run; ``raised``: file -> line -> exception types seen passing
+    """``executed``: file -> lines run (in the code objects that hold a wanted line); ``imported``:
+    the watched files some code of which ran; ``raised``: file -> line -> exception types seen passing
     there (raised or propagated, caught later or not); ``traced``: the files watched by a run that
     wrote its record; ``timed_out``: some traced run was cut by its timeout."""
 
     executed: dict[str, set[int]] = field(default_factory=dict)
+    imported: set[str] = field(default_factory=set)
     raised: dict[str, dict[int, set[str]]] = field(default_factory=dict)
     traced: set[str] = field(default_factory=set)
     timed_out: bool = False
@@ -37,13 +39,14 @@ class Lines:
             mine = self.raised.setdefault(f, {})
             for n, types in by_line.items():
                 mine.setdefault(n, set()).update(types)
+        self.imported |= other.imported
         self.traced |= other.traced
         self.timed_out = self.timed_out or other.timed_out
 
     def to_dict(self) -> dict[str, Any]:
         return {"executed": {f: sorted(v) for f, v in self.executed.items()},
                 "raised": {f: {str(n): sorted(t) for n, t in v.items()} for f, v in self.raised.items()},
-                "traced": sorted(self.traced), "timed_out": self.timed_out}
+                "imported": sorted(self.imported), "traced": sorted(self.traced), "timed_out": self.timed_out}
 
 
 def install(dest_dir: Path) -> Path:
@@ -53,8 +56,18 @@ def install(dest_dir: Path) -> Path:
     return dest_dir
 
 
+def spec(file: str, lines: Iterable[int] = ()) -> str:
+    """One watched file as the tracer reads it: ``path#line,line`` (no lines: the whole file)."""
+    nums = sorted({int(n) for n in lines if n})
+    return file + ("#" + ",".join(map(str, nums)) if nums else "")
+
+
+def file_of(entry: str) -> str:
+    return entry.partition("#")[0]
+
+
 def env_for(files: Iterable[str], out_dir: Path) -> dict[str, str]:
-    """The variables that make the tracer watch ``files`` and write under ``out_dir``."""
+    """The variables that make the tracer watch ``files`` (:func:`spec` entries) and write under ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     return {"FIXGRAPH_TRACE_FILES": os.pathsep.join(list(files)[:MAX_FILES]), "FIXGRAPH_TRACE_DIR": str(out_dir)}
 
@@ -67,6 +80,7 @@ def read(out_dir: Path, files: Iterable[str], timed_out: bool) -> Lines:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             one = Lines(executed={str(f): {int(n) for n in v} for f, v in data.get("executed", {}).items()},
+                        imported={str(f) for f in data.get("imported", [])},
                         raised={str(f): {int(n): {str(t) for t in ts} for n, ts in v.items()}
                                 for f, v in data.get("raised", {}).items()})
         except (OSError, ValueError, TypeError, AttributeError):
@@ -74,5 +88,5 @@ def read(out_dir: Path, files: Iterable[str], timed_out: bool) -> Lines:
         wrote = True
         got.merge(one)
     if wrote:
-        got.traced = set(files)
+        got.traced = {file_of(f) for f in files}
     return got

@@ -27,7 +27,7 @@ from typing import Any
 
 from fixgraph import astlock
 from fixgraph.state import Finding
-from scoring.runtime.lines import Lines
+from scoring.runtime.lines import Lines, spec
 
 # Findings that decide without running.
 CERTAIN_RULES = frozenset({"syntax", "reportRelativeImport"})
@@ -51,6 +51,22 @@ EXPECTED: dict[str, frozenset[str]] = {
     "UndefinedName": frozenset({"NameError"}),
     "UndefinedLocal": frozenset({"UnboundLocalError"}),
 }
+
+
+def trace_specs(findings: Iterable[Finding], texts: dict[str, str]) -> list[str]:
+    """What the test runs must trace for ``findings``: each file with the lines that stand for them
+    (``scoring.runtime.lines.spec``; a finding without a place traces its whole file)."""
+    wanted: dict[str, set[int]] = {}
+    whole: set[str] = set()
+    for f in findings:
+        file = f.get("file", "")
+        if not file:
+            continue
+        where = span(f, texts.get(file, ""))
+        wanted.setdefault(file, set()).update(where)
+        if not where:
+            whole.add(file)
+    return [spec(file, () if file in whole else nums) for file, nums in sorted(wanted.items())]
 
 
 def certain(f: Finding) -> bool:
@@ -139,9 +155,9 @@ def weigh(findings: list[Finding], *, ran: bool, lines: Lines | None, crashes: l
             g["status"] = "unconfirmed"
             g["evidence"] = ("the test runs were cut by their timeout" if lines is not None and lines.timed_out
                              else "no trace of the test runs")
-        elif not lines.executed.get(file):
+        elif file not in lines.imported and not lines.executed.get(file):
             g["status"], g["evidence"] = "unconfirmed", "the tests never imported this file"
-        elif not where or not set(where) & lines.executed[file]:
+        elif not where or not set(where) & lines.executed.get(file, set()):
             g["status"], g["evidence"] = "unconfirmed", "the tests never reached this line"
         elif any(_types_match(lines.raised.get(file, {}).get(n, ()), wanted) for n in where):
             g["status"] = "unconfirmed"
