@@ -36,6 +36,12 @@ from pathlib import Path
 COMPILED_CONSTRAINTS: dict[tuple[str, str], list[str]] = {
     ("scikit-learn/scikit-learn", v): ["cython<3"] for v in ("0.20", "0.21", "0.22")
 }
+# What the spec's conda environment.yml gives the harness's image that its pip_packages do not: the
+# test runner and the test suite's own imports (matplotlib 3.5-3.7: pytest is in environment.yml only).
+ENV_YML_TEST_PACKAGES: dict[str, list[str]] = {
+    "matplotlib/matplotlib": ["pytest<8", "pytest-rerunfailures", "pytest-timeout", "pytest-xdist", "ipython",
+                              "nbformat", "pandas<2.3", "psutil", "pytz", "tornado"],
+}
 COMPILED_REPOS = frozenset({"matplotlib/matplotlib", "scikit-learn/scikit-learn"})
 
 # What setupext.py reads from MPLSETUPCFG: the Debian libraries instead of downloaded sources.

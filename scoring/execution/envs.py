@@ -41,6 +41,7 @@ from fixgraph.repo import gitsafe
 from fixgraph.repo.workspace import Worktree
 from fixgraph.sandbox.process import Limits, run_isolated, scrubbed_env
 from scoring.execution.compiled import (
+    ENV_YML_TEST_PACKAGES,
     CompiledBuild,
     classify_failure,
     compiled_build,
@@ -186,6 +187,16 @@ class VenvEnvs:
                 shutil.rmtree(path / "src", ignore_errors=True)
                 if (path / "base").is_dir():
                     _link_source(path)
+            extras = ENV_YML_TEST_PACKAGES.get(task.repo, []) if spec.get("packages") == "environment.yml" else []
+            if meta.get("ok") and extras and meta.get("test_packages") != extras:
+                # environment.yml's test packages: in a new env's build, or added to one built before
+                run = self._steps(path, task, meta)
+                vpy = str(path / "venv" / "bin" / "python")
+                if run([vpy, "-m", "pip", "install", "-q", *extras], path, "test_packages"):
+                    meta["test_packages"] = extras
+                    atomic_write(meta_path, json.dumps(meta, indent=1))
+                else:
+                    raise EnvError(f"installing environment.yml's test packages failed: {meta['step_error']}")
             installed = meta.get("installed_commit")
             if (meta.get("ok") and installed and installed != task.base_commit and self.settings.reuse_install
                     and _editable(str(spec.get("install", "")))
@@ -284,7 +295,8 @@ class VenvEnvs:
                        "requirements"):
                 return fail(f"installing the requirements failed: {meta['step_error']}", retryable=run.transient)
         elif pkgs == "environment.yml":
-            run.log.append("[fixgraph] environment.yml is conda's; relying on pip_packages\n")
+            run.log.append("[fixgraph] environment.yml is conda's; relying on pip_packages (and its test "
+                           "packages, scoring.execution.compiled.ENV_YML_TEST_PACKAGES)\n")
         elif pkgs and not run([vpy, "-m", "pip", "install", "-q", *pkgs.split()], setup, "packages"):
             return fail(f"installing {pkgs} failed: {meta['step_error']}", retryable=run.transient)
         if spec.get("pip_packages") and not run([vpy, "-m", "pip", "install", "-q", *spec["pip_packages"]], setup,
