@@ -140,6 +140,24 @@ def missing_system_packages(repo: str) -> str:
     return f"building offline needs Debian's {', '.join(missing)}: apt-get install {' '.join(missing)}" if missing else ""
 
 
+# Build requirements the venv's own pins stand for: the build compiles against the venv's numpy.
+_PINNED_BY_SPEC = re.compile(r"^(oldest-supported-numpy|numpy|setuptools|wheel)\b", re.I)
+
+
+def build_requires(checkout: Path) -> list[str]:
+    """``[build-system] requires`` of the checkout's pyproject.toml, less what the spec pins: with
+    build isolation off (see :meth:`CompiledBuild.install`) they must be in the venv (matplotlib
+    3.7's pybind11)."""
+    import tomllib
+
+    try:
+        data = tomllib.loads((checkout / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    requires = data.get("build-system", {}).get("requires", [])
+    return [r for r in requires if isinstance(r, str) and not _PINNED_BY_SPEC.match(r.strip())]
+
+
 def offline_pre_install(steps: list[str]) -> list[str]:
     """swebench's pre_install steps without those that download or apt-get."""
     return [s for s in steps if not _SKIPPED_PRE_INSTALL.match(s)]

@@ -43,6 +43,7 @@ from fixgraph.sandbox.process import Limits, run_isolated, scrubbed_env
 from scoring.execution.compiled import (
     ENV_YML_TEST_PACKAGES,
     CompiledBuild,
+    build_requires,
     classify_failure,
     compiled_build,
     is_compiled,
@@ -326,6 +327,10 @@ class VenvEnvs:
         compiled = self.compiled(task, path)
         if ok and compiled.compiled:
             meta["reused_generated"] = reuse_generated(base, src)  # Cython's output, where its inputs match
+            needs = build_requires(src)
+            if needs and not run([str(path / "venv" / "bin" / "python"), "-m", "pip", "install", "-q", *needs],
+                                 src, "build_requires"):
+                ok, err = False, f"installing the build requirements {needs} failed: {meta['step_error']}"
         for cmd in compiled.pre_install(list(spec.get("pre_install", []))) if ok else []:
             run(["bash", "-c", cmd], src, "pre_install")
         install = compiled.install(str(spec.get("install", ""))) if spec.get("install") else None
