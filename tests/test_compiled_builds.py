@@ -247,3 +247,13 @@ def test_a_machine_without_the_debian_libraries_says_which_to_install(monkeypatc
     monkeypatch.setitem(compiled.SYSTEM_LIBRARIES, "x/y", [("no-such-module-fixgraph", "libnothing-dev")])
     assert compiled.missing_system_packages("x/y") == (
         "building offline needs Debian's libnothing-dev: apt-get install libnothing-dev")
+
+
+def test_build_requirements_go_into_the_venv_but_not_what_the_spec_pins(tmp_path: Path) -> None:
+    from scoring.execution.compiled import build_requires
+
+    (tmp_path / "pyproject.toml").write_text('[build-system]\nrequires = ["certifi>=2020.06.20", '
+                                             '"oldest-supported-numpy", "pybind11>=2.6", "setuptools_scm>=7", '
+                                             '"setuptools>=64", "wheel"]\n')
+    assert build_requires(tmp_path) == ["certifi>=2020.06.20", "pybind11>=2.6", "setuptools_scm>=7"]
+    assert build_requires(tmp_path / "none") == []

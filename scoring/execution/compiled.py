@@ -36,6 +36,12 @@ from pathlib import Path
 COMPILED_CONSTRAINTS: dict[tuple[str, str], list[str]] = {
     ("scikit-learn/scikit-learn", v): ["cython<3"] for v in ("0.20", "0.21", "0.22")
 }
+# What the spec's conda environment.yml gives the harness's image that its pip_packages do not: the
+# test runner and the test suite's own imports (matplotlib 3.5-3.7: pytest is in environment.yml only).
+ENV_YML_TEST_PACKAGES: dict[str, list[str]] = {
+    "matplotlib/matplotlib": ["pytest<8", "pytest-rerunfailures", "pytest-timeout", "pytest-xdist", "ipython",
+                              "nbformat", "pandas<2.3", "psutil", "pytz", "tornado"],
+}
 COMPILED_REPOS = frozenset({"matplotlib/matplotlib", "scikit-learn/scikit-learn"})
 
 # What setupext.py reads from MPLSETUPCFG: the Debian libraries instead of downloaded sources.
@@ -132,6 +138,24 @@ def missing_system_packages(repo: str) -> str:
     missing = [pkg for mod, pkg in needed
                if subprocess.run([pkg_config, "--exists", mod], capture_output=True, timeout=30).returncode != 0]
     return f"building offline needs Debian's {', '.join(missing)}: apt-get install {' '.join(missing)}" if missing else ""
+
+
+# Build requirements the venv's own pins stand for: the build compiles against the venv's numpy.
+_PINNED_BY_SPEC = re.compile(r"^(oldest-supported-numpy|numpy|setuptools|wheel)\b", re.I)
+
+
+def build_requires(checkout: Path) -> list[str]:
+    """``[build-system] requires`` of the checkout's pyproject.toml, less what the spec pins: with
+    build isolation off (see :meth:`CompiledBuild.install`) they must be in the venv (matplotlib
+    3.7's pybind11)."""
+    import tomllib
+
+    try:
+        data = tomllib.loads((checkout / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    requires = data.get("build-system", {}).get("requires", [])
+    return [r for r in requires if isinstance(r, str) and not _PINNED_BY_SPEC.match(r.strip())]
 
 
 def offline_pre_install(steps: list[str]) -> list[str]:

@@ -43,7 +43,9 @@ from fixgraph.sandbox import nofollow
 from fixgraph.sandbox.process import Limits, run_isolated, scrubbed_env
 from scoring.execution import envcheck
 from scoring.execution.compiled import (
+    ENV_YML_TEST_PACKAGES,
     CompiledBuild,
+    build_requires,
     classify_failure,
     compiled_build,
     is_compiled,
@@ -208,6 +210,16 @@ class VenvEnvs:
                 shutil.rmtree(path / "src", ignore_errors=True)
                 if (path / "base").is_dir():
                     _link_source(path)
+            extras = ENV_YML_TEST_PACKAGES.get(task.repo, []) if spec.get("packages") == "environment.yml" else []
+            if meta.get("ok") and extras and meta.get("test_packages") != extras:
+                # environment.yml's test packages: in a new env's build, or added to one built before
+                run = self._steps(path, task, meta)
+                vpy = str(path / "venv" / "bin" / "python")
+                if run([vpy, "-m", "pip", "install", "-q", *extras], path, "test_packages"):
+                    meta["test_packages"] = extras
+                    atomic_write(meta_path, json.dumps(meta, indent=1))
+                else:
+                    raise EnvError(f"installing environment.yml's test packages failed: {meta['step_error']}")
             installed = meta.get("installed_commit")
             if (meta.get("ok") and installed and installed != task.base_commit and self.settings.reuse_install
                     and _editable(str(spec.get("install", "")))
@@ -308,7 +320,8 @@ class VenvEnvs:
                        "requirements"):
                 return fail(f"installing the requirements failed: {meta['step_error']}", retryable=run.transient)
         elif pkgs == "environment.yml":
-            run.log.append("[fixgraph] environment.yml is conda's; relying on pip_packages\n")
+            run.log.append("[fixgraph] environment.yml is conda's; relying on pip_packages (and its test "
+                           "packages, scoring.execution.compiled.ENV_YML_TEST_PACKAGES)\n")
         elif pkgs and not run([vpy, "-m", "pip", "install", "-q", *pkgs.split()], setup, "packages"):
             return fail(f"installing {pkgs} failed: {meta['step_error']}", retryable=run.transient)
         if spec.get("pip_packages") and not run([vpy, "-m", "pip", "install", "-q", *spec["pip_packages"]], setup,
@@ -340,6 +353,10 @@ class VenvEnvs:
         compiled = self.compiled(task, path)
         if ok and compiled.compiled:
             meta["reused_generated"] = reuse_generated(base, src)  # Cython's output, where its inputs match
+            needs = build_requires(src)
+            if needs and not run([str(path / "venv" / "bin" / "python"), "-m", "pip", "install", "-q", *needs],
+                                 src, "build_requires"):
+                ok, err = False, f"installing the build requirements {needs} failed: {meta['step_error']}"
         for cmd in compiled.pre_install(list(spec.get("pre_install", []))) if ok else []:
             run(["bash", "-c", cmd], src, "pre_install")
         install = compiled.install(str(spec.get("install", ""))) if spec.get("install") else None
