@@ -23,7 +23,7 @@ def _problem(tmp: Path, files: list[tuple[str, str]], test_path: str = TEST) -> 
 
     mirrors, sha = _mirror(tmp, {"calc.py": "x = 1\n", "tests/test_calc.py": "def test_x():\n    pass\n"})
     wt = RepoCache(tmp / "cache", mirrors).worktree("acme/calc", sha, "t-1")
-    draft = ReproTestDraft(path=test_path, content=TEST_CODE,
+    draft = ReproTestDraft(path=test_path, content=TEST_CODE, explanation="",
                            files=[SupportFile(path=p, content=c) for p, c in files])
     return check_draft(draft, SimpleNamespace(worktree=wt))  # type: ignore[arg-type]
 
