@@ -150,12 +150,18 @@ def _report(tmp: Path) -> dict[str, Any]:
         script = _PROBE.format(root=str(ROOT), secret=SECRET, named=NAMED_SECRET, payload=PAYLOAD_SECRET,
                                marker=str(tmp / "holding.pid"))
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-        proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
-                              timeout=300, env=env, cwd=tmp)
-        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")), None)
-        if line is None:
-            raise RuntimeError(f"the Ray probe failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
-        _REPORT.append(json.loads(line[7:]))
+        said = ""
+        for _ in range(2):  # Ray's start can time out on a loaded machine: once more, then say why
+            proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
+                                  timeout=300, env=env, cwd=tmp)
+            line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")), None)
+            if line is not None:
+                _REPORT.append(json.loads(line[7:]))
+                break
+            errors = [ln for ln in proc.stderr.splitlines() if "Error" in ln] or proc.stderr.strip().splitlines()
+            said = (errors or ["no output"])[-1][:300]
+        else:
+            raise RuntimeError(f"the Ray probe failed twice: {said}")
     return _REPORT[0]
 
 

@@ -41,6 +41,11 @@ def _listener() -> tuple[socket.socket, int, list[int]]:
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(16)
+    return srv, srv.getsockname()[1], count_connections(srv)
+
+
+def count_connections(srv: socket.socket) -> list[int]:
+    """Accept (and close) every connection to the listening ``srv`` on a thread; one item each."""
     hits: list[int] = []
 
     def accept() -> None:
@@ -53,7 +58,7 @@ def _listener() -> tuple[socket.socket, int, list[int]]:
             conn.close()
 
     threading.Thread(target=accept, daemon=True).start()
-    return srv, srv.getsockname()[1], hits
+    return hits
 
 
 def _pids_with(marker: str) -> list[int]:

@@ -7,13 +7,12 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from eval.attacks import ATTACKS, Attack, attack
-from eval.attacks.sandbox import _sandboxed
+from eval.attacks.sandbox import _sandboxed, count_connections
 
 
 @contextlib.contextmanager
@@ -25,18 +24,7 @@ def _unix_listener(address: str) -> Iterator[list[int]]:
     if not address.startswith("\0"):
         os.chmod(address, 0o777)
     srv.listen(8)
-    hits: list[int] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                return
-            hits.append(1)
-            conn.close()
-
-    threading.Thread(target=accept, daemon=True).start()
+    hits = count_connections(srv)
     try:
         yield hits
     finally:
@@ -88,20 +76,15 @@ def _abstract(tmp: Path) -> str:
 def _sibling(tmp: Path) -> str:
     address = str(tmp / f"sibling-{uuid.uuid4().hex[:6]}.sock")
     with _unix_listener(address) as hits:
-        _, out = _sandboxed(tmp, f"""
-            import os, socket
-            try:
-                seen = [n for n in os.listdir("/tmp") if n.endswith(".sock")]
-            except OSError:
-                seen = []
-            print("SEEN", seen)
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                s.connect({address!r})
-                print("CONNECTED")
-            except OSError as exc:
-                print("refused", exc)
-        """)
+        listing = """
+        import os
+        try:
+            seen = [n for n in os.listdir("/tmp") if n.endswith(".sock")]
+        except OSError:
+            seen = []
+        print("SEEN", seen)
+"""
+        _, out = _sandboxed(tmp, listing + _connect_script(address))
     if "CONNECTED" in out or hits:
         return "reached a socket beside its run folder"
     return "" if "SEEN []" in out else f"listed sockets: {out.strip()[:200]}"

@@ -236,7 +236,8 @@ def _without_secrets() -> Iterator[None]:
     from fixgraph import redaction
 
     known = set(redaction.known())
-    dropped = {k: v for k, v in os.environ.items() if SECRET_VAR.search(k) or v in known}
+    # Ray's own settings stay (RAY_AUTH_TOKEN is Ray's to hold, when the operator turns it on).
+    dropped = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and (SECRET_VAR.search(k) or v in known)}
     for key in dropped:
         del os.environ[key]
     try:

@@ -15,6 +15,7 @@ import contextlib
 import os
 import stat
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 MAX_COPY_BYTES = 200_000_000
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -78,16 +79,23 @@ def _open_leaf(dir_fd: int, name: str, flags: int, rel: str, mode: int = 0o644) 
 def read_bytes(root: Path, rel: str, limit: int = MAX_COPY_BYTES) -> bytes:
     """The bytes of the regular file at ``rel`` under ``root`` (at most ``limit``); :class:`Refused`
     when a link is on the way or it is no regular file, ``OSError`` when it is missing."""
+    with _open_regular(root, rel) as fh:
+        return fh.read(limit)
+
+
+def _open_regular(root: Path, rel: str) -> BinaryIO:
+    """The regular file ``rel`` under ``root`` open for reading, reached through no link."""
     parts = parts_of(rel)
     dfd = _open_parent(root, parts, create=False)
     try:
         fd = _open_leaf(dfd, parts[-1], os.O_RDONLY | os.O_NONBLOCK, rel)
     finally:
         os.close(dfd)
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise Refused(f"{rel} is not a regular file")
-        return fh.read(limit)
+    fh = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        fh.close()
+        raise Refused(f"{rel} is not a regular file")
+    return fh
 
 
 def write_bytes(root: Path, rel: str, data: bytes, *, replace: bool = True, mode: int = 0o644) -> bool:
@@ -121,15 +129,8 @@ def copy_file(src_root: Path, rel: str, dst_root: Path) -> bool:
     and times too), unless something is there already (False). :class:`Refused` when either side
     has a link on the way."""
     parts = parts_of(rel)
-    sdir = _open_parent(src_root, parts, create=False)
-    try:
-        sfd = _open_leaf(sdir, parts[-1], os.O_RDONLY | os.O_NONBLOCK, rel)
-    finally:
-        os.close(sdir)
-    with os.fdopen(sfd, "rb") as src:
+    with _open_regular(src_root, rel) as src:
         st = os.fstat(src.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise Refused(f"{rel} is not a regular file")
         ddir = _open_parent(dst_root, parts, create=True)
         try:
             try:

@@ -199,6 +199,11 @@ class VenvEnvs:
                 with file_lock(path.parent / f"{path.name}.run.lock"):
                     meta = {**self._build(task, wt, spec, path), "build_tries": 1, "rebuilt_because": tainted}
                 atomic_write(meta_path, json.dumps(meta, indent=1))
+            elif meta is not None and meta.get("ok") and "site" not in meta and (path / "venv").is_dir():
+                # Built before this check: what it holds now is what later runs must find.
+                site = envcheck.listing(path / "venv")
+                meta = {**meta, "site": site, "site_build": meta.get("site_build", site)}
+                atomic_write(meta_path, json.dumps(meta, indent=1))
             elif meta is None or (not meta.get("ok") and meta.get("retryable")
                                 and meta.get("build_tries", 1) < BUILD_TRIES):
                 # Counted as the condition above counts: a failed env.json without the field is one build.
