@@ -162,7 +162,7 @@ def _bad_flag(*args: str, expect: str) -> Callable[[Path], str]:
 for _args, _expect in ((("--workers", "abc"), "--workers"), (("--workers", "1.5"), "--workers"),
                        (("--workers", "0"), "--workers"), (("--workers", "-3"), "--workers"),
                        (("--executor", "kubernetes"), "--executor"), (("--frobnicate",), "--frobnicate"),
-                       (("--tasks",), "--tasks"), (("--ray-address", "10.0.0.1:6379"), "--executor ray")):
+                       (("--tasks",), "--tasks"), (("--ray-address", "127.0.0.1:6379"), "--executor ray")):
     ATTACKS.append(Attack("cli-input", f"graph.py {' '.join(_args)}", _bad_flag(*_args, expect=_expect)))
 
 
