@@ -131,7 +131,7 @@ def test_an_install_stopped_midway_leaves_nothing_that_is_reused(tmp_path: Path)
 
     inst, wt, _ = calc_instance(tmp_path)
     inst = inst.model_copy(update={"version": "0.1"})
-    spec = {"python": "3", "install": "true", "test_cmd": "pytest -rA"}
+    spec = {"python": "{}.{}".format(*sys.version_info[:2]), "install": "true", "test_cmd": "pytest -rA"}
     envs = VenvEnvs(tmp_path / "envs", tmp_path / "cache", config.TestSettings(backend="venv"),
                     specs=lambda repo, version: spec)
     path = envs.env_path(inst.task())

@@ -25,7 +25,7 @@ def _problem(tmp: Path, files: list[tuple[str, str]], test_path: str = TEST) -> 
     wt = RepoCache(tmp / "cache", mirrors).worktree("acme/calc", sha, "t-1")
     draft = ReproTestDraft(path=test_path, content=TEST_CODE, explanation="",
                            files=[SupportFile(path=p, content=c) for p, c in files])
-    return check_draft(draft, SimpleNamespace(worktree=wt))  # type: ignore[arg-type]
+    return check_draft(draft, SimpleNamespace(worktree=wt, task=SimpleNamespace(repo="acme/calc")))  # type: ignore[arg-type]
 
 
 # (name, data file path, content): each must be refused.
