@@ -1,6 +1,6 @@
 """How often the Critic blocks a right patch: its false alarms on SWE-bench Lite's gold patches.
 
-    python -m eval.gold_critic --dataset ../shared/data/swebench_lite.jsonl --repos /work/.mirror \\
+    python -m eval.gold_critic --dataset ../shared/data/swebench_lite.jsonl --repos DIR \\
         [--stride K] [--limit N] [--shard I/N] [--phases static,replay,tests] [--backend local] \\
         [-o ROWS.jsonl] [--resume]
 

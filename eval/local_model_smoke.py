@@ -7,7 +7,7 @@ node: calls, tokens, seconds per call, timeouts, re-asks (and why: truncated, em
 per task: how it ended and why; and whether the server was idle soon after the run (a
 one-token request answered at once: no abandoned generation left queued).
 
-    python -m eval.local_model_smoke --repos /work/.mirror --dataset /work/shared/data/swebench_lite.jsonl
+    python -m eval.local_model_smoke --repos DIR --dataset ../shared/data/swebench_lite.jsonl
 """
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base-url", help="the server's base URL (default: discover a local server)")
     p.add_argument("--model", help="the model for every role (default: the server's first)")
     p.add_argument("--tasks", default=DEFAULT_TASKS, help="comma-separated instance ids")
-    p.add_argument("--dataset", type=Path, default=Path("/work/shared/data/swebench_lite.jsonl"))
-    p.add_argument("--repos", type=Path, default=Path("/work/.mirror"))
+    p.add_argument("--dataset", type=Path, required=True, help="a SWE-bench JSONL holding the tasks")
+    p.add_argument("--repos", type=Path, required=True, help="folder of git mirrors (<owner>+<name>/repo)")
     p.add_argument("--config", default="redo")
     p.add_argument("--run-id", default="local-smoke")
     p.add_argument("--out", type=Path, help="also write the records' summary as JSON here")
