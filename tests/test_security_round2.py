@@ -77,6 +77,7 @@ def test_an_install_step_cannot_plant_sitecustomize_in_the_shared_env(tmp_path: 
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ray")  # with tests/test_ray.py: one local Ray at a time (see there)
 def test_a_local_ray_binds_loopback_and_its_workers_hold_no_driver_secret(tmp_path: Path) -> None:
     from eval.attacks import cluster
 
