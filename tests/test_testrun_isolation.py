@@ -13,7 +13,7 @@ import pytest
 from eval.hidden import run_hidden
 from fixgraph.sandbox.process import netns_prefix
 from scoring.execution.runner import make_runner
-from tests.testrun_helpers import CALC, apply_to, calc_instance, diff_for, local_settings
+from tests.testrun_helpers import CALC, apply_to, calc_instance, diff_for, local_settings, locals_section
 
 FIXED = CALC.replace("return a - b", "return a + b")
 F2P = "tests/test_calc.py::test_add"
@@ -153,7 +153,8 @@ def test_crash_context_names_exception_frames_and_locals(tmp_path: Path) -> None
     assert 'can only concatenate list (not "int") to list' in out.crash
     assert "calc.py:3 in add" in out.crash
     assert "return total + b" in out.crash
-    assert "total = [2]" in out.crash and "b = 3" in out.crash
+    names = locals_section(out.crash)
+    assert "total = [2]" in names and "b = 3" in names
 
 
 def test_crash_locals_are_truncated(tmp_path: Path) -> None:
@@ -161,7 +162,7 @@ def test_crash_locals_are_truncated(tmp_path: Path) -> None:
     inst, wt, _ = calc_instance(tmp_path)
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, crashing))
     out = run_hidden(make_runner(local_settings(locals_repr_chars=40), tmp_path / "cache"), inst, wt, patch)
-    line = next(ln for ln in out.crash.splitlines() if ln.strip().startswith("big ="))
+    line = next(ln for ln in locals_section(out.crash) if ln.startswith("big ="))
     assert len(line.strip()) <= len("big = ") + 40
     assert line.strip().endswith("...")
 
