@@ -30,6 +30,15 @@ def _bodies(srv: FakeLLMServer, tool: str) -> list[dict[str, Any]]:
     return [r["body"] for r in srv.requests if r["body"] and r["body"]["tools"][0]["function"]["name"] == tool]
 
 
+def test_tool_calls_streamed_with_their_name_in_every_chunk_are_read_as_one_call(calc, cfg_factory):
+    # llama-cpp-python's server repeats the name in each chunk; LangChain alone joins them
+    # ("PlanPlanPlan") and every reply read as calling no known tool (seen on the real server).
+    with LocalModelServer(ScriptResponder(calc_script(False)), repeat_names=True) as srv:
+        summary, rec, _ = _run(calc, cfg_factory, srv, {"llm.stream": True})
+    assert summary.patched == 1 and rec["plan"]["files"] == ["calc/ops.py"]
+    assert not rec["usage"].get("invalid") and not rec["usage"].get("reasks")
+
+
 def test_a_looping_model_is_stopped_by_the_schemas_bounds(calc, cfg_factory):
     # The model repeats the Planner's first file forever; the schema's maxItems (as a grammar) ends it.
     with LocalModelServer(ScriptResponder(calc_script(False)), loop_tools=("Plan",)) as srv:

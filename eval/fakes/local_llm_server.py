@@ -41,8 +41,11 @@ def _tokens(args: dict[str, Any], loop_key: str | None) -> tuple[list[str], list
 class LocalModelServer(FakeLLMServer):
     def __init__(self, responder: Responder, *, token_s: float = 0.0, loop_tools: tuple[str, ...] = (),
                  grammar: bool = True, honour_max_tokens: bool = True, truncate_at: int | None = None,
-                 hard_limit: int = 5000, port: int = 0):
+                 hard_limit: int = 5000, repeat_names: bool = False, port: int = 0):
         super().__init__(responder, port=port)
+        # llama-cpp-python 0.3.36 streams a tool call's id, type and name (and the legacy
+        # function_call) again in every chunk, not only in the first.
+        self.repeat_names = repeat_names
         self.token_s = token_s
         self.loop_tools = loop_tools
         self.grammar = grammar
@@ -148,8 +151,14 @@ class LocalModelServer(FakeLLMServer):
 
     def _piece(self, handler: Any, payload: dict[str, Any], token: str, gen: dict[str, Any]) -> bool:
         base = {k: payload[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
-        chunk = base | {"choices": [{"index": 0, "delta": {"tool_calls": [
-            {"index": 0, "function": {"arguments": token}}]}, "logprobs": None, "finish_reason": None}]}
+        call: dict[str, Any] = {"index": 0, "function": {"arguments": token}}
+        delta: dict[str, Any] = {"tool_calls": [call]}
+        if self.repeat_names:
+            first = payload["choices"][0]["message"]["tool_calls"][0]
+            name = first["function"]["name"]
+            call |= {"id": first["id"], "type": "function", "function": {"name": name, "arguments": token}}
+            delta["function_call"] = {"name": name, "arguments": token}
+        chunk = base | {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
         return self._write(handler, b"data: " + json.dumps(chunk).encode() + b"\n\n", gen)
 
     def _write(self, handler: Any, data: bytes, gen: dict[str, Any]) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -80,8 +81,52 @@ def count(node: str, key: str, n: int = 1) -> Usage:
     return Usage(**{key: n}, by_node={node: {key: n}})  # type: ignore[misc]
 
 
+_SEEN_LOCK = threading.Lock()
+_SEEN_CALLS: OrderedDict[str, set[int]] = OrderedDict()  # completion id -> tool-call indexes seen
+
+
+def first_mention_only(chunk: dict[str, Any]) -> dict[str, Any]:
+    """A streamed chunk with a tool call's ``id``, ``type`` and name kept only where that call
+    (completion id, index) first appears. llama-cpp-python's server repeats them in every chunk, and
+    LangChain joins repeated names ("PingPing"), so every tool call read as calling no known tool."""
+    choices = chunk.get("choices") or []
+    key = str(chunk.get("id", ""))
+    if not key:
+        return chunk
+    for choice in choices:
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if not isinstance(delta, dict) or not isinstance(delta.get("tool_calls"), list):
+            continue
+        calls: list[Any] = delta["tool_calls"]
+        with _SEEN_LOCK:
+            seen = _SEEN_CALLS.setdefault(key, set())
+            _SEEN_CALLS.move_to_end(key)
+            while len(_SEEN_CALLS) > 256:
+                _SEEN_CALLS.popitem(last=False)
+            fresh = []
+            for call in calls:
+                if not isinstance(call, dict) or not isinstance(call.get("index"), int):
+                    fresh.append(call)
+                    continue
+                if call["index"] in seen:
+                    fn = call.get("function")
+                    args = fn.get("arguments") if isinstance(fn, dict) else ""
+                    call = {"index": call["index"], "function": {"arguments": args or ""}}
+                else:
+                    seen.add(call["index"])
+                fresh.append(call)
+        delta["tool_calls"] = fresh
+        if isinstance(delta.get("function_call"), dict):
+            delta["function_call"] = None  # the legacy field repeats the same text: tool_calls carry it
+    return chunk
+
+
 def make_chat_model(cfg: RunConfig, role: str) -> BaseChatModel:
     from langchain_openai import ChatOpenAI
+
+    class _ChatOpenAI(ChatOpenAI):
+        def _convert_chunk_to_generation_chunk(self, chunk: dict, *args: Any, **kwargs: Any) -> Any:
+            return super()._convert_chunk_to_generation_chunk(first_mention_only(chunk), *args, **kwargs)
 
     llm = cfg.llm
     model = getattr(llm.models, role)
@@ -92,7 +137,7 @@ def make_chat_model(cfg: RunConfig, role: str) -> BaseChatModel:
         # ChatOpenAI sends max_completion_tokens, which llama.cpp's and others' servers ignore.
         kwargs["extra_body"] = {"max_tokens": llm.max_output_tokens}
     stream = llm.stream if llm.stream is not None else not llm.openai
-    return ChatOpenAI(
+    return _ChatOpenAI(
         model=model,
         api_key=llm.api_key,
         temperature=llm.temperature,
