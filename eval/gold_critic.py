@@ -62,6 +62,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
     p.add_argument("--repos", type=Path, required=True, help="folder of repository mirrors (owner+name/repo)")
     p.add_argument("--only", default="", help="comma-separated owner/name repos (default: every mirrored one)")
+    p.add_argument("--instances", default="",
+                   help="comma-separated instance ids: judge only these (after --stride; e.g. the rows whose static "
+                        "phase found a suspicion, to run their tests)")
     p.add_argument("--stride", type=int, default=1, help="judge every K-th instance (a spread across repos)")
     p.add_argument("--limit", type=int, default=0,
                    help="judge only the first N instances (after --stride, taken from each repository in turn)")
@@ -229,13 +232,18 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--repos: not a directory: {args.repos}")
     shard = parse_shard(args.shard) if args.shard else None
     cfg = load_config(args.config, overrides={"tests.backend": args.backend} if args.backend else None)
-    cmd = static.pyright_command(cfg.critic)
-    static.pyright_version(cmd)
     dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
     only = {r.strip() for r in args.only.split(",") if r.strip()}
     skipped: dict[str, int] = {}
     rows = mirrored_rows([{"instance_id": i} for i in dataset], dataset, args.repos, only, skipped)
     rows = _round_robin(sample(rows, args.stride, 0, None), dataset)
+    wanted = {i.strip() for i in args.instances.split(",") if i.strip()}
+    if wanted:
+        unknown = sorted(wanted - {r["instance_id"] for r in rows})
+        if unknown:
+            raise InputError(f"--instances: not among the chosen instances (dataset, mirrors, --only, --stride): "
+                             f"{', '.join(unknown[:5])}")
+        rows = [r for r in rows if r["instance_id"] in wanted]
     if args.built_only:
         rows = [r for r in rows if _built(cfg, dataset[r["instance_id"]])]
     rows = sample(rows, 1, args.limit, shard)
@@ -245,6 +253,8 @@ def run(args: argparse.Namespace) -> int:
     if args.report:
         report([previous[r["instance_id"]] for r in rows if r["instance_id"] in previous], phases)
         return 0
+    cmd = static.pyright_command(cfg.critic)
+    static.pyright_version(cmd)
     work = Path(tempfile.mkdtemp(prefix="gold-critic-"))
     repos = RepoCache((args.cache_dir or work).resolve(), mirrors=args.repos)
     runner = make_runner(cfg.tests, cfg.cache_dir.resolve()) if phases & {"replay", "tests"} else None

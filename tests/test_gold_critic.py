@@ -51,3 +51,14 @@ def test_bad_phases_are_one_line_errors(tmp_path):
     args = gold_critic.parser().parse_args(["--repos", str(tmp_path), "--phases", "static,nope"])
     with pytest.raises(InputError, match="--phases"):
         gold_critic.run(args)
+
+
+def test_instances_not_chosen_are_a_one_line_error(calc, tmp_path, capsys):
+    mirrors, inst = calc
+    dataset = tmp_path / "lite.jsonl"
+    dataset.write_text(inst.model_dump_json() + "\n")
+    argv = ["--dataset", str(dataset), "--repos", str(mirrors), "--report", "-o", str(tmp_path / "rows.jsonl")]
+    assert gold_critic.main([*argv, "--instances", f"{inst.instance_id},nope__nope-1"]) == 2
+    assert "--instances: not among the chosen instances" in capsys.readouterr().err
+    assert gold_critic.main([*argv, "--instances", inst.instance_id]) == 0
+    assert "rows: 0" in capsys.readouterr().out  # chosen, and nothing judged yet
