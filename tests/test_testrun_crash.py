@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scoring.runtime.crash import format_records, from_log
+from scoring.runtime.crash import format_records, from_log, plugin_silence
 
 ROOT = Path("/tmp/run/repo")
 
@@ -70,3 +70,16 @@ def test_format_records_prefers_crashes_and_keeps_order() -> None:
     assert text.index("t::b") < text.index("t::a")
     assert "Locals of g when it raised:\n  d = {}" in text
     assert "t::c" not in text  # not a test the patch is judged on
+
+
+def test_a_silent_crash_plugin_says_why(tmp_path: Path) -> None:
+    crash_file, status_file = tmp_path / "crash.jsonl", tmp_path / "status.txt"
+    failed = {"t.py::test_a": "FAILED", "t.py::test_b": "PASSED"}
+    assert plugin_silence(crash_file, status_file, {"t.py::test_b": "PASSED"}) == ""  # nothing failed
+    assert "did not load" in plugin_silence(crash_file, status_file, failed)
+    status_file.write_text("STARTED t.py::test_a\nFAILED t.py::test_a\n")
+    assert "recorded none of the 1 failing tests" in plugin_silence(crash_file, status_file, failed)
+    crash_file.with_name("crash.jsonl.err").write_text("t.py::test_a: OSError: disk full\n")
+    assert plugin_silence(crash_file, status_file, failed).endswith("t.py::test_a: OSError: disk full")
+    crash_file.write_text('{"nodeid": "t.py::test_a", "locals": {}}\n')
+    assert plugin_silence(crash_file, status_file, failed) == ""  # it recorded the failure

@@ -153,7 +153,7 @@ def test_crash_context_names_exception_frames_and_locals(tmp_path: Path) -> None
     assert 'can only concatenate list (not "int") to list' in out.crash
     assert "calc.py:3 in add" in out.crash
     assert "return total + b" in out.crash
-    names = locals_section(out.crash)
+    names = locals_section(out.crash, out.notes)
     assert "total = [2]" in names and "b = 3" in names
 
 
@@ -162,7 +162,7 @@ def test_crash_locals_are_truncated(tmp_path: Path) -> None:
     inst, wt, _ = calc_instance(tmp_path)
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, crashing))
     out = run_hidden(make_runner(local_settings(locals_repr_chars=40), tmp_path / "cache"), inst, wt, patch)
-    line = next(ln for ln in locals_section(out.crash) if ln.startswith("big ="))
+    line = next(ln for ln in locals_section(out.crash, out.notes) if ln.startswith("big ="))
     assert len(line.strip()) <= len("big = ") + 40
     assert line.strip().endswith("...")
 

@@ -213,6 +213,9 @@ class SubprocessRunner:
         # not the run's temporary one.
         records = [{**r, "nodeid": _unroot(str(r.get("nodeid", "")), work),
                     "message": _unroot(str(r.get("message", "")), work)} for r in crash.read_records(crash_file)]
+        if uses_pytest(argv) and not done.timed_out:
+            silence = crash.plugin_silence(crash_file, status_file, statuses)
+            notes += [silence] if silence else []
         sig = 0 if done.timed_out else crash.fatal_signal(done.returncode)
         if sig:
             # A crash in compiled code killed pytest before its summary: what finished is known, the

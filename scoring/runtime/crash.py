@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,22 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return out
+
+
+def plugin_silence(crash_file: Path, status_file: Path, statuses: Mapping[str, str]) -> str:
+    """Why a pytest run with failing tests has no crash record ("" when it has one, or nothing
+    failed): the plugin's own error, or that it never loaded. The Coder then gets the log's
+    traceback, which has no locals; the run's notes say so."""
+    failed = [t for t, st in statuses.items() if st in ("FAILED", "ERROR")]
+    if not failed or read_records(crash_file):
+        return ""
+    err = crash_file.with_name(crash_file.name + ".err")
+    if err.is_file():
+        first = err.read_text(encoding="utf-8", errors="replace").splitlines()[:1]
+        return f"the crash plugin failed, so no locals: {first[0][:300] if first else '(no message)'}"
+    if not status_file.is_file():
+        return "the crash plugin did not load (no status file), so no locals"
+    return f"the crash plugin recorded none of the {len(failed)} failing tests, so no locals"
 
 
 def read_statuses(path: Path) -> dict[str, str]:

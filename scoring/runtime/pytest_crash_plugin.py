@@ -5,7 +5,8 @@ line, flushed at once): a run killed by its timeout never prints pytest's summar
 finished is still known. For each failing test it writes one JSON line to ``$FIXGRAPH_CRASH_FILE``: the exception type and
 message, the traceback frames inside the repository (file, line, function, source line), and the
 local variables of the innermost repository frame with reprs truncated to
-``$FIXGRAPH_LOCALS_CHARS`` characters. It runs inside the instance's own environment, so it is
+``$FIXGRAPH_LOCALS_CHARS`` characters; where it cannot, one line saying why goes to
+``$FIXGRAPH_CRASH_FILE.err``. It runs inside the instance's own environment, so it is
 written for every Python and pytest a SWE-bench repo uses (3.6 and pytest 3 upward): no imports
 beyond the standard library, no newer syntax.
 """
@@ -122,8 +123,12 @@ def pytest_exception_interact(node, call, report):
         }
         with open(_OUT, "a") as fh:
             fh.write(json.dumps(record) + "\n")
-    except Exception:
-        pass  # the plugin must never change a test's outcome
+    except Exception as exc:  # the plugin must never change a test's outcome; it says why it wrote nothing
+        try:
+            with open(_OUT + ".err", "a") as fh:
+                fh.write(f"{node.nodeid}: {type(exc).__name__}: {_short_message(exc)[:300]}\n")
+        except Exception:
+            pass
 
 
 def _short_message(value):
