@@ -261,3 +261,26 @@ def test_a_namesake_in_another_package_is_not_the_module_s_test_file(tmp_path: P
     own = apply_to(wt, diff_for(tmp_path, "pkg/core/numbers.py", UTIL, UTIL.replace("upper", "title")))
     wt.reset()
     assert select_tests(wt, own, RegressionSettings()).why["pkg/core/tests/test_numbers.py"][0].startswith("convention")
+
+
+def test_a_crowded_mirror_is_the_fallback_when_nothing_else_reaches_the_code(tmp_path: Path) -> None:
+    """sphinx/ext/autodoc/typehints.py: no test names, imports or mirrors it within the cap, but
+    eleven tests/test_ext_autodoc_*.py exercise autodoc: with nothing else they are run, bounded as
+    ever; with any other evidence they are not."""
+    files = {"sphinx/__init__.py": "", "sphinx/ext/__init__.py": "", "sphinx/ext/autodoc/__init__.py": "",
+             "sphinx/ext/autodoc/typehints.py": UTIL, "tests/test_util_i18n.py": "def test_i():\n    assert 1\n"}
+    files |= {f"tests/test_ext_autodoc_{i}.py": "def test_a():\n    assert 1\n" for i in range(11)}
+    wt = _repo(tmp_path, files)
+    patch = apply_to(wt, diff_for(tmp_path, "sphinx/ext/autodoc/typehints.py", UTIL, UTIL.replace("upper", "title")))
+    sel = select_tests(wt, patch, RegressionSettings(max_files=4))
+    assert len(sel.files) == 4 and all(f.startswith("tests/test_ext_autodoc_") for f in sel.files)
+    assert sel.why[sel.files[0]] == ["kin: the crowded test folder of ext/autodoc"]
+    assert "tests/test_util_i18n.py" not in sel.scores
+    assert any("over regression.max_files" in why for why in sel.left_out)
+
+
+    other = tmp_path / "with-a-conventional-test"
+    other.mkdir()
+    wt = _repo(other, files | {"tests/test_typehints.py": "def test_t():\n    assert 1\n"})
+    patch = apply_to(wt, diff_for(other, "sphinx/ext/autodoc/typehints.py", UTIL, UTIL.replace("upper", "title")))
+    assert select_tests(wt, patch, RegressionSettings()).files == ["tests/test_typehints.py"]

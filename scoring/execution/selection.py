@@ -224,6 +224,14 @@ def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
             if hits.get(t, 0) < MAX_NAME_HITS:
                 hits[t] = hits.get(t, 0) + 1
                 add(t, W_NAME, f"names {name}")
+    if not scores and not django:
+        # Nothing mirrored, imported or named the changed code: its subpackage's crowded mirror
+        # (``tests/test_ext_autodoc_*.py`` for ``sphinx/ext/autodoc/typehints.py``, eleven files)
+        # is still closer than nothing, the cheapest first within the expected seconds.
+        for mod in modules:
+            for t in _mirrored(mod, tests, cap=len(tests)):
+                if not has(t, "kin"):
+                    add(t, W_PACKAGE, f"kin: the crowded test folder of {'/'.join(_subpackage(mod)) or mod}")
     # Among files with the same evidence the cheaper runs first: a slow one must not take the budget.
     cost = {t: costs.expected(t, _count_tests(wt, t)) for t in scores} if costs is not None else {}
     ranked = sorted(scores, key=lambda t: (-scores[t], cost[t][0] if cost else 0.0, t))
@@ -460,22 +468,22 @@ def _subpackage(module: str) -> list[str]:
     return [p.lstrip("_") for p in parts[1:] if p.lstrip("_")]
 
 
-def _mirrored(module: str, tests: list[str]) -> list[str]:
+def _mirrored(module: str, tests: list[str], cap: int = MAX_MIRROR_FILES) -> list[str]:
     """Test files in the mirror of the module's subpackage: ``testing/code/test_*.py`` and
     ``tests/code/...`` for ``src/_pytest/_code/code.py``, or the flattened ``tests/test_code_*.py``;
     and the module's own package's test folder (``sympy/functions/combinatorial/tests/`` for
     ``.../combinatorial/numbers.py``, whose tests are ``test_comb_numbers.py``); nothing from a
-    folder holding more than ``MAX_MIRROR_FILES`` files."""
+    folder holding more than ``cap`` files."""
     package = PurePosixPath(module).parent  # a top-level module has none: tests/ is everyone's
     own = [t for t in tests if package.parts and PurePosixPath(t).parent in {package / d for d in _TEST_DIRS}]
     sub = _subpackage(module)
     if not sub:
-        return own if len(own) <= MAX_MIRROR_FILES else []
+        return own if len(own) <= cap else []
     nested = [t for t in tests if _test_dir_parts(t) == sub]
     prefix = "test_" + "_".join(sub) + "_"
     flat = [t for t in tests if PurePosixPath(t).name.startswith(prefix)
             and len(PurePosixPath(t).parts) == 2 and PurePosixPath(t).parts[0] in _TEST_DIRS]
-    return list(dict.fromkeys(t for group in (own, nested, flat) if len(group) <= MAX_MIRROR_FILES for t in group))
+    return list(dict.fromkeys(t for group in (own, nested, flat) if len(group) <= cap for t in group))
 
 
 def _test_dir_parts(test: str) -> list[str]:
