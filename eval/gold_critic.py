@@ -19,7 +19,11 @@ phases, each judged as the Critic judges it now (issue 36, no veto before eviden
   (``scoring.verdict.weigh``); a false alarm is a suspicion the tests confirm, a runtime finding
   from a crashed test, or a regression (``no_regression`` < 1). Without a reproduction test the
   fix_score has no ``test_pass_rate`` (the loop gets it from the Reproducer or the LLM), so the
-  threshold is not applied here; the row keeps the score parts.
+  threshold is not applied here; the row keeps the score parts. ``tests_unpinned`` leaves out the
+  rejections caused only by existing tests the instance's hidden test_patch edits (the gold patch
+  changes what they pin; evaluation side only).
+- ``end_to_end`` (with ``tests``): both phases as the Critic weighs them. A sure finding vetoes;
+  else the tests decide where they ran; where none ran, a suspicion decides (``untested``).
 
 Each phase's line is ``gold_false_alarm_<phase>=<share> (<rejected>/<judged>)``, with every
 rejected case listed under it. A phase that could not run on a row (no environment, the issue has
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -149,10 +154,29 @@ def _verdicts(rec: dict[str, Any]) -> dict[str, bool | None]:
         "static_any": bool(st["certain"] or st["suspicions"]) if ok and st is not None else None,
         "replay": bool(rp["summaries"]) if rp is not None and rp.get("ran") else None,
         "tests": bool(ts["rejected"]) if ts is not None and ts.get("ran") else None,
+        "end_to_end": _end_to_end(rec) if ts is not None and ok and st is not None else None,
     }
 
 
+def _end_to_end(rec: dict[str, Any]) -> bool | None:
+    """The Critic's verdict with both phases: a sure finding vetoes; else the tests decide where
+    they ran; where they did not, a suspicion decides (``untested``); a patch with neither tests
+    nor findings is left to the LLM's score, not judged here (None)."""
+    st, ts = rec["static"], rec["tests"]
+    if st["certain"]:
+        return True
+    if ts.get("ran"):
+        return bool(ts["rejected"])
+    return True if st["suspicions"] else None
+
+
 def _why(rec: dict[str, Any], phase: str) -> str:
+    if phase == "end_to_end":
+        if rec["static"]["certain"]:
+            return "sure: " + _why(rec, "static")
+        if rec["tests"].get("ran"):
+            return "tests: " + _why(rec, "tests")
+        return f"untested ({rec['tests'].get('reason', '')[:100]}): " + _why(rec, "static_any")
     if phase in ("static", "static_any"):
         fs = rec["static"]["certain"] + ([] if phase == "static" else rec["static"]["suspicions"])
         return "; ".join(f"{f.get('source')}/{f.get('rule')} {f.get('file')}:{f.get('line')}: "
@@ -166,13 +190,35 @@ def _why(rec: dict[str, Any], phase: str) -> str:
              if f.get("status") == "confirmed"]
     parts += [str(f.get("message", ""))[:150] for f in ts["crashes"][:2]]
     if ts.get("no_regression") is not None and ts["no_regression"] < 1.0:
-        parts.append(f"no_regression={ts['no_regression']:.2f}: " + ", ".join(ts["broken"][:3]))
+        parts.append(f"no_regression={ts['no_regression']:.3f}: " + ", ".join(ts["broken"][:3]))
     return "; ".join(parts)
 
 
-def report(recs: list[dict[str, Any]], phases: set[str]) -> None:
-    shown = [p for p in ("static", "static_any", "redo_static", "replay", "tests")
-             if (p.startswith(("static", "redo")) and ("static" in phases or "tests" in phases)) or p in phases]
+def edited_by_test_patch(test: str, test_patch: str) -> bool:
+    """Whether the instance's ``test_patch`` edits the existing test ``test`` (its name on a changed
+    line or in a hunk's header): a gold patch that changes what that test pins breaks its old
+    version, which the Critic runs. Evaluation side only: the test_patch is hidden data."""
+    name = re.split(r"[\s\[(]", test.split("::")[-1].strip(), maxsplit=1)[0]
+    if not name:
+        return False
+    pattern = re.compile(rf"\b{re.escape(name)}\b")
+    return any(pattern.search(line) for line in test_patch.splitlines()
+               if line.startswith(("+", "-", "@@")) and not line.startswith(("+++", "---")))
+
+
+def _pinned(rec: dict[str, Any], test_patches: dict[str, str]) -> bool:
+    """A tests-phase rejection only for existing tests the gold test_patch edits."""
+    ts = rec.get("tests") or {}
+    broken = ts.get("broken") or []
+    patch = test_patches.get(rec["instance_id"], "")
+    return (bool(broken) and not ts.get("crashes") and not any(f.get("status") == "confirmed" for f in ts.get("weighed", []))
+            and all(edited_by_test_patch(t, patch) for t in broken))
+
+
+def report(recs: list[dict[str, Any]], phases: set[str], test_patches: dict[str, str] | None = None) -> None:
+    shown = [p for p in ("static", "static_any", "redo_static", "replay", "tests", "end_to_end")
+             if (p.startswith(("static", "redo")) and ("static" in phases or "tests" in phases)) or p in phases
+             or (p == "end_to_end" and "tests" in phases)]
     judged = [r for r in recs if "skipped" not in r]
     print(f"rows: {len(recs)} ({len(recs) - len(judged)} skipped: cannot check out or apply); "
           f"repositories: {len({r['repo'] for r in judged})}")
@@ -182,10 +228,20 @@ def report(recs: list[dict[str, Any]], phases: set[str]) -> None:
         bad = [r for r, v in ran if v]
         share = len(bad) / len(ran) if ran else 0.0
         name = {"static_any": "static_any (any finding: the veto before issue 36)",
-                "redo_static": "redo_static"}.get(phase, phase)
+                "redo_static": "redo_static",
+                "end_to_end": "end_to_end (static and tests as the Critic weighs them; an untested suspicion decides)",
+                }.get(phase, phase)
         print(f"gold_false_alarm_{phase}={share:.3f} ({len(bad)}/{len(ran)})  {name}")
         for r in bad:
             print(f"    {r['instance_id']}: {_why(r, phase)}")
+    if test_patches is not None and "tests" in shown:
+        ran = [r for r in judged if _verdicts(r)["tests"] is not None]
+        bad = [r for r in ran if _verdicts(r)["tests"]]
+        pinned = [r for r in bad if _pinned(r, test_patches)]
+        rest = len(bad) - len(pinned)
+        print(f"gold_false_alarm_tests_unpinned={rest / len(ran) if ran else 0.0:.3f} ({rest}/{len(ran)})  "
+              f"tests, leaving out the {len(pinned)} rejected only by existing tests the gold test_patch edits: "
+              + (", ".join(r["instance_id"] for r in pinned) or "none"))
     for phase in shown:
         secs = sorted(_seconds(r, phase) for r in judged if _verdicts(r)[phase] is not None)
         if secs:
@@ -197,6 +253,8 @@ def _seconds(rec: dict[str, Any], phase: str) -> float:
         return float(rec["static"]["redo"]["seconds"])
     if phase in ("static", "static_any"):
         return float(rec["static"]["seconds"])
+    if phase == "end_to_end":
+        return float(rec["static"]["seconds"]) + float(rec["tests"]["seconds"])
     return float(rec[phase]["seconds"])
 
 
@@ -251,7 +309,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("no instance with a mirror to judge")
     previous = {str(r.get("instance_id")): r for r in written_rows(args.output)} if args.resume or args.report else {}
     if args.report:
-        report([previous[r["instance_id"]] for r in rows if r["instance_id"] in previous], phases)
+        report([previous[r["instance_id"]] for r in rows if r["instance_id"] in previous], phases,
+               {i: inst.test_patch for i, inst in dataset.items()})
         return 0
     cmd = static.pyright_command(cfg.critic)
     static.pyright_version(cmd)
@@ -280,7 +339,7 @@ def run(args: argparse.Namespace) -> int:
         if out is not None:
             out.close()
         shutil.rmtree(work, ignore_errors=True)
-    report(recs, phases)
+    report(recs, phases, {i: inst.test_patch for i, inst in dataset.items()})
     return 0
 
 

@@ -62,3 +62,28 @@ def test_instances_not_chosen_are_a_one_line_error(calc, tmp_path, capsys):
     assert "--instances: not among the chosen instances" in capsys.readouterr().err
     assert gold_critic.main([*argv, "--instances", inst.instance_id]) == 0
     assert "rows: 0" in capsys.readouterr().out  # chosen, and nothing judged yet
+
+
+def test_end_to_end_and_the_tests_a_gold_test_patch_edits(capsys):
+    unbound = {"source": "pyright", "rule": "reportPossiblyUnbound", "file": "a.py", "line": 3, "message": "x"}
+    ran = {"ran": True, "rejected": False, "weighed": [], "crashes": [], "broken": [], "no_regression": 1.0,
+           "seconds": 10.0, "reason": ""}
+    recs = [
+        _row("a-1", "o/a", suspicions=[unbound], tests={**ran, "ran": False, "reason": "no test selected"}),
+        _row("a-2", "o/a", suspicions=[unbound], tests=ran),
+        _row("b-1", "o/b", tests={**ran, "rejected": True, "broken": ["tests/t.py::test_pinned[x]"],
+                                  "no_regression": 0.995}),
+        _row("b-2", "o/b", tests={**ran, "rejected": True, "broken": ["test_other (app.tests.T)"],
+                                  "no_regression": 0.5}),
+        _row("c-1", "o/c", tests={**ran, "ran": False}),  # no tests, no finding: the LLM's call
+    ]
+    edits = "--- a/tests/t.py\n+++ b/tests/t.py\n@@ -1,3 +1,3 @@ def test_pinned(x):\n-    assert f() == 1\n+    assert f() == 2\n"
+    gold_critic.report(recs, {"static", "tests"}, {"b-1": edits, "b-2": edits})
+    out = capsys.readouterr().out
+    assert "gold_false_alarm_tests=0.667 (2/3)" in out
+    assert "no_regression=0.995: tests/t.py::test_pinned[x]" in out
+    assert "gold_false_alarm_end_to_end=0.750 (3/4)" in out
+    assert "    a-1: untested (no test selected): pyright/reportPossiblyUnbound a.py:3" in out
+    assert "gold_false_alarm_tests_unpinned=0.333 (1/3)" in out and "test_patch edits: b-1" in out
+    assert gold_critic.edited_by_test_patch("test_pinned (app.tests.T)", edits)
+    assert not gold_critic.edited_by_test_patch("tests/t.py::test_pin", edits)
