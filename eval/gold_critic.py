@@ -58,6 +58,7 @@ from scoring.runtime.findings import crash_summaries, findings_of
 from scoring.static import differential as static
 from scoring.verdict import fix_score, weigh
 from scoring.verdict.critic import InputError
+from scoring.verdict.fix_score import W_QUALITY, W_REGRESSION, W_TESTS
 
 PHASES = ("static", "replay", "tests")
 
@@ -215,7 +216,16 @@ def _pinned(rec: dict[str, Any], test_patches: dict[str, str]) -> bool:
             and all(edited_by_test_patch(t, patch) for t in broken))
 
 
-def report(recs: list[dict[str, Any]], phases: set[str], test_patches: dict[str, str] | None = None) -> None:
+def _below_threshold(rec: dict[str, Any], threshold: float) -> bool:
+    ts = rec["tests"]
+    if ts.get("crashes") or any(f.get("status") == "confirmed" for f in ts.get("weighed", [])):
+        return True
+    nr = ts.get("no_regression")
+    return nr is not None and W_TESTS + W_REGRESSION * float(nr) + W_QUALITY < threshold
+
+
+def report(recs: list[dict[str, Any]], phases: set[str], test_patches: dict[str, str] | None = None,
+           threshold: float = 0.8) -> None:
     shown = [p for p in ("static", "static_any", "redo_static", "replay", "tests", "end_to_end")
              if (p.startswith(("static", "redo")) and ("static" in phases or "tests" in phases)) or p in phases
              or (p == "end_to_end" and "tests" in phases)]
@@ -242,6 +252,14 @@ def report(recs: list[dict[str, Any]], phases: set[str], test_patches: dict[str,
         print(f"gold_false_alarm_tests_unpinned={rest / len(ran) if ran else 0.0:.3f} ({rest}/{len(ran)})  "
               f"tests, leaving out the {len(pinned)} rejected only by existing tests the gold test_patch edits: "
               + (", ".join(r["instance_id"] for r in pinned) or "none"))
+        # The loop's score with the reproduction test passing, as a right patch's should: only a
+        # regression deep enough to bring it under the threshold, or runtime evidence, rejects.
+        scored = [r for r in bad if _below_threshold(r, threshold)]
+        print(f"gold_false_alarm_tests_scored={len(scored) / len(ran) if ran else 0.0:.3f} ({len(scored)}/{len(ran)})  "
+              f"tests, a regression counted only where fix_score with a passing reproduction test "
+              f"({W_TESTS:g} + {W_REGRESSION:g}*no_regression + {W_QUALITY:g}) is under {threshold:g}")
+        for r in scored:
+            print(f"    {r['instance_id']}: {_why(r, 'tests')}")
     for phase in shown:
         secs = sorted(_seconds(r, phase) for r in judged if _verdicts(r)[phase] is not None)
         if secs:
@@ -310,7 +328,7 @@ def run(args: argparse.Namespace) -> int:
     previous = {str(r.get("instance_id")): r for r in written_rows(args.output)} if args.resume or args.report else {}
     if args.report:
         report([previous[r["instance_id"]] for r in rows if r["instance_id"] in previous], phases,
-               {i: inst.test_patch for i, inst in dataset.items()})
+               {i: inst.test_patch for i, inst in dataset.items()}, cfg.critic.fix_score_threshold)
         return 0
     cmd = static.pyright_command(cfg.critic)
     static.pyright_version(cmd)
@@ -339,7 +357,7 @@ def run(args: argparse.Namespace) -> int:
         if out is not None:
             out.close()
         shutil.rmtree(work, ignore_errors=True)
-    report(recs, phases, {i: inst.test_patch for i, inst in dataset.items()})
+    report(recs, phases, {i: inst.test_patch for i, inst in dataset.items()}, cfg.critic.fix_score_threshold)
     return 0
 
 

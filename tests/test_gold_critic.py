@@ -74,7 +74,7 @@ def test_end_to_end_and_the_tests_a_gold_test_patch_edits(capsys):
         _row("b-1", "o/b", tests={**ran, "rejected": True, "broken": ["tests/t.py::test_pinned[x]"],
                                   "no_regression": 0.995}),
         _row("b-2", "o/b", tests={**ran, "rejected": True, "broken": ["test_other (app.tests.T)"],
-                                  "no_regression": 0.5}),
+                                  "no_regression": 0.2}),
         _row("c-1", "o/c", tests={**ran, "ran": False}),  # no tests, no finding: the LLM's call
     ]
     edits = "--- a/tests/t.py\n+++ b/tests/t.py\n@@ -1,3 +1,3 @@ def test_pinned(x):\n-    assert f() == 1\n+    assert f() == 2\n"
@@ -85,5 +85,6 @@ def test_end_to_end_and_the_tests_a_gold_test_patch_edits(capsys):
     assert "gold_false_alarm_end_to_end=0.750 (3/4)" in out
     assert "    a-1: untested (no test selected): pyright/reportPossiblyUnbound a.py:3" in out
     assert "gold_false_alarm_tests_unpinned=0.333 (1/3)" in out and "test_patch edits: b-1" in out
+    assert "gold_false_alarm_tests_scored=0.333 (1/3)" in out  # b-2: 0.5 + 0.3*0.2 + 0.2 < 0.8
     assert gold_critic.edited_by_test_patch("test_pinned (app.tests.T)", edits)
     assert not gold_critic.edited_by_test_patch("tests/t.py::test_pin", edits)
