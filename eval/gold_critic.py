@@ -22,8 +22,9 @@ phases, each judged as the Critic judges it now (issue 36, no veto before eviden
   threshold is not applied here; the row keeps the score parts. ``tests_unpinned`` leaves out the
   rejections caused only by existing tests the instance's hidden test_patch edits (the gold patch
   changes what they pin; evaluation side only).
-- ``end_to_end`` (with ``tests``): both phases as the Critic weighs them. A sure finding vetoes;
-  else the tests decide where they ran; where none ran, a suspicion decides (``untested``).
+- ``end_to_end`` (with ``tests``): both phases as the loop decides. A sure finding vetoes; else
+  the tests decide where they ran (as ``tests_scored``); where none ran, a suspicion decides
+  (``untested``).
 
 Each phase's line is ``gold_false_alarm_<phase>=<share> (<rejected>/<judged>)``, with every
 rejected case listed under it. A phase that could not run on a row (no environment, the issue has
@@ -145,7 +146,7 @@ def _judge(args: argparse.Namespace, cfg: RunConfig, cmd: list[str], phases: set
     return rec
 
 
-def _verdicts(rec: dict[str, Any]) -> dict[str, bool | None]:
+def _verdicts(rec: dict[str, Any], threshold: float = 0.8) -> dict[str, bool | None]:
     """Each phase's verdict on one row: True a false alarm, False passed, None not judged."""
     st, rp, ts = rec.get("static"), rec.get("replay"), rec.get("tests")
     ok = st is not None and st["status"] == "ok"
@@ -155,19 +156,20 @@ def _verdicts(rec: dict[str, Any]) -> dict[str, bool | None]:
         "static_any": bool(st["certain"] or st["suspicions"]) if ok and st is not None else None,
         "replay": bool(rp["summaries"]) if rp is not None and rp.get("ran") else None,
         "tests": bool(ts["rejected"]) if ts is not None and ts.get("ran") else None,
-        "end_to_end": _end_to_end(rec) if ts is not None and ok and st is not None else None,
+        "end_to_end": _end_to_end(rec, threshold) if ts is not None and ok and st is not None else None,
     }
 
 
-def _end_to_end(rec: dict[str, Any]) -> bool | None:
-    """The Critic's verdict with both phases: a sure finding vetoes; else the tests decide where
-    they ran; where they did not, a suspicion decides (``untested``); a patch with neither tests
+def _end_to_end(rec: dict[str, Any], threshold: float) -> bool | None:
+    """The loop's decision with both phases: a sure finding vetoes; else the tests decide where
+    they ran (runtime evidence, or a regression that puts fix_score with a passing reproduction
+    test under ``threshold``); where they did not, a suspicion decides (``untested``); a patch with neither tests
     nor findings is left to the LLM's score, not judged here (None)."""
     st, ts = rec["static"], rec["tests"]
     if st["certain"]:
         return True
     if ts.get("ran"):
-        return bool(ts["rejected"])
+        return bool(ts["rejected"]) and _below_threshold(rec, threshold)
     return True if st["suspicions"] else None
 
 
@@ -233,13 +235,13 @@ def report(recs: list[dict[str, Any]], phases: set[str], test_patches: dict[str,
     print(f"rows: {len(recs)} ({len(recs) - len(judged)} skipped: cannot check out or apply); "
           f"repositories: {len({r['repo'] for r in judged})}")
     for phase in shown:
-        verdicts = [(r, _verdicts(r)[phase]) for r in judged]
+        verdicts = [(r, _verdicts(r, threshold)[phase]) for r in judged]
         ran = [(r, v) for r, v in verdicts if v is not None]
         bad = [r for r, v in ran if v]
         share = len(bad) / len(ran) if ran else 0.0
         name = {"static_any": "static_any (any finding: the veto before issue 36)",
                 "redo_static": "redo_static",
-                "end_to_end": "end_to_end (static and tests as the Critic weighs them; an untested suspicion decides)",
+                "end_to_end": "end_to_end (a sure finding; else the tests, as tests_scored; else an untested suspicion)",
                 }.get(phase, phase)
         print(f"gold_false_alarm_{phase}={share:.3f} ({len(bad)}/{len(ran)})  {name}")
         for r in bad:
@@ -261,7 +263,7 @@ def report(recs: list[dict[str, Any]], phases: set[str], test_patches: dict[str,
         for r in scored:
             print(f"    {r['instance_id']}: {_why(r, 'tests')}")
     for phase in shown:
-        secs = sorted(_seconds(r, phase) for r in judged if _verdicts(r)[phase] is not None)
+        secs = sorted(_seconds(r, phase) for r in judged if _verdicts(r, threshold)[phase] is not None)
         if secs:
             print(f"median_s_{phase}={secs[len(secs) // 2]:.2f}")
 

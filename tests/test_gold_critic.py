@@ -82,7 +82,7 @@ def test_end_to_end_and_the_tests_a_gold_test_patch_edits(capsys):
     out = capsys.readouterr().out
     assert "gold_false_alarm_tests=0.667 (2/3)" in out
     assert "no_regression=0.995: tests/t.py::test_pinned[x]" in out
-    assert "gold_false_alarm_end_to_end=0.750 (3/4)" in out
+    assert "gold_false_alarm_end_to_end=0.500 (2/4)" in out  # a-1 untested, b-2 under the threshold
     assert "    a-1: untested (no test selected): pyright/reportPossiblyUnbound a.py:3" in out
     assert "gold_false_alarm_tests_unpinned=0.333 (1/3)" in out and "test_patch edits: b-1" in out
     assert "gold_false_alarm_tests_scored=0.333 (1/3)" in out  # b-2: 0.5 + 0.3*0.2 + 0.2 < 0.8
