@@ -191,6 +191,8 @@ def run(args: argparse.Namespace) -> int:
     redo, ours, full = Tally("redo_static"), Tally("ours_static"), Tally("ours_static+llm")
     withrt, withother = Tally("ours_static+runtime"), Tally(f"ours_static+runtime_{other}")
     noreplay = Tally("ours_static+tests_only")  # the runtime column without the replay
+    # The Critic before issue 36 on the same rows: any static finding vetoed before a test ran.
+    before = Tally("ours_static+runtime_pre36")
     unrecorded = 0  # rows saved before the crashes were: their other-scope verdict is the saved one
     runner = make_runner(cfg.tests, cfg.cache_dir.resolve()) if args.runtime else None
     no_verdict = 0
@@ -219,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
                     _count_runtime(done, truth, withrt, scope)
                     unrecorded += not _count_runtime(done, truth, withother, other)
                     _count_runtime(done, truth, noreplay, scope, replayed=False)
+                    _count_pre36(done, truth, before, scope)
                 judged += 1
                 continue
             rec: dict[str, Any] = {"instance_id": inst.instance_id, "system": row.get("system", ""),
@@ -235,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
                 wt.apply(row.get("model_patch") or "")
             except PatchError as exc:
                 rec["not_applied"] = str(exc)
-                for t in (redo, ours, full, withrt, withother, noreplay):
+                for t in (redo, ours, full, withrt, withother, noreplay, before):
                     t.add(truth, False, None)
                     t.not_analyzed += 1
                 _emit(out, rec)
@@ -274,6 +277,7 @@ def run(args: argparse.Namespace) -> int:
                     _count_runtime(rec, truth, withrt, scope)
                     _count_runtime(rec, truth, withother, other)
                     _count_runtime(rec, truth, noreplay, scope, replayed=False)
+                    _count_pre36(rec, truth, before, scope)
             finally:
                 wt.reset()
             _emit(out, rec)
@@ -291,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     print(f"rows judged: {judged} of {len(rows)}")
-    tallies = [redo, ours] + ([full] if args.llm else []) + ([withrt, withother, noreplay] if args.runtime else [])
+    tallies = [redo, ours] + ([full] if args.llm else []) + ([withrt, withother, noreplay, before] if args.runtime else [])
     print("skipped: " + ", ".join(f"{k} {v}" for k, v in skipped.items()))
     print(f"{'method':<28}{'rows':>6}{'TP':>5}{'FP':>5}{'FN':>5}{'TN':>5}{'prec':>7}{'recall':>8}{'F1':>7}"
           f"{'acc':>7}{'med_s':>8}{'p95_s':>8}{'n/a':>5}")
@@ -311,7 +315,9 @@ def run(args: argparse.Namespace) -> int:
               + (f", except {unrecorded} rows saved without them (their saved verdict)" if unrecorded else ""))
         print(f"F1={ours.f1:.3f} F1_redo_static={redo.f1:.3f} F1_runtime={withrt.f1:.3f} P_runtime={withrt.precision:.3f} "
               f"median_s={ours.median_s:.2f} median_s_redo={redo.median_s:.2f} median_s_runtime={withrt.median_s:.2f} "
-              f"F1_runtime_{other}={withother.f1:.3f} P_runtime_{other}={withother.precision:.3f}")
+              f"F1_runtime_{other}={withother.f1:.3f} P_runtime_{other}={withother.precision:.3f} "
+              f"F1_runtime_pre36={before.f1:.3f} P_runtime_pre36={before.precision:.3f} "
+              f"median_s_runtime_pre36={before.median_s:.2f}")
     else:
         print(f"F1={ours.f1:.3f} F1_redo_static={redo.f1:.3f} median_s={ours.median_s:.2f} "
               f"median_s_redo={redo.median_s:.2f}")
@@ -394,6 +400,15 @@ def _add_replay(repos: RepoCache, runner: SuiteRunner, cfg: RunConfig, inst: Ins
         rt["seconds"] = round(float(rt.get("seconds") or 0.0) + time.monotonic() - start, 2)
     finally:
         wt.reset()
+
+
+def _count_pre36(rec: dict[str, Any], truth: bool, tally: Tally, scope: Scope) -> None:
+    """The row as the Critic before issue 36 judged it: any static finding flagged the patch
+    after the static phase's seconds, no test run; a patch without one went on as now."""
+    if "not_applied" not in rec and rec["ours"]["status"] == "ok" and rec["ours"]["unsafe"]:
+        tally.add(truth, True, rec["ours"]["seconds"])
+    else:
+        _count_runtime(rec, truth, tally, scope)
 
 
 def _count_runtime(rec: dict[str, Any], truth: bool, tally: Tally, scope: Scope, replayed: bool = True) -> bool:

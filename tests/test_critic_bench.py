@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from eval.critic_bench import Tally, main
+from eval.critic_bench import Tally, _count_pre36, _count_runtime, main
 from eval.fixtures.critic_repo import edit, make_repo
 from tests.testrun_helpers import local_config
 
@@ -136,10 +136,13 @@ def test_the_runtime_column_saves_each_crash_and_counts_both_scopes_again_on_res
 
     assert main(common + ["--runtime-scope", "touched"]) == 0
     columns, last = table()
+    # No static finding: the Critic before issue 36 took the same path (pre36 = the headline scope).
     assert columns == {"ours_static+runtime": ["1", "0", "0", "1", "0"],
                        "ours_static+runtime_source": ["1", "1", "0", "0", "0"],
-                       "ours_static+tests_only": ["1", "0", "0", "1", "0"]}
-    assert last.endswith("F1_runtime_source=1.000 P_runtime_source=1.000") and " F1_runtime=0.000 " in last
+                       "ours_static+tests_only": ["1", "0", "0", "1", "0"],
+                       "ours_static+runtime_pre36": ["1", "0", "0", "1", "0"]}
+    assert "F1_runtime_source=1.000 P_runtime_source=1.000 " in last and " F1_runtime=0.000 " in last
+    assert " F1_runtime_pre36=0.000 " in last
     [rec] = [json.loads(line) for line in rows.read_text().splitlines()]
     rt = rec["runtime"]
     assert rt["ran"] and not rt["unsafe"] and rt["scope"] == "touched" and rt["findings"] == []
@@ -159,8 +162,9 @@ def test_the_runtime_column_saves_each_crash_and_counts_both_scopes_again_on_res
     columns, last = table()
     assert columns == {"ours_static+runtime": ["1", "1", "0", "0", "0"],
                        "ours_static+runtime_touched": ["1", "0", "0", "1", "0"],
-                       "ours_static+tests_only": ["1", "1", "0", "0", "0"]}
-    assert " F1_runtime=1.000 P_runtime=1.000 " in last and last.endswith("F1_runtime_touched=0.000 P_runtime_touched=0.000")
+                       "ours_static+tests_only": ["1", "1", "0", "0", "0"],
+                       "ours_static+runtime_pre36": ["1", "1", "0", "0", "0"]}
+    assert " F1_runtime=1.000 P_runtime=1.000 " in last and "F1_runtime_touched=0.000 P_runtime_touched=0.000 " in last
     assert len(rows.read_text().splitlines()) == 1
 
 
@@ -181,7 +185,8 @@ def test_the_replay_counts_in_the_runtime_column_and_is_added_to_rows_saved_with
     assert main(common) == 0
     assert table() == {"ours_static+runtime": ["1", "1", "0", "0", "0"],
                        "ours_static+runtime_touched": ["1", "1", "0", "0", "0"],
-                       "ours_static+tests_only": ["1", "0", "0", "1", "0"]}
+                       "ours_static+tests_only": ["1", "0", "0", "1", "0"],
+                       "ours_static+runtime_pre36": ["1", "1", "0", "0", "0"]}
     [rec] = [json.loads(line) for line in rows.read_text().splitlines()]
     rt = rec["runtime"]
     assert rt["unsafe"] and rt["findings"] == [] and rt["tests_run"] == 1
@@ -202,3 +207,16 @@ def test_the_replay_counts_in_the_runtime_column_and_is_added_to_rows_saved_with
     assert saved[-1]["runtime"]["tests_run"] == 1 and saved[-1]["runtime"]["crashes"] == rt["crashes"]
     assert main(common + ["--resume", "--add-replay"]) == 0  # nothing left to add
     assert len(rows.read_text().splitlines()) == 2
+
+
+def test_the_critic_before_issue_36_is_counted_from_the_same_rows() -> None:
+    """A suspicion the tests contradicted: the Critic now passes the patch after its tests, the
+    one before issue 36 flagged it after the static phase alone, in the static phase's seconds."""
+    rec = {"ours": {"status": "ok", "unsafe": True, "seconds": 4.0},
+           "runtime": {"ran": True, "unsafe": False, "crashes": [], "seconds": 60.0,
+                       "weighed": [{"status": "contradicted"}], "replay": {"summaries": []}}}
+    now, before = Tally("now"), Tally("pre36")
+    _count_runtime(rec, False, now, "source")
+    _count_pre36(rec, False, before, "source")
+    assert (now.fp, now.tn, now.seconds) == (0, 1, [60.0])
+    assert (before.fp, before.tn, before.seconds) == (1, 0, [4.0])
