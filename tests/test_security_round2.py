@@ -69,6 +69,33 @@ def test_an_editable_finder_pth_is_no_plant(tmp_path: Path) -> None:
     assert planted({}, listing(tmp_path / "venv")) == ["lib/python3.11/site-packages/paths.pth"]
 
 
+NSPKG = ("import sys, types, os;has_mfs = sys.version_info > (3, 5);p = os.path.join({root}, *('mpl_toolkits',));"
+         "importlib = has_mfs and __import__('importlib.util');has_mfs and __import__('importlib.machinery');"
+         "m = has_mfs and sys.modules.setdefault('mpl_toolkits', importlib.util.module_from_spec("
+         "importlib.machinery.PathFinder.find_spec('mpl_toolkits', [os.path.dirname(p)])));"
+         "m = m or sys.modules.setdefault('mpl_toolkits', types.ModuleType('mpl_toolkits'));"
+         "mp = (m or []) and m.__dict__.setdefault('__path__',[]);(p not in mp) and mp.append(p)\n")
+
+
+def test_setuptools_namespace_pth_rooted_in_the_env_is_no_plant(tmp_path: Path) -> None:
+    """matplotlib before 3.7 installs matplotlib-nspkg.pth for mpl_toolkits (setuptools' fixed
+    template): allowed when its root is the site dir or inside the env's folder; any other root,
+    or one more statement, is a plant."""
+    from scoring.execution.envcheck import listing, planted
+
+    site = tmp_path / "venv" / "lib" / "python3.8" / "site-packages"
+    site.mkdir(parents=True)
+    pth = site / "matplotlib-nspkg.pth"
+    for root in ("sys._getframe(1).f_locals['sitedir']", repr(str(tmp_path / "src" / "lib"))):
+        pth.write_text(NSPKG.format(root=root))
+        assert planted({}, listing(tmp_path / "venv")) == [], root
+    for bad in (NSPKG.format(root=repr("/tmp/elsewhere/lib")),
+                NSPKG.format(root=repr(str(tmp_path / "src" / ".." / ".." / "x"))),
+                NSPKG.format(root="sys._getframe(1).f_locals['sitedir']").rstrip() + ";import os\n"):
+        pth.write_text(bad)
+        assert planted({}, listing(tmp_path / "venv")) == ["lib/python3.8/site-packages/matplotlib-nspkg.pth"], bad
+
+
 @pytest.mark.slow
 def test_an_install_step_cannot_plant_sitecustomize_in_the_shared_env(tmp_path: Path) -> None:
     assert install._sitecustomize(tmp_path / "a") == ""

@@ -10,7 +10,8 @@ every process: one install step that plants one changes every later task's test 
   (``site_build``) and after each install (``site``).
 - :func:`planted` says what an install step left that no install may: a ``sitecustomize`` or
   ``usercustomize`` that was not there after the build, or a ``.pth`` file, new or changed since
-  the build, with an ``import`` line (an editable install's own finder line excepted).
+  the build, with an ``import`` line (an editable install's own finder line excepted, and
+  setuptools' namespace-package template rooted in the env's folder).
 - Before each run the env's listing must still be the one recorded (:func:`changed`); anything
   else changed it outside fixgraph's install, and the env is rebuilt.
 
@@ -30,6 +31,21 @@ CUSTOMIZE = ("sitecustomize", "usercustomize")
 # A .pth line that setuptools' editable install (PEP 660) writes: it imports its own finder.
 _EDITABLE_FINDER = re.compile(r"^import (__editable___[\w.-]+_finder); \1\.install\([^;]*\)$")
 _MAX_READ = 1_000_000
+# setuptools' namespace-package .pth (``namespaces.py``'s ``_nspkg_tmpl``), one line per namespace
+# package: matplotlib before 3.7 installs ``matplotlib-nspkg.pth`` for ``mpl_toolkits``. Its code is
+# fixed; only the package names and the root vary. The root is the site dir, or in a develop
+# install a path literal, which must lie inside the env's own folder (:func:`_runs_code`).
+_NAME = r"'[A-Za-z_][\w.]*'"
+_NSPKG = re.compile(
+    r"^import sys, types, os;has_mfs = sys\.version_info > \(3, 5\);"
+    r"p = os\.path\.join\((?P<root>sys\._getframe\(1\)\.f_locals\['sitedir'\]|'[^'\\]+'), "
+    rf"\*\((?:{_NAME}, )*{_NAME},?\)\);"
+    r"importlib = has_mfs and __import__\('importlib\.util'\);has_mfs and __import__\('importlib\.machinery'\);"
+    rf"m = has_mfs and sys\.modules\.setdefault\({_NAME}, importlib\.util\.module_from_spec\("
+    rf"importlib\.machinery\.PathFinder\.find_spec\({_NAME}, \[os\.path\.dirname\(p\)\]\)\)\);"
+    rf"m = m or sys\.modules\.setdefault\({_NAME}, types\.ModuleType\({_NAME}\)\);"
+    r"mp = \(m or \[\]\) and m\.__dict__\.setdefault\('__path__',\[\]\);\(p not in mp\) and mp\.append\(p\)"
+    rf"(?:;m and setattr\(sys\.modules\[{_NAME}\], {_NAME}, m\))?$")
 
 
 def site_dirs(venv: Path) -> list[Path]:
@@ -45,15 +61,30 @@ def _digest(path: str) -> str:
         return hashlib.sha256(fh.read(_MAX_READ)).hexdigest()[:16]
 
 
-def _runs_code(path: str) -> bool:
-    """Whether a ``.pth`` file has a line Python executes (one that starts with ``import``)."""
+def _nspkg(line: str, home: str) -> bool:
+    """A line of setuptools' namespace-package template whose root is the site dir or a path in
+    the env's folder ``home``."""
+    m = _NSPKG.match(line)
+    if m is None:
+        return False
+    root = m.group("root")
+    if not root.startswith("'"):
+        return True
+    real = os.path.realpath(root.strip("'"))
+    return real.startswith(os.path.realpath(home) + os.sep)
+
+
+def _runs_code(path: str, home: str = "") -> bool:
+    """Whether a ``.pth`` file has a line Python executes (one that starts with ``import``) other
+    than an editable install's finder or setuptools' namespace-package template rooted in ``home``."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return True
     with os.fdopen(fd, "rb") as fh:
         lines = fh.read(_MAX_READ).decode(errors="replace").splitlines()
-    return any(ln.startswith(("import ", "import\t")) and not _EDITABLE_FINDER.match(ln.strip()) for ln in lines)
+    return any(ln.startswith(("import ", "import\t")) and not _EDITABLE_FINDER.match(ln.strip())
+               and not (home and _nspkg(ln.strip(), home)) for ln in lines)
 
 
 def listing(venv: Path) -> dict[str, str]:
@@ -70,7 +101,7 @@ def listing(venv: Path) -> dict[str, str]:
             elif stat.S_ISDIR(st.st_mode):
                 out[key] = "d"
             elif entry.name.endswith(".pth"):
-                out[key] = f"f:{_digest(entry.path)}" + (":code" if _runs_code(entry.path) else "")
+                out[key] = f"f:{_digest(entry.path)}" + (":code" if _runs_code(entry.path, str(venv.parent)) else "")
             elif entry.name.split(".")[0] in CUSTOMIZE:
                 out[key] = f"f:{_digest(entry.path)}"
             else:
