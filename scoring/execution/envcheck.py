@@ -31,17 +31,18 @@ CUSTOMIZE = ("sitecustomize", "usercustomize")
 # A .pth line that setuptools' editable install (PEP 660) writes: it imports its own finder.
 _EDITABLE_FINDER = re.compile(r"^import (__editable___[\w.-]+_finder); \1\.install\([^;]*\)$")
 _MAX_READ = 1_000_000
-# setuptools' namespace-package .pth (``namespaces.py``'s ``_nspkg_tmpl``), one line per namespace
+# setuptools' namespace-package .pth (``namespaces.py``'s ``_nspkg_tmpl``, with or without the
+# ``has_mfs`` guard of setuptools before 60), one line per namespace
 # package: matplotlib before 3.7 installs ``matplotlib-nspkg.pth`` for ``mpl_toolkits``. Its code is
 # fixed; only the package names and the root vary. The root is the site dir, or in a develop
 # install a path literal, which must lie inside the env's own folder (:func:`_runs_code`).
 _NAME = r"'[A-Za-z_][\w.]*'"
 _NSPKG = re.compile(
-    r"^import sys, types, os;has_mfs = sys\.version_info > \(3, 5\);"
+    r"^import sys, types, os;(?:has_mfs = sys\.version_info > \(3, 5\);)?"
     r"p = os\.path\.join\((?P<root>sys\._getframe\(1\)\.f_locals\['sitedir'\]|'[^'\\]+'), "
     rf"\*\((?:{_NAME}, )*{_NAME},?\)\);"
-    r"importlib = has_mfs and __import__\('importlib\.util'\);has_mfs and __import__\('importlib\.machinery'\);"
-    rf"m = has_mfs and sys\.modules\.setdefault\({_NAME}, importlib\.util\.module_from_spec\("
+    r"importlib = (?:has_mfs and )?__import__\('importlib\.util'\);(?:has_mfs and )?__import__\('importlib\.machinery'\);"
+    rf"m = (?:has_mfs and )?sys\.modules\.setdefault\({_NAME}, importlib\.util\.module_from_spec\("
     rf"importlib\.machinery\.PathFinder\.find_spec\({_NAME}, \[os\.path\.dirname\(p\)\]\)\)\);"
     rf"m = m or sys\.modules\.setdefault\({_NAME}, types\.ModuleType\({_NAME}\)\);"
     r"mp = \(m or \[\]\) and m\.__dict__\.setdefault\('__path__',\[\]\);\(p not in mp\) and mp\.append\(p\)"
