@@ -197,16 +197,31 @@ def _why(rec: dict[str, Any], phase: str) -> str:
     return "; ".join(parts)
 
 
+_DEF = re.compile(r"^\s*(?:async\s+)?def\s+(\w+)")
+
+
 def edited_by_test_patch(test: str, test_patch: str) -> bool:
-    """Whether the instance's ``test_patch`` edits the existing test ``test`` (its name on a changed
-    line or in a hunk's header): a gold patch that changes what that test pins breaks its old
-    version, which the Critic runs. Evaluation side only: the test_patch is hidden data."""
+    """Whether the instance's ``test_patch`` edits the existing test ``test``: a changed line inside
+    its function (the hunk's header or the last ``def`` above the line names it) or naming it. A
+    gold patch that changes what that test pins breaks its old version, which the Critic runs.
+    Evaluation side only: the test_patch is hidden data."""
     name = re.split(r"[\s\[(]", test.split("::")[-1].strip(), maxsplit=1)[0]
     if not name:
         return False
-    pattern = re.compile(rf"\b{re.escape(name)}\b")
-    return any(pattern.search(line) for line in test_patch.splitlines()
-               if line.startswith(("+", "-", "@@")) and not line.startswith(("+++", "---")))
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    current = ""
+    for line in test_patch.splitlines():
+        if line.startswith(("+++", "---", "diff ")):
+            current = ""
+        elif line.startswith("@@"):
+            header = _DEF.match(line.split("@@")[-1]) if line.count("@@") >= 2 else None
+            current = header.group(1) if header else ""
+        elif line[:1] in (" ", "+", "-"):
+            found = _DEF.match(line[1:])
+            current = found.group(1) if found else current
+            if line[:1] != " " and (current == name or word.search(line)):
+                return True
+    return False
 
 
 def _pinned(rec: dict[str, Any], test_patches: dict[str, str]) -> bool:

@@ -88,3 +88,13 @@ def test_end_to_end_and_the_tests_a_gold_test_patch_edits(capsys):
     assert "gold_false_alarm_tests_scored=0.333 (1/3)" in out  # b-2: 0.5 + 0.3*0.2 + 0.2 < 0.8
     assert gold_critic.edited_by_test_patch("test_pinned (app.tests.T)", edits)
     assert not gold_critic.edited_by_test_patch("tests/t.py::test_pin", edits)
+
+
+def test_a_test_edited_inside_its_body_is_pinned():
+    patch = ("--- a/tests/config/test_config.py\n+++ b/tests/config/test_config.py\n"
+             "@@ -65,18 +64,20 @@ def test_unknown_message_id(capsys: CaptureFixture) -> None:\n \n"
+             " def test_unknown_option_name(capsys: CaptureFixture) -> None:\n"
+             "-    with pytest.raises(_UnrecognizedOptionError):\n+    with pytest.raises(SystemExit):\n"
+             "         Run([str(EMPTY_MODULE), \"--unknown-option=yes\"], exit=False)\n")
+    assert gold_critic.edited_by_test_patch("tests/config/test_config.py::test_unknown_option_name", patch)
+    assert not gold_critic.edited_by_test_patch("tests/config/test_config.py::test_unknown_message_id", patch)
