@@ -83,3 +83,11 @@ def test_a_silent_crash_plugin_says_why(tmp_path: Path) -> None:
     assert plugin_silence(crash_file, status_file, failed).endswith("t.py::test_a: OSError: disk full")
     crash_file.write_text('{"nodeid": "t.py::test_a", "locals": {}}\n')
     assert plugin_silence(crash_file, status_file, failed) == ""  # it recorded the failure
+
+
+def test_a_frame_recorded_without_locals_says_so() -> None:
+    rec = {"nodeid": "t.py::test_a", "type": "TypeError", "message": "boom", "locals": {},
+           "frames": [{"file": "calc.py", "line": 3, "function": "add", "source": "return a + b"}],
+           "locals_note": "no locals: add holds 2 names, f_locals dict of 0, trace off"}
+    text = format_records([rec], ["t.py::test_a"])
+    assert "Locals of add: none recorded (no locals: add holds 2 names, f_locals dict of 0, trace off)" in text

@@ -130,6 +130,8 @@ def _format_one(rec: dict[str, Any]) -> str:
     if local_vars and frames:
         lines.append(f"Locals of {frames[-1].get('function')} when it raised:")
         lines.extend(f"  {name} = {val}" for name, val in local_vars.items())
+    elif frames and rec.get("locals_note"):
+        lines.append(f"Locals of {frames[-1].get('function')}: none recorded ({rec['locals_note']})")
     return "\n".join(lines)
 
 

@@ -14,6 +14,7 @@ beyond the standard library, no newer syntax.
 import json
 import linecache
 import os
+import sys
 
 _OUT = os.environ.get("FIXGRAPH_CRASH_FILE", "")
 _STATUS_OUT = os.environ.get("FIXGRAPH_STATUS_FILE", "")
@@ -113,7 +114,15 @@ def pytest_exception_interact(node, call, report):
                 if name.startswith("@"):  # pytest's assertion-rewrite temporaries
                     continue
                 local_vars[name] = _short(val)
+        locals_note = ""
+        if frames and not local_vars:
+            # Seen late in long parallel runs, cause unknown: say what the frame looked like.
+            code = crash_frame.f_code
+            locals_note = "no locals: {} holds {} names, f_locals {} of {}, trace {}".format(
+                code.co_name, len(code.co_varnames), type(crash_frame.f_locals).__name__,
+                len(crash_frame.f_locals), "on" if sys.gettrace() else "off")
         record = {
+            "locals_note": locals_note,
             "nodeid": node.nodeid,
             "when": getattr(report, "when", "collect"),
             "type": getattr(etype, "__name__", str(etype)),
