@@ -11,8 +11,10 @@ last one when ``stream_options.include_usage`` asks for it), as the OpenAI API s
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -94,7 +96,36 @@ def encode(body: dict[str, Any], payload: dict[str, Any]) -> tuple[bytes, str]:
 
 
 class _QuietServer(ThreadingHTTPServer):
+    """Its keep-alive connections end with it. Left open, a stopped server's handler threads keep
+    answering on them; the process-wide HTTP client (``deadline_client``) reuses such a connection
+    when a later server gets the same port, and that server never sees the request."""
+
     daemon_threads = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.open_sockets: set[Any] = set()
+        self.sockets_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.sockets_lock:
+            self.open_sockets.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.sockets_lock:
+            self.open_sockets.discard(request)
+        super().shutdown_request(request)
+
+    def server_close(self) -> None:
+        super().server_close()
+        with self.sockets_lock:
+            left, self.open_sockets = list(self.open_sockets), set()
+        for sock in left:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that gave up (a timeout test) closes the socket under us; that is expected.
