@@ -229,13 +229,17 @@ def _pinned(rec: dict[str, Any], test_patches: dict[str, str]) -> bool:
     ts = rec.get("tests") or {}
     broken = ts.get("broken") or []
     patch = test_patches.get(rec["instance_id"], "")
-    return (bool(broken) and not ts.get("crashes") and not any(f.get("status") == "confirmed" for f in ts.get("weighed", []))
-            and all(edited_by_test_patch(t, patch) for t in broken))
+    return bool(broken) and not _runtime_evidence(ts) and all(edited_by_test_patch(t, patch) for t in broken)
+
+
+def _runtime_evidence(ts: dict[str, Any]) -> bool:
+    """The tests phase saw a crash finding or confirmed a suspicion (not only a regression)."""
+    return bool(ts.get("crashes")) or any(f.get("status") == "confirmed" for f in ts.get("weighed", []))
 
 
 def _below_threshold(rec: dict[str, Any], threshold: float) -> bool:
     ts = rec["tests"]
-    if ts.get("crashes") or any(f.get("status") == "confirmed" for f in ts.get("weighed", [])):
+    if _runtime_evidence(ts):
         return True
     nr = ts.get("no_regression")
     return nr is not None and W_TESTS + W_REGRESSION * float(nr) + W_QUALITY < threshold
