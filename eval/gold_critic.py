@@ -242,7 +242,7 @@ def _below_threshold(rec: dict[str, Any], threshold: float) -> bool:
     if _runtime_evidence(ts):
         return True
     nr = ts.get("no_regression")
-    return nr is not None and W_TESTS + W_REGRESSION * float(nr) + W_QUALITY < threshold
+    return nr is not None and fix_score.weighted(1.0, float(nr), 1.0) < threshold
 
 
 def report(recs: list[dict[str, Any]], phases: set[str], test_patches: dict[str, str] | None = None,

@@ -53,6 +53,11 @@ def needs_judgment(outcome: TestOutcome | None) -> bool:
     return outcome is None or not outcome.runnable or not (outcome.repro_ran and outcome.regression_ran)
 
 
+def weighted(test_pass_rate: float, no_regression: float, code_quality: float) -> float:
+    """fix_score where tests ran: ``0.5*test_pass_rate + 0.3*no_regression + 0.2*code_quality``."""
+    return W_TESTS * test_pass_rate + W_REGRESSION * no_regression + W_QUALITY * code_quality
+
+
 def compute(outcome: TestOutcome | None, code_quality: float, llm_score: float | None, *,
             leave_out: Collection[str] = (), why_left_out: str = "") -> ScoreParts:
     """The score parts; ``leave_out`` names existing tests kept out of ``no_regression`` (and
@@ -62,8 +67,7 @@ def compute(outcome: TestOutcome | None, code_quality: float, llm_score: float |
         tpr = test_pass_rate(outcome) if outcome.repro_ran else None
         nr = no_regression(outcome, leave_out) if outcome.regression_ran else None
         stand_in = _clamp(llm_score) if llm_score is not None else 0.0
-        score = W_TESTS * (stand_in if tpr is None else tpr) + W_REGRESSION * (stand_in if nr is None else nr) \
-            + W_QUALITY * quality
+        score = weighted(stand_in if tpr is None else tpr, stand_in if nr is None else nr, quality)
         notes = list(outcome.notes)
         if leave_out:
             names = sorted(leave_out)
