@@ -13,20 +13,33 @@ from pydantic import BaseModel, Field, StringConstraints
 
 # ---- structured LLM outputs -------------------------------------------------------------
 #
-# Every list and string is bounded (maxItems / maxLength in the JSON schema sent with the tool), so
-# that a server which turns the schema into a grammar (llama.cpp, vLLM's guided decoding) cannot
-# loop inside an array or a string until the output cap. The bounds are far above what a good reply
-# needs; a reply over one is invalid and re-asked. ``minItems`` (schema only, not validated) asks a
-# grammar for at least one item where an empty list is no answer; ``empty()`` names that case.
+# Every list and string is bounded, so that a server which turns the schema into a grammar
+# (llama.cpp, vLLM's guided decoding) cannot loop inside an array or a string until the output cap.
+# The bounds are far above what a good reply needs; a reply over one is invalid and re-asked.
+# ``minItems`` (schema only, not validated) asks a grammar for at least one item where an empty list
+# is no answer; ``empty()`` names that case.
+#
+# A string's bound goes into the JSON schema (``maxLength``) only up to GRAMMAR_MAX_CHARS: llama.cpp's
+# grammar parser (llama-cpp-python 0.3.36) refuses a schema with a longer ``maxLength`` ("number of
+# rules that are going to be repeated ... exceeds sane defaults"; 1000 passes, 1001 fails, measured),
+# and the server then generates with no grammar at all, so one long bound on code unbound every
+# field of the reply. Longer bounds (code, whole files) are validated here only; ``max_tokens``
+# caps them on the server.
 
+GRAMMAR_MAX_CHARS = 1000
 PATH_CHARS = 300
-SHORT_CHARS = 2000
+SHORT_CHARS = 1000
 CODE_CHARS = 12_000
 FILE_CHARS = 20_000
 MAX_PATHS = 20
 MAX_EDITS = 20
 Path_ = Annotated[str, StringConstraints(max_length=PATH_CHARS)]
 _AT_LEAST_ONE: dict[str, Any] = {"minItems": 1}
+
+
+def _validated_only(schema: dict[str, Any]) -> None:
+    """For a string bound above GRAMMAR_MAX_CHARS: keep it out of the JSON schema (see above)."""
+    schema.pop("maxLength", None)
 
 
 class Plan(BaseModel):
@@ -53,7 +66,7 @@ class ExploreStep(BaseModel):
     next_files: list[Path_] = Field(default_factory=list, max_length=MAX_PATHS,
                                     description="Paths to read next, chosen from the options given; empty when done.")
     suspects: list[Suspect] = Field(default_factory=list, max_length=MAX_PATHS)
-    learned: str = Field("", max_length=SHORT_CHARS * 2, description="What the code read so far says about the bug.")
+    learned: str = Field("", max_length=SHORT_CHARS, description="What the code read so far says about the bug.")
     confidence: Literal["high", "medium", "low"] = "medium"
 
     def empty(self) -> str:
@@ -70,8 +83,8 @@ class Edit(BaseModel):
     """
 
     path: Path_
-    search: str = Field(max_length=CODE_CHARS)
-    replace: str = Field(max_length=CODE_CHARS)
+    search: str = Field(max_length=CODE_CHARS, json_schema_extra=_validated_only)
+    replace: str = Field(max_length=CODE_CHARS, json_schema_extra=_validated_only)
 
 
 class CodeChange(BaseModel):
@@ -99,7 +112,8 @@ class SupportFile(BaseModel):
     """A data file a reproduction test reads (a sample input, an expected output)."""
 
     path: Path_ = Field(description="Repository-relative path of a NEW file (not one the repository has).")
-    content: str = Field(max_length=CODE_CHARS, description="The whole file, as text.")
+    content: str = Field(max_length=CODE_CHARS, json_schema_extra=_validated_only,
+                         description="The whole file, as text.")
 
 
 class ReproTestDraft(BaseModel):
@@ -107,7 +121,7 @@ class ReproTestDraft(BaseModel):
 
     path: Path_ = Field(description="Repository-relative path of the test file, where the repository keeps "
                                     "its tests and named as its tests are (a new file is best).")
-    content: str = Field(max_length=FILE_CHARS,
+    content: str = Field(max_length=FILE_CHARS, json_schema_extra=_validated_only,
                          description="The whole file: imports and one or a few test functions that fail "
                                      "while the issue is present.")
     explanation: str = Field("", max_length=SHORT_CHARS, description="One sentence: what the test checks.")

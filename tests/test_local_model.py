@@ -3,6 +3,7 @@ that reach it, timeouts that do not pile up, cut and empty replies named, over t
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from typing import Any
@@ -50,6 +51,33 @@ def test_a_looping_model_is_stopped_by_the_schemas_bounds(calc, cfg_factory):
     schema = body["tools"][0]["function"]["parameters"]["properties"]
     assert schema["files"]["maxItems"] == 20 and schema["files"]["items"]["maxLength"] == 300
     assert schema["reasoning"]["maxLength"] > 0
+    # Every node's schema on the way (Plan, ExploreStep, ReproTestDraft, CodeChange, ...) is one
+    # llama.cpp's grammar parser accepts; one it refused would leave that reply with no grammar.
+    assert srv.refused_grammars == 0 and {g["tool"] for g in srv.generations} >= {"Plan", "CodeChange"}
+
+
+def test_a_schema_with_a_bound_over_the_grammar_parsers_limit_gets_no_grammar(calc, cfg_factory):
+    # What the real server did before the bounds were fitted to it: a long maxLength anywhere made
+    # llama.cpp refuse the whole grammar, and the looping Planner ran on to max_tokens.
+    with LocalModelServer(ScriptResponder(calc_script(False)), loop_tools=("Plan",), grammar_max_chars=200) as srv:
+        _run(calc, cfg_factory, srv, {"llm.node_output_tokens": {"planner": 40}})
+        plan = [g for g in srv.generations if g["tool"] == "Plan"]
+    assert srv.refused_grammars > 0 and plan[0]["ended"] == "length"
+
+
+def test_long_text_bounds_are_validated_but_kept_out_of_the_schema():
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from pydantic import ValidationError
+
+    from fixgraph import state
+
+    replies = (state.Plan, state.ExploreStep, state.CodeChange, state.RuntimeCheck, state.ReproTestDraft,
+               state.PatchJudgment)
+    for reply in replies:
+        found = re.findall(r'"maxLength": (\d+)', json.dumps(convert_to_openai_tool(reply)["function"]["parameters"]))
+        assert found and max(map(int, found)) <= state.GRAMMAR_MAX_CHARS, reply.__name__
+    with pytest.raises(ValidationError):
+        state.Edit(path="a.py", search="x" * (state.CODE_CHARS + 1), replace="")
 
 
 def test_a_looping_model_is_stopped_by_max_tokens_when_no_grammar_holds_it(calc, cfg_factory):

@@ -7,7 +7,9 @@ What such a server does that the scripted fakes do not, each switchable:
   as a write fails (the client went away); a non-streamed generation runs to its end whatever the
   client does;
 - it reads ``max_tokens`` and ignores ``max_completion_tokens`` (``honour_max_tokens``);
-- it enforces the tool schema's ``maxItems`` as a grammar would (``grammar``);
+- it enforces the tool schema's ``maxItems`` as a grammar would (``grammar``), and, like
+  llama.cpp's grammar parser, uses no grammar at all when any ``maxLength`` in the schema is over
+  ``grammar_max_chars`` (1000 for llama-cpp-python 0.3.36: 1001 is refused, measured);
 - on the tools in ``loop_tools`` the model loops: it repeats the first item of its list until
   something stops it (``maxItems``, ``max_tokens``, or ``hard_limit`` tokens);
 - ``truncate_at`` cuts every tool call's arguments after that many characters yet still reports
@@ -38,10 +40,21 @@ def _tokens(args: dict[str, Any], loop_key: str | None) -> tuple[list[str], list
     return ["{" + json.dumps(loop_key) + ": [", json.dumps(items[0])], [tail]
 
 
+def _longest_string_bound(schema: Any) -> int:
+    """The largest ``maxLength`` anywhere in a JSON schema (0: none)."""
+    if isinstance(schema, dict):
+        own = schema.get("maxLength", 0) if isinstance(schema.get("maxLength"), int) else 0
+        return max([own, *(_longest_string_bound(v) for v in schema.values())])
+    if isinstance(schema, list):
+        return max([0, *(_longest_string_bound(v) for v in schema)])
+    return 0
+
+
 class LocalModelServer(FakeLLMServer):
     def __init__(self, responder: Responder, *, token_s: float = 0.0, loop_tools: tuple[str, ...] = (),
                  grammar: bool = True, honour_max_tokens: bool = True, truncate_at: int | None = None,
-                 hard_limit: int = 5000, repeat_names: bool = False, port: int = 0):
+                 hard_limit: int = 5000, repeat_names: bool = False, grammar_max_chars: int = 1000,
+                 port: int = 0):
         super().__init__(responder, port=port)
         # llama-cpp-python 0.3.36 streams a tool call's id, type and name (and the legacy
         # function_call) again in every chunk, not only in the first.
@@ -49,6 +62,8 @@ class LocalModelServer(FakeLLMServer):
         self.token_s = token_s
         self.loop_tools = loop_tools
         self.grammar = grammar
+        self.grammar_max_chars = grammar_max_chars
+        self.refused_grammars = 0  # schemas whose grammar the real parser would refuse
         self.honour_max_tokens = honour_max_tokens
         self.truncate_at = truncate_at
         self.hard_limit = hard_limit
@@ -67,10 +82,19 @@ class LocalModelServer(FakeLLMServer):
     def _max_items(self, body: dict[str, Any], key: str) -> int | None:
         if not self.grammar:
             return None
-        props = body["tools"][0]["function"]["parameters"].get("properties", {})
+        params = body["tools"][0]["function"]["parameters"]
+        if not self._grammar_holds(params):
+            return None
+        props = params.get("properties", {})
         return props.get(key, {}).get("maxItems")
 
+    def _grammar_holds(self, params: dict[str, Any]) -> bool:
+        # The real server logs "failed to parse grammar" and generates with no grammar at all.
+        return _longest_string_bound(params) <= self.grammar_max_chars
+
     def handle(self, handler: Any, body: dict[str, Any]) -> None:
+        if self.grammar and body.get("tools") and not self._grammar_holds(body["tools"][0]["function"]["parameters"]):
+            self.refused_grammars += 1
         found = self.scripted(handler, body)
         if found is None:
             return
