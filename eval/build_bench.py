@@ -23,6 +23,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from eval.rows import write_row
 from fixgraph.config import TestSettings
 from fixgraph.dataset import DatasetError, Instance, load_jsonl
 from fixgraph.repo.workspace import RepoCache, find_mirror
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             row = build_step(envs, cache, inst, kind)
             rows.append(row)
             with args.out.open("a") as fh:
-                fh.write(json.dumps(row) + "\n")
+                write_row(fh, row)
             print(f"{key[0]} {key[1]} {kind} {inst.instance_id}: ok={row['ok']} {row['seconds']} s "
                   f"(install {row['install_seconds']} s, ccache {row['ccache_hits']}/{row['ccache_misses']}) "
                   f"{row['reason'][:160]}", file=sys.stderr, flush=True)

@@ -42,8 +42,6 @@ P_runtime_<other scope>=<its precision>``.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import shutil
 import statistics
 import sys
@@ -56,7 +54,17 @@ from typing import Any
 import git
 
 from eval.redo_static import redo_static
-from eval.rows import add_row_options, mirrored_rows, row_choice, run_terminable, sample, written_rows
+from eval.rows import (
+    add_row_options,
+    mirrored_rows,
+    open_rows,
+    previous_rows,
+    row_choice,
+    run_terminable,
+    sample,
+    system_instance_key,
+    write_row,
+)
 from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.models.llm import RunMeter
@@ -197,12 +205,8 @@ def run(args: argparse.Namespace) -> int:
     runner = make_runner(cfg.tests, cfg.cache_dir.resolve()) if args.runtime else None
     no_verdict = 0
     run_meter = RunMeter(cfg.budget.run_dollars)
-    previous: dict[tuple[str, str], dict[str, Any]] = {}
-    if args.resume:
-        for rec in written_rows(args.output):
-            with contextlib.suppress(KeyError, TypeError):
-                previous[(rec["system"], rec["instance_id"])] = rec
-    out = args.output.open("a" if args.resume else "w", encoding="utf-8") if args.output else None
+    previous = previous_rows(args.output, system_instance_key) if args.resume else {}
+    out = open_rows(args.output, args.resume)
     judged = 0
     print(f"judging {len(rows)} labelled rows (skipped: "
           + ", ".join(f"{k} {v}" for k, v in skipped.items()) + ")", file=sys.stderr)
@@ -213,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
             done = previous.get((row.get("system", ""), inst.instance_id))
             if done is not None and runner is not None and args.add_replay and _needs_replay(done):
                 _add_replay(repos, runner, cfg, inst, row, done)
-                _emit(out, done)
+                write_row(out, done)
                 print(f"[{n}/{len(rows)}] {inst.instance_id}: {done['runtime']['replay']['note']}", file=sys.stderr)
             if done is not None:
                 _count(done, truth, redo, ours, full, args.llm)
@@ -241,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
                 for t in (redo, ours, full, withrt, withother, noreplay, before):
                     t.add(truth, False, None)
                     t.not_analyzed += 1
-                _emit(out, rec)
+                write_row(out, rec)
                 continue
             patch = row["model_patch"]
             try:
@@ -280,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
                     _count_pre36(rec, truth, before, scope)
             finally:
                 wt.reset()
-            _emit(out, rec)
+            write_row(out, rec)
             judged += 1
             print(f"[{n}/{len(rows)}] {inst.instance_id} label={'E' if truth else '-'} "
                   f"redo={'U' if rec['redo']['unsafe'] else '-'} {rec['redo']['seconds']:.1f}s "
@@ -432,12 +436,6 @@ def _count_runtime(rec: dict[str, Any], truth: bool, tally: Tally, scope: Scope,
     if not unsafe and not rt["ran"]:
         tally.not_analyzed += 1
     return recorded
-
-
-def _emit(out: Any, rec: dict[str, Any]) -> None:
-    if out is not None:
-        out.write(json.dumps(rec) + "\n")
-        out.flush()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,6 +26,7 @@ from typing import Any
 import git
 
 from eval.hidden import run_hidden
+from eval.rows import write_row
 from fixgraph.config import TestSettings
 from fixgraph.dataset import DatasetError, Instance, load_jsonl, select
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, find_mirror
@@ -208,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         row = run_one(inst, cache, runner)
         rows.append(row)
         with args.out.open("a") as fh:
-            fh.write(json.dumps(row) + "\n")
+            write_row(fh, row)
         status = (f"tpr={row['gold_test_pass_rate']:.2f} noreg={row['gold_no_regression']:.2f} "
                   f"empty={row.get('empty_test_pass_rate')}") if row["runnable"] else f"not runnable: {row['reason'][:120]}"
         print(f"[{i}/{len(chosen)}] {inst.instance_id}: {status}", file=sys.stderr, flush=True)

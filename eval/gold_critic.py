@@ -46,7 +46,16 @@ from typing import Any
 import git
 
 from eval.redo_static import redo_static
-from eval.rows import mirrored_rows, parse_shard, run_terminable, sample, written_rows
+from eval.rows import (
+    instance_key,
+    mirrored_rows,
+    open_rows,
+    parse_shard,
+    previous_rows,
+    run_terminable,
+    sample,
+    write_row,
+)
 from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
@@ -346,7 +355,7 @@ def run(args: argparse.Namespace) -> int:
     rows = sample(rows, 1, args.limit, shard)
     if not rows:
         raise InputError("no instance with a mirror to judge")
-    previous = {str(r.get("instance_id")): r for r in written_rows(args.output)} if args.resume or args.report else {}
+    previous = previous_rows(args.output, instance_key) if args.resume or args.report else {}
     if args.report:
         report([previous[r["instance_id"]] for r in rows if r["instance_id"] in previous], phases,
                {i: inst.test_patch for i, inst in dataset.items()}, cfg.critic.fix_score_threshold)
@@ -356,7 +365,7 @@ def run(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="gold-critic-"))
     repos = RepoCache((args.cache_dir or work).resolve(), mirrors=args.repos)
     runner = make_runner(cfg.tests, cfg.cache_dir.resolve()) if phases & {"replay", "tests"} else None
-    out = args.output.open("a" if args.resume else "w", encoding="utf-8") if args.output else None
+    out = open_rows(args.output, args.resume)
     recs: list[dict[str, Any]] = []
     print(f"judging {len(rows)} gold patches, phases {sorted(phases)}", file=sys.stderr)
     try:
@@ -365,9 +374,7 @@ def run(args: argparse.Namespace) -> int:
             rec = previous.get(inst.instance_id)
             if rec is None:
                 rec = _judge(args, cfg, cmd, phases, repos, runner, inst, work / "static")
-                if out is not None:
-                    out.write(json.dumps(rec) + "\n")
-                    out.flush()
+                write_row(out, rec)
             recs.append(rec)
             v = _verdicts(rec)
             print(f"[{n}/{len(rows)}] {inst.instance_id} "

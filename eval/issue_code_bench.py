@@ -29,8 +29,6 @@ all predictions of these instances resolved> rows=<predictions with a verdict>``
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -38,7 +36,17 @@ from typing import Any
 
 import git
 
-from eval.rows import add_row_options, mirrored_rows, row_choice, run_terminable, sample, written_rows
+from eval.rows import (
+    add_row_options,
+    mirrored_rows,
+    open_rows,
+    previous_rows,
+    row_choice,
+    run_terminable,
+    sample,
+    system_instance_key,
+    write_row,
+)
 from fixgraph.config import load_config
 from fixgraph.dataset import Instance, Task, load_jsonl
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
@@ -100,14 +108,10 @@ def run(args: argparse.Namespace) -> int:
     by_instance: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         by_instance[row["instance_id"]].append(row)
-    done: dict[tuple[str, str], dict[str, Any]] = {}
-    if args.resume:
-        for rec in written_rows(args.output):
-            with contextlib.suppress(KeyError, TypeError):
-                done[(rec["system"], rec["instance_id"])] = rec
+    done = previous_rows(args.output, system_instance_key) if args.resume else {}
     runner = make_runner(tests, cache_dir)
     repos = RepoCache(cache_dir, mirrors=args.repos)
-    out = args.output.open("a" if args.resume else "w", encoding="utf-8") if args.output else None
+    out = open_rows(args.output, args.resume)
     records: list[dict[str, Any]] = []
     print(f"{len(rows)} predictions of {len(by_instance)} instances"
           + (f" (skipped: {', '.join(f'{k} {v}' for k, v in skipped.items())})" if skipped else ""), file=sys.stderr)
@@ -125,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
                 rec = {"instance_id": iid, "repo": inst.repo, "system": GOLD, "verdict": "not run",
                        "note": f"cannot check out: {line[-1][:160] if line else ''}", "crashes": 0}
                 records.append(rec)
-                _emit(out, rec)
+                write_row(out, rec)
                 continue
             task = inst.task()
             base = trace_issue(runner, task, wt, task.issue, timeout_s=cfg.critic.replay_timeout_s)
@@ -144,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
                         rec.update(verdict="not run", note="no patch")
                     else:
                         rec.update(_replayed(runner, task, wt, patch, base, cfg.critic.replay_timeout_s))
-                    _emit(out, rec)
+                    write_row(out, rec)
                 records.append(rec)
             print(f"[{n}/{len(by_instance)}] {iid}: {len(crashes)} reported crash statements; "
                   + ", ".join(f"{r['system']}={r['verdict']}" for r in records[-len(todo):]), file=sys.stderr)
@@ -172,12 +176,6 @@ def _replayed(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, base: I
         wt.reset()
     return {"verdict": verdict(result), "note": result.note, "reproduced": result.reproduced,
             "kinds": [s["kind"] for s in result.summaries], "seconds": round(result.seconds, 2)}
-
-
-def _emit(out: Any, rec: dict[str, Any]) -> None:  # noqa: ANN401 - a text file or None
-    if out is not None:
-        out.write(json.dumps(rec) + "\n")
-        out.flush()
 
 
 def _share(part: int, whole: int) -> str:

@@ -412,6 +412,7 @@ def measure(inst, git_dir: Path, args: argparse.Namespace, settings, first: bool
 
 
 def run(args: argparse.Namespace) -> int:
+    from eval.rows import open_rows, write_row
     from fixgraph import localize
     from fixgraph.config import ExplorerSettings
     from fixgraph.dataset import DatasetError, load_jsonl
@@ -459,7 +460,7 @@ def run(args: argparse.Namespace) -> int:
     out = None
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        out = args.output.open("a" if args.resume else "w", encoding="utf-8")
+        out = open_rows(args.output, args.resume)
     seen_repos = {r.repo for r in done.values()}
     try:
         for n, inst in enumerate(chosen, 1):
@@ -472,9 +473,7 @@ def run(args: argparse.Namespace) -> int:
                 return 2
             seen_repos.add(inst.repo)
             done[inst.instance_id] = row
-            if out is not None:
-                out.write(json.dumps(row.to_json()) + "\n")
-                out.flush()
+            write_row(out, row.to_json())
             if args.verbose:
                 print(f"[{n}/{len(chosen)}] {inst.instance_id} R@8={row.ours[8]:.2f} today={row.today[8]:.2f} "
                       f"tokens={row.prompt_tokens} warm={row.warm_s:.2f}s cold={row.cold_s:.1f}s",

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import statistics
 import sys
 import time
@@ -46,7 +45,17 @@ import git
 from eval import hidden
 from eval.critic_bench import Tally
 from eval.hidden import gold_check, run_hidden, tests_the_test_patch_edits
-from eval.rows import add_row_options, mirrored_rows, row_choice, run_terminable, sample, written_rows
+from eval.rows import (
+    add_row_options,
+    instance_key,
+    mirrored_rows,
+    open_rows,
+    previous_rows,
+    row_choice,
+    run_terminable,
+    sample,
+    write_row,
+)
 from fixgraph.config import load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
@@ -200,11 +209,7 @@ def run(args: argparse.Namespace) -> int:
     rows, skipped = select_rows(args, dataset)
     if not rows:
         raise InputError("no predictions with a mirror to judge")
-    done: dict[str, dict[str, Any]] = {}
-    if args.resume or args.rescore:
-        for rec in written_rows(args.output):
-            with contextlib.suppress(KeyError, TypeError):
-                done[rec["instance_id"]] = rec
+    done = previous_rows(args.output, instance_key) if args.resume or args.rescore else {}
     cache_dir = cfg.cache_dir.resolve()
     repos = RepoCache(cache_dir, mirrors=args.repos)
     runner = make_runner(cfg.tests, cache_dir)
@@ -217,15 +222,14 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         rows = [r for r in rows if r["instance_id"] in done]
     try:
-        with args.output.open("a" if args.resume or args.rescore else "w", encoding="utf-8") as out:
+        with open_rows(args.output, args.resume or args.rescore) as out:
             for n, row in enumerate(rows, 1):
                 if row["instance_id"] in done:
                     continue
                 inst = dataset[row["instance_id"]]
                 rec = judge_row(row, inst, f"{key}-{inst.repo_slug}", repos, runner, cfg)
                 done[inst.instance_id] = rec
-                out.write(json.dumps(rec) + "\n")
-                out.flush()
+                write_row(out, rec)
                 print(f"[{n}/{len(rows)}] {inst.instance_id}: {rec['status']} visible={len(rec.get('visible', []))} "
                       f"flagged={len(rec.get('flagged', []))} runtime={len(rec.get('runtime', []))} "
                       f"own={rec.get('own_seconds')}s hidden={rec.get('hidden_seconds')}s "
@@ -256,7 +260,7 @@ def run(args: argparse.Namespace) -> int:
                     f"{t} {v['verdict']}" for t, v in list(rec["extra_check"]["tests"].items())[:5])
                     + f" ({rec['extra_check']['seconds']}s) {rec['extra_check']['reason']}"[:400], file=sys.stderr)
                 with args.output.open("a", encoding="utf-8") as out:  # a later row of an id wins on reading
-                    out.write(json.dumps(rec) + "\n")
+                    write_row(out, rec)
     print(report(recs, args))
     return 0
 

@@ -38,6 +38,7 @@ from agents.context import TaskContext
 from agents.reproducer import reproducer
 from eval.fixtures.oracle import oracle_script
 from eval.hidden import test_file_from_test_patch
+from eval.rows import write_row
 from fixgraph.config import ConfigError, load_config
 from fixgraph.dataset import DatasetError, Instance, load_jsonl
 from fixgraph.models.llm import LLM, Meter, RunMeter
@@ -225,8 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                 row = {"instance_id": inst.instance_id, "repo": inst.repo, "status": "error",
                        "reason": f"{type(exc).__name__}: {exc}"[:300]}
             done[inst.instance_id] = row
-            fh.write(json.dumps(row) + "\n")
-            fh.flush()
+            write_row(fh, row)
             print(f"{inst.instance_id}: {row.get('status')} repro={row.get('repro_status')} "
                   f"ok={row.get('repro_ok')} regr={row.get('regression_runnable')} "
                   f"{row.get('attempt_seconds')} {row.get('seconds')}s", file=sys.stderr)

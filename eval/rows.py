@@ -1,6 +1,6 @@
 """What the benchmarks over real agents' predictions share: which rows to judge (``--stride``,
-``--limit``, ``--shard``), the rows an interrupted run already wrote (``--resume``), and a run
-that a SIGTERM ends with its figures printed."""
+``--limit``, ``--shard``), the rows an interrupted run already wrote (``--resume``), how a row is
+written, and a run that a SIGTERM ends with its figures printed."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import json
 import signal
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar, overload
 
 from fixgraph.dataset import Instance
 from fixgraph.repo.workspace import find_mirror
 from scoring.verdict.critic import InputError, run_reporting_errors
 
 T = TypeVar("T")
+K = TypeVar("K")
 
 
 def sample(rows: list[T], stride: int, limit: int, shard: tuple[int, int] | None) -> list[T]:
@@ -98,6 +99,47 @@ def written_rows(path: Path | None) -> Iterator[dict[str, Any]]:
             rec = json.loads(line)
             if isinstance(rec, dict):
                 yield rec
+
+
+def instance_key(rec: dict[str, Any]) -> str:
+    return rec["instance_id"]
+
+
+def system_instance_key(rec: dict[str, Any]) -> tuple[str, str]:
+    return rec["system"], rec["instance_id"]
+
+
+def previous_rows(path: Path | None, key: Callable[[dict[str, Any]], K]) -> dict[K, dict[str, Any]]:
+    """The rows an interrupted run wrote to ``path``, by ``key`` (:func:`instance_key`,
+    :func:`system_instance_key`); a row that lacks a key's field is skipped, so it is judged again,
+    and of two rows with one key the later wins."""
+    rows: dict[K, dict[str, Any]] = {}
+    for rec in written_rows(path):
+        with contextlib.suppress(KeyError, TypeError):
+            rows[key(rec)] = rec
+    return rows
+
+
+@overload
+def open_rows(path: Path, resume: bool) -> TextIO: ...
+
+
+@overload
+def open_rows(path: None, resume: bool) -> None: ...
+
+
+def open_rows(path: Path | None, resume: bool) -> TextIO | None:
+    """``path`` opened for a run's rows (None without one): appended to when the run resumes, so the
+    rows :func:`previous_rows` read stay, else emptied."""
+    return path.open("a" if resume else "w", encoding="utf-8") if path is not None else None
+
+
+def write_row(out: TextIO | None, rec: dict[str, Any]) -> None:
+    """``rec`` as one JSON line of ``out`` (nothing without a file), flushed at once: a run killed
+    later keeps every row it judged."""
+    if out is not None:
+        out.write(json.dumps(rec) + "\n")
+        out.flush()
 
 
 def interrupt(signum: int, frame: Any) -> None:

@@ -38,7 +38,6 @@ import contextlib
 import dataclasses
 import hashlib
 import itertools
-import json
 import statistics
 import subprocess
 import sys
@@ -51,7 +50,7 @@ from typing import Any
 import git
 import numpy as np
 
-from eval.rows import add_row_options, row_choice, run_terminable, sample, written_rows
+from eval.rows import add_row_options, open_rows, row_choice, run_terminable, sample, write_row, written_rows
 from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree, find_mirror
@@ -549,15 +548,14 @@ def run(args: argparse.Namespace) -> int:
     prepared: list[Prepared] = []
     print(f"{len(ids)} instances, {len(runs)} runs", file=sys.stderr)
     try:
-        with args.output.open("a" if args.resume else "w", encoding="utf-8") as out:
+        with open_rows(args.output, args.resume) as out:
             for n, iid in enumerate(ids, 1):
                 inst = dataset[iid]
                 cands = candidates_of(runs, iid)
                 row = previous.get(iid)
                 if row is None:
                     row = judge_instance(inst, cands, repos, cfg, cache_dir, args, runner)
-                    out.write(json.dumps(row) + "\n")
-                    out.flush()
+                    write_row(out, row)
                 p = Prepared(iid, inst.repo, cands, row)
                 prepared.append(p)
                 i = p.pick(select.DEFAULT_WEIGHTS)

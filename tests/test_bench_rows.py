@@ -1,5 +1,6 @@
 """The options the benchmarks over agents' predictions share (eval.rows): the same words, and the
-same one-line error for a bad choice of rows, before any work."""
+same one-line error for a bad choice of rows, before any work; and the rows a run writes and a
+resumed run reads back."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from eval import critic_bench, regression_bench, select_bench
-from eval.rows import row_choice, sample
+from eval.rows import (
+    instance_key,
+    open_rows,
+    previous_rows,
+    row_choice,
+    sample,
+    system_instance_key,
+    write_row,
+)
 
 BENCHES: dict[str, Callable[[list[str]], int]] = {
     "critic_bench": critic_bench.main, "regression_bench": regression_bench.main, "select_bench": select_bench.main}
@@ -41,3 +50,20 @@ def test_only_and_limit_pick_the_same_rows_in_every_bench(tmp_path: Path) -> Non
         only, shard = row_choice(args)
         assert only == {"a/b", "c/d"} and shard == (1, 2)
         assert sample(list(range(20)), args.stride, args.limit, shard) == [2]
+
+
+def test_a_resumed_run_keeps_its_rows_and_reads_back_each_whole_one(tmp_path: Path) -> None:
+    out_path = tmp_path / "rows.jsonl"
+    with open_rows(out_path, resume=False) as out:
+        write_row(out, {"instance_id": "a", "system": "s", "n": 1})
+        write_row(out, {"system": "s"})  # no instance id: judged again
+    with open_rows(out_path, resume=True) as out:
+        write_row(out, {"instance_id": "a", "system": "t", "n": 2})
+        out.write('{"instance_id": "b", "sys')  # a line cut by a kill
+    assert previous_rows(out_path, instance_key) == {"a": {"instance_id": "a", "system": "t", "n": 2}}
+    assert set(previous_rows(out_path, system_instance_key)) == {("s", "a"), ("t", "a")}
+    with open_rows(out_path, resume=False):
+        pass
+    assert previous_rows(out_path, instance_key) == {}
+    assert open_rows(None, resume=True) is None and previous_rows(None, instance_key) == {}
+    write_row(None, {"instance_id": "c"})  # a run without --output writes nothing

@@ -169,6 +169,31 @@ def test_a_build_that_failed_in_pip_is_built_once_more_then_its_failure_is_final
     assert builds[2] == builds[1]  # and then final
 
 
+@pytest.mark.parametrize(("record", "interpreter", "built"), [
+    (None, False, (1, None)),  # no record: a first build
+    ({"ok": False, "retryable": True}, False, (2, None)),  # a record without build_tries is one build
+    ({"ok": False, "retryable": True, "build_tries": 2}, False, None),  # tried BUILD_TRIES times: final
+    ({"ok": False, "retryable": False}, False, None),  # a failure that cannot change: final
+    ({"ok": True, "site": {}}, True, None),  # built and as its last install left it: used
+    ({"ok": True, "site": {}}, False, (1, "its interpreter is gone")),  # changed outside fixgraph
+])
+def test_when_an_env_is_built_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record: dict[str, Any] | None,
+                                    interpreter: bool, built: tuple[int, str | None] | None) -> None:
+    inst, wt, _ = calc_instance(tmp_path)
+    envs = VenvEnvs(tmp_path / "envs", tmp_path / "cache", config.TestSettings(backend="venv"))
+    path = envs.env_path(inst)
+    if interpreter:
+        (path / "venv" / "bin").mkdir(parents=True)
+        (path / "venv" / "bin" / "python").write_text("")
+    monkeypatch.setattr(VenvEnvs, "_build", lambda self, task, wt, spec, path: {"ok": False, "build_id": "new"})
+    meta = envs._built(inst.task(), wt, {}, path, record)
+    if built is None:
+        assert meta is record and not (path / "env.json").exists()
+    else:
+        assert (meta["build_id"], meta["build_tries"], meta.get("rebuilt_because")) == ("new", *built)
+        assert json.loads((path / "env.json").read_text()) == meta
+
+
 def test_requirements_are_flattened_as_swebench_does(tmp_path: Path) -> None:
     from scoring.execution.specs import requirements_text
 

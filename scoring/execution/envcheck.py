@@ -15,6 +15,11 @@ every process: one install step that plants one changes every later task's test 
 - Before each run the env's listing must still be the one recorded (:func:`changed`); anything
   else changed it outside fixgraph's install, and the env is rebuilt.
 
+fixgraph's own ``sitecustomize``, the line tracer (``scoring.runtime.line_trace_site``), is never
+seen here: it is laid in each test run's folder, outside the env, and put first on that run's
+``PYTHONPATH``, while these checks list the env's site-packages, so they catch a plant with or
+without it.
+
 It looks at the top level only (a package's own files could still be edited by an install step
 of the same repository); that is the price of a check that costs milliseconds per run.
 """

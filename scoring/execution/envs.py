@@ -21,6 +21,7 @@ delete the env's folder to retry.
 from __future__ import annotations
 
 import configparser
+import contextlib
 import glob
 import json
 import os
@@ -192,23 +193,11 @@ class VenvEnvs:
                     meta = json.loads(meta_path.read_text())
                 except json.JSONDecodeError:
                     meta = None
-            tainted = _tainted(path, meta)
-            if tainted:
-                # Something changed the shared env outside fixgraph's build and installs: it is
-                # built again (no run may use it meanwhile), never used as it is.
-                with file_lock(path.parent / f"{path.name}.run.lock"):
-                    meta = {**self._build(task, wt, spec, path), "build_tries": 1, "rebuilt_because": tainted}
-                atomic_write(meta_path, json.dumps(meta, indent=1))
-            elif meta is not None and meta.get("ok") and "site" not in meta and (path / "venv").is_dir():
+            meta = self._built(task, wt, spec, path, meta)
+            if meta.get("ok") and "site" not in meta and (path / "venv").is_dir():
                 # Built before this check: what it holds now is what later runs must find.
                 site = envcheck.listing(path / "venv")
                 meta = {**meta, "site": site, "site_build": meta.get("site_build", site)}
-                atomic_write(meta_path, json.dumps(meta, indent=1))
-            elif meta is None or (not meta.get("ok") and meta.get("retryable")
-                                and meta.get("build_tries", 1) < BUILD_TRIES):
-                # Counted as the condition above counts: a failed env.json without the field is one build.
-                tries = 1 if meta is None else meta.get("build_tries", 1) + 1
-                meta = {**self._build(task, wt, spec, path), "build_tries": tries}
                 atomic_write(meta_path, json.dumps(meta, indent=1))
             if (path / "src").exists() and not (path / "src").is_symlink():
                 # an install stopped midway (fixgraph itself killed): its half-built tree is never used
@@ -255,6 +244,32 @@ class VenvEnvs:
                             f"-{meta.get('build_id', '0')}-{meta.get('installed_commit', '')[:12]}"),
                        extra_env={"VIRTUAL_ENV": str(venv)},
                        activate=lambda work, can_bind: _pointed_at(path, work, can_bind))
+
+    def _built(self, task: Task, wt: Worktree, spec: dict[str, Any], path: Path,
+               meta: dict[str, Any] | None) -> dict[str, Any]:
+        """The env's record: ``meta`` (its ``env.json``, None when missing or unreadable), or that
+        of a new build when the env is due one. It is due one when it has no record; when its build
+        failed in a step that may succeed later (``retryable``: pip, the index may have been busy)
+        and it was built fewer than :data:`BUILD_TRIES` times (a failed record without
+        ``build_tries`` counts as one); and when it was built but changed outside fixgraph's build
+        and installs (:func:`_tainted`), never used as it is: rebuilt, counted as a first build.
+        Any other failed build is final. A failed install at one base commit is not a build (its
+        own tries: ``install_tries``)."""
+        if meta is None:
+            tries, tainted = 1, ""
+        elif tainted := _tainted(path, meta):
+            tries = 1
+        elif not meta.get("ok") and meta.get("retryable") and meta.get("build_tries", 1) < BUILD_TRIES:
+            tries = meta.get("build_tries", 1) + 1
+        else:
+            return meta
+        # A tainted env was built, so runs may be using it: none may while it is rebuilt.
+        with file_lock(path.parent / f"{path.name}.run.lock") if tainted else contextlib.nullcontext():
+            meta = {**self._build(task, wt, spec, path), "build_tries": tries}
+        if tainted:
+            meta["rebuilt_because"] = tainted
+        atomic_write(path / "env.json", json.dumps(meta, indent=1))
+        return meta
 
     def _steps(self, path: Path, task: Task, meta: dict[str, Any]) -> _Steps:
         env = _build_env(path / "home", path / "venv")

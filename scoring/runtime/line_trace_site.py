@@ -10,7 +10,9 @@ type, ...]}}}``. Only code objects of a watched file that hold one of its lines 
 (decided once per code object), so the cost elsewhere is one dictionary look-up per call. A process killed by
 its timeout writes nothing: the run then says nothing either way. Runs inside the instance's own
 environment: standard library only, Python 3.6 syntax. A ``sitecustomize`` this one shadows is run
-after it.
+after it. It is no plant of the kind ``scoring.execution.envcheck`` refuses: it lies in the run's own
+folder, outside the shared env, while that guard lists the env's site-packages, where a planted
+``sitecustomize`` is caught whatever comes first on ``PYTHONPATH``.
 """
 
 import atexit
