@@ -14,7 +14,6 @@ Every gold result below 1.0 is listed with the tests behind it. Per-instance res
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import sys
@@ -26,7 +25,7 @@ from typing import Any
 import git
 
 from eval.hidden import run_hidden
-from eval.rows import write_row
+from eval.rows import instance_key, previous_rows, write_row
 from fixgraph.config import TestSettings
 from fixgraph.dataset import DatasetError, Instance, load_jsonl, select
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, find_mirror
@@ -189,14 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     if not chosen:
         print(f"error: no instance of {args.dataset} has a mirror under {args.repos}", file=sys.stderr)
         return 2
-    done: dict[str, dict[str, Any]] = {}
-    if args.out.is_file():
-        for line in args.out.read_text().splitlines():
-            try:
-                row = json.loads(line)
-                done[row["instance_id"]] = row
-            except (json.JSONDecodeError, KeyError):
-                continue
+    done = previous_rows(args.out, instance_key)  # a line cut by a kill is judged again
     settings = TestSettings(backend=args.backend, timeout_s=args.timeout)
     runner = make_runner(settings, args.cache_dir)
     cache = RepoCache(args.cache_dir, args.repos)

@@ -24,7 +24,6 @@ printed). Results go to ``--out`` (JSONL) as they come, and a rerun resumes.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -38,7 +37,7 @@ from agents.context import TaskContext
 from agents.reproducer import reproducer
 from eval.fixtures.oracle import oracle_script
 from eval.hidden import test_file_from_test_patch
-from eval.rows import write_row
+from eval.rows import instance_key, previous_rows, write_row
 from fixgraph.config import ConfigError, load_config
 from fixgraph.dataset import DatasetError, Instance, load_jsonl
 from fixgraph.models.llm import LLM, Meter, RunMeter
@@ -207,11 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     wanted = {s.strip() for s in args.instances.split(",") if s.strip()}
     if wanted:
         chosen = [i for i in chosen if i.instance_id in wanted]
-    done: dict[str, dict[str, Any]] = {}
-    if args.out.is_file():
-        for line in args.out.read_text().splitlines():
-            row = json.loads(line)
-            done[row["instance_id"]] = row
+    done = previous_rows(args.out, instance_key)  # a line cut by a kill is judged again
     args.out.parent.mkdir(parents=True, exist_ok=True)
     repos = RepoCache(cfg.cache_dir, args.repos)
     store = RunStore("repro-bench", Path(args.out.parent / "repro-bench-predictions"), args.out.parent,
