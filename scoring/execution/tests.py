@@ -401,6 +401,16 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
                 out.pass_to_pass_after = {t: after.statuses.get(t, "MISSING") for t in owned}
                 _set_aside_unmatched(out, task.repo, runner.backend, wt, "", keep_runnable=True)
                 broken = out.broken()
+                if broken and settings.confirm_runs:
+                    flaky, spent = _unconfirmed(runner, task, wt, patch, suite, broken, settings.confirm_runs)
+                    out.seconds += spent
+                    if flaky:
+                        out.notes.append("broke with the patch but flaky (not every run again agreed), left out: "
+                                         + ", ".join(flaky[:20]) + (f" (+{len(flaky) - 20} more)" if len(flaky) > 20 else ""))
+                        for t in flaky:
+                            out.pass_to_pass_before.pop(t, None)
+                            out.pass_to_pass_after.pop(t, None)
+                        broken = out.broken()
                 if broken:
                     failing_runs.append((after, broken))
                     # Tests a run that ended early never reached (not one cut by its timeout).
@@ -424,6 +434,29 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
 
 # pytest's words for a node id it cannot find (older releases, then 8+), after which it runs nothing.
 _NOT_FOUND = re.compile(r"^ERROR: (?:not found:|found no collectors for) (\S+)", re.M)
+
+
+def _unconfirmed(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, suite: Suite,
+                 broken: list[str], runs: int) -> tuple[list[str], float]:
+    """The ``broken`` tests that another ``runs`` runs at the base and with the patch do not
+    confirm: failing at the base, or passing with the patch, in any of them (a hash seed, a clock,
+    an order). A run that errs or does not report a test says nothing of it. Returns those tests
+    and the seconds the runs took."""
+    flaky: set[str] = set()
+    seconds = 0.0
+    for _ in range(runs):
+        for side in (None, patch):
+            again = runner.run_suite(task, wt, side, suite)
+            seconds += again.seconds
+            if again.error:
+                continue
+            for t in broken:
+                status = again.statuses.get(t)
+                if status is not None and (status not in PASSING if side is None else status in PASSING):
+                    flaky.add(t)
+        if len(flaky) == len(broken):
+            break
+    return [t for t in broken if t in flaky], seconds
 
 
 def _base_run(runner: SuiteRunner, task: Task, wt: Worktree, chosen: Selection,
