@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from eval.attacks.sandbox import listener, outside_address
 from eval.hidden import run_hidden
-from fixgraph.sandbox.process import netns_prefix
+from fixgraph.sandbox.process import Limits, netns_prefix, run_isolated, scrubbed_env
 from scoring.execution.runner import make_runner
 from tests.testrun_helpers import CALC, apply_to, calc_instance, diff_for, local_settings, locals_section
 
@@ -73,6 +75,80 @@ def test_socket_to_loopback_fails_in_a_network_namespace(tmp_path: Path) -> None
 def test_socket_to_loopback_works_without_isolation(tmp_path: Path) -> None:
     # The control: the same test passes when isolation is off, so the failure above is the netns.
     assert _socket_case(tmp_path, isolate=False) == "PASSED"
+
+
+def _run_script(tmp_path: Path, script: str, isolate: bool = True) -> str:
+    """``script`` run as a test process is: in the real sandbox, from a copy of its own."""
+    run_dir = tmp_path / f"run-{time.time_ns()}"
+    (run_dir / "repo").mkdir(parents=True)
+    (run_dir / "home").mkdir()
+    (run_dir / "repo" / "probe.py").write_text(script)
+    done = run_isolated([sys.executable, "-I", "probe.py"], run_dir / "repo", scrubbed_env(run_dir / "home"),
+                        Limits(30, 30, 1024, network_isolation=isolate))
+    assert done.isolated_network is isolate
+    return done.output
+
+
+def _host_has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(netns_prefix() is None, reason="no network namespaces on this kernel")
+def test_a_test_serves_and_connects_on_the_sandboxs_own_loopback(tmp_path: Path) -> None:
+    # requests' test servers, django's live server: what the harness's containers allow.
+    script = ("import socket\n"
+              "for family, addr in ((socket.AF_INET, '127.0.0.1'), (socket.AF_INET6, '::1')):\n"
+              "    try:\n"
+              "        srv = socket.socket(family)\n"
+              "        srv.bind((addr, 0))\n"
+              "        srv.listen(1)\n"
+              "        cli = socket.create_connection((addr, srv.getsockname()[1]), timeout=5)\n"
+              "        conn, _ = srv.accept()\n"
+              "        cli.sendall(b'ping')\n"
+              "        print('served', addr, conn.recv(4).decode())\n"
+              "    except OSError as exc:\n"
+              "        print('refused', addr, exc)\n")
+    out = _run_script(tmp_path, script)
+    assert "served 127.0.0.1 ping" in out, out
+    if _host_has_ipv6_loopback():  # IPv6 off on the host: no ::1 in any namespace
+        assert "served ::1 ping" in out, out
+    assert "loopback left down" not in out
+
+
+def _reach_script(targets: list[tuple[str, int]]) -> str:
+    return ("import socket\n"
+            f"for addr, port in {targets!r}:\n"
+            "    try:\n"
+            "        socket.create_connection((addr, port), timeout=5).close()\n"
+            "        print('REACHED', addr)\n"
+            "    except OSError as exc:\n"
+            "        print('refused', addr, exc)\n")
+
+
+@pytest.mark.skipif(netns_prefix() is None, reason="no network namespaces on this kernel")
+def test_the_hosts_loopback_and_its_outside_address_stay_out_of_reach(tmp_path: Path) -> None:
+    # Loopback is up inside, but it is the namespace's own: a service on the host's 127.0.0.1 and
+    # the machine's address beyond loopback are as unreachable as with loopback down.
+    outside = outside_address()
+    listeners = [listener(), *([listener(outside)] if outside else [])]
+    targets = [("127.0.0.1", listeners[0][1]), *([(outside, listeners[1][1])] if outside else [])]
+    try:
+        inside = _run_script(tmp_path, _reach_script(targets))
+        assert "REACHED" not in inside, inside
+        assert [ln.split()[0] for ln in inside.splitlines() if ln.strip()] == ["refused"] * len(targets), inside
+        assert not any(hits for _, _, hits in listeners)
+        # The control: without the namespace the same script reaches both, so the refusals above are
+        # the namespace's and not the listeners'.
+        control = _run_script(tmp_path, _reach_script(targets), isolate=False)
+        assert [ln.split()[0] for ln in control.splitlines() if ln.strip()] == ["REACHED"] * len(targets), control
+    finally:
+        for srv, _, _ in listeners:
+            srv.close()
 
 
 def test_sleeping_test_is_killed_with_its_children(tmp_path: Path) -> None:

@@ -36,10 +36,10 @@ def _sandboxed(tmp: Path, script: str, timeout_s: float = 20.0, memory_mb: int =
     return done.returncode, done.output
 
 
-def _listener() -> tuple[socket.socket, int, list[int]]:
-    """A loopback server on the host that counts connections."""
+def listener(host: str = "127.0.0.1") -> tuple[socket.socket, int, list[int]]:
+    """A server on the host (on its loopback unless ``host`` says) that counts connections."""
     srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
+    srv.bind((host, 0))
     srv.listen(16)
     return srv, srv.getsockname()[1], count_connections(srv)
 
@@ -354,7 +354,7 @@ def _fork_bomb(tmp: Path) -> str:
 
 @attack("sandbox-limits", "setns into the host's network namespace, then reach a loopback listener", sandbox=True)
 def _setns(tmp: Path) -> str:
-    srv, port, hits = _listener()
+    srv, port, hits = listener()
     try:
         script = f"""
             import ctypes, os, socket
@@ -444,21 +444,93 @@ def _write_outside(tmp: Path) -> str:
     return "" if "inside ok" in out else f"could not write its own copy: {out.strip()[-200:]}"
 
 
+def _connects(tmp: Path, addr: str, port: int) -> str:
+    """The output of a sandboxed test that connects to ``addr:port``: CONNECTED, or refused and why."""
+    return _sandboxed(tmp, f"""
+        import socket
+        try:
+            socket.create_connection(({addr!r}, {port}), timeout=3).close()
+            print("CONNECTED")
+        except OSError as exc:
+            print("refused", exc)
+    """)[1]
+
+
+def outside_address() -> str | None:
+    """This machine's address on its route out (found without sending a packet); None if none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        addr = sock.getsockname()[0]
+    return None if addr.startswith("127.") else addr
+
+
 @attack("network", "test connects to a loopback listener on the host", sandbox=True)
 def _network(tmp: Path) -> str:
-    srv, port, hits = _listener()
+    srv, port, hits = listener()
     try:
-        _, out = _sandboxed(tmp, f"""
-            import socket
-            try:
-                socket.create_connection(("127.0.0.1", {port}), timeout=3).close()
-                print("CONNECTED")
-            except OSError as exc:
-                print("refused", exc)
-        """)
+        out = _connects(tmp, "127.0.0.1", port)
     finally:
         srv.close()
     return "reached the host" if "CONNECTED" in out or hits else ""
+
+
+@attack("network", "test connects to a listener on the machine's own address beyond loopback", sandbox=True)
+def _outside(tmp: Path) -> str:
+    addr = outside_address()
+    if addr is None:
+        return ""  # only loopback here: nothing beyond it to reach
+    srv, port, hits = listener(addr)
+    try:
+        out = _connects(tmp, addr, port)
+    finally:
+        srv.close()
+    return f"reached {addr}" if "CONNECTED" in out or hits else ""
+
+
+@attack("network", "test connects to a server another run serves on its own loopback", sandbox=True)
+def _other_run(tmp: Path) -> str:
+    # Loopback is up in each run's namespace: the same port on 127.0.0.1 is another socket in each,
+    # and on the host (a listener there on that port too: neither may be reached).
+    host, port, hits = listener()
+    served: list[str] = []
+    server = threading.Thread(target=lambda: served.append(_sandboxed(tmp, f"""
+        import os, socket, time
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", {port}))
+        srv.listen(8)
+        srv.settimeout(0.2)
+        home = os.environ["HOME"]
+        open(home + "/ready", "w").close()
+        n, deadline = 0, time.monotonic() + 40
+        while time.monotonic() < deadline and not os.path.exists(home + "/stop"):
+            try:
+                srv.accept()[0].close()
+                n += 1
+            except socket.timeout:
+                pass
+        print("ACCEPTED", n)
+    """, timeout_s=60)[1]), daemon=True)
+    server.start()
+    try:
+        deadline = time.monotonic() + 40
+        while not list(tmp.glob("run-*/home/ready")) and server.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        ready = list(tmp.glob("run-*/home/ready"))
+        if not ready:
+            server.join(30)
+            return f"the serving run never listened on its loopback: {''.join(served).strip()[-200:]}"
+        out = _connects(tmp, "127.0.0.1", port)
+        (ready[0].parent / "stop").touch()
+        server.join(60)
+    finally:
+        host.close()
+    accepted = next((ln for ln in "".join(served).splitlines() if ln.startswith("ACCEPTED")), "ACCEPTED ?")
+    if "CONNECTED" in out or hits or accepted != "ACCEPTED 0":
+        return f"one run reached another's loopback or the host's: {out.strip()[:100]}; {accepted}; host {len(hits)}"
+    return ""
 
 
 @attack("memory", "test allocates past the memory limit")

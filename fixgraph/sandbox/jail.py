@@ -3,6 +3,10 @@
 ``unshare`` has already given it new mount, PID (it is PID 1) and usually network namespaces, as
 real root or as root of a new user namespace. Before the test command runs it:
 
+- brings up the loopback interface of its own network namespace (``loopback``): a test may serve
+  and connect on ``127.0.0.1``/``::1`` there, as in the harness's containers, and still reaches
+  nothing else, the host's loopback included (another namespace's); when that fails the run goes
+  on with loopback down and a note says so;
 - covers the folders where anyone may leave a Unix socket (``/tmp``, ``/run``) with empty ones
   holding only the paths the command needs (``mask_dirs``, ``keep``);
 - reaches what the command needs through folders closed to others (root's home) without opening
@@ -26,11 +30,14 @@ Only the standard library: it runs before any site-packages, with ``-I -S``.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
 import resource
 import signal
+import socket
 import stat
+import struct
 import sys
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -40,6 +47,8 @@ PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 _SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}.get(os.uname().machine)
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 1
 INNER_ID = 1000  # the command's uid/gid inside the nested user namespace
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+_IFREQ_FLAGS = "16sH22x"  # struct ifreq: the name, then ifr_flags at the start of a 24-byte union
 
 
 class _MountAttr(ctypes.Structure):
@@ -149,6 +158,21 @@ def prepare_mounts(spec: dict) -> list[str]:
     return notes
 
 
+def loopback_up() -> str:
+    """Bring up ``lo`` in the network namespace this process is in (the sandbox's own: unshare made
+    it, and its 127.0.0.1/::1 lead nowhere but back into it); "" or why not. Needs CAP_NET_ADMIN
+    over that namespace, which the jail has as its root (real, or of the user namespace)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            got = fcntl.ioctl(sock, SIOCGIFFLAGS, struct.pack(_IFREQ_FLAGS, b"lo", 0))
+            flags = struct.unpack(_IFREQ_FLAGS, got)[1]
+            if not flags & IFF_UP:
+                fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack(_IFREQ_FLAGS, b"lo", flags | IFF_UP))
+    except OSError as exc:
+        return f"loopback left down: {exc}"
+    return ""
+
+
 def _write(path: str, text: str) -> None:
     with open(path, "w") as fh:
         fh.write(text)
@@ -195,6 +219,8 @@ def main(argv: list[str]) -> None:
     except OSError as exc:
         print(f"[fixgraph] sandbox setup failed: {exc}", file=sys.stderr, flush=True)
         os._exit(125)
+    if spec.get("loopback"):  # only in a network namespace of its own: never the host's lo
+        notes += [note] if (note := loopback_up()) else []
     for note in notes:
         print(f"[fixgraph] sandbox: {note}", file=sys.stderr, flush=True)
     child = os.fork()

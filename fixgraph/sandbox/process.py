@@ -4,7 +4,11 @@
   passes, so API keys and tokens in the parent's environment never reach the tests.
 - Namespaces (``unshare``, probed once; as root directly, otherwise inside a user namespace): a
   new PID namespace whose first process is ``fixgraph/sandbox/jail.py``, a mount namespace and, unless
-  ``network_isolation`` is off, a network namespace where even loopback is down.
+  ``network_isolation`` is off, a network namespace of its own. Its only interface is its own
+  loopback, which the jail brings up: a test may serve and connect on ``127.0.0.1``/``::1`` as in
+  the harness's containers (requests' test servers, django's live server), but those addresses
+  lead back into this namespace alone. There is no route out, and the host's loopback services
+  (another namespace's ``lo``) and every other run's are out of reach.
 - Rights: as root the command runs as a dedicated unprivileged uid (``SANDBOX_UID``) with no
   groups and no capabilities; otherwise as a non-root uid of a nested user namespace. Either
   way with no_new_privs, a process-count limit, every mount read-only except the run's writable
@@ -169,7 +173,7 @@ def _probe(network: bool) -> tuple[str, ...] | None:
     # allow the first and refuse the others).
     root = os.geteuid() == 0
     spec = {"mode": "root" if root else "userns", "uid": SANDBOX_UID, "gid": SANDBOX_GID,
-            "writable": [], "hide_dirs": [], "hide_files": [], "nproc": 64, "cwd": "/",
+            "writable": [], "hide_dirs": [], "hide_files": [], "nproc": 64, "cwd": "/", "loopback": network,
             # the jail's own interpreter, as a run's (pyenv's, in a home folder closed to others)
             "reach": _closed_folders(_needed(["true"], {})) if root else {}}
     try:
@@ -315,6 +319,8 @@ def run_isolated(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], limits: 
         "hide_dirs": sorted(str(p) for p in _protected), "hide_files": hidden_files(),
         "nproc": limits.max_procs if root else _user_processes() + limits.max_procs,
         "cwd": str(cwd), "binds": [[str(a.resolve()), str(b.resolve())] for a, b in binds],
+        # the run's own network namespace: its loopback up (the host's is another namespace's)
+        "loopback": limits.network_isolation,
         # As root the command is another uid: what it must reach, through folders closed to others.
         "reach": _closed_folders([*_needed(cmd, env), *dirs, *outputs]) if root else {},
     }

@@ -55,7 +55,7 @@ from scoring.execution.compiled import (
     reuse_generated,
 )
 from scoring.execution.specs import repo_specs, requirements_paths, requirements_text
-from scoring.execution.testenv import EnvError, TestEnv, materialize
+from scoring.execution.testenv import EnvError, LocalService, TestEnv, materialize
 
 # Later releases of these packages break the old code of these repos (docutils 0.22 dropped the
 # ``roman`` module Sphinx 3.x imports); swebench's images were built before those releases.
@@ -82,6 +82,22 @@ LEFT_OUT: dict[str, dict[str, str]] = {
         "pywatchman": "a client of the watchman service, which a venv cannot run; watchman tests skip",
     },
 }
+
+HTTPBIN = LocalService("httpbin", var="HTTPBIN_URL", app="httpbin:app", packages=("httpbin==0.10.4",),
+                       ready_path="/get")
+
+LOCAL_SERVICES: dict[str, LocalService] = {"psf/requests": HTTPBIN}
+"""Services a repository's tests call over the internet, served on each test run's own loopback
+instead (``scoring.execution.services``), for the runs whose tests read the service's variable.
+
+psf/requests: the tests of 0.14 to 2.7 (``test_requests.py``; ``tests/test_requests.py`` at 0.14)
+call httpbin at ``HTTPBIN_URL``, ``http://httpbin.org/`` when it is unset. The harness's
+containers reach httpbin.org; a run here has no network, so every such test failed on a name
+lookup, at the base commit and with any patch: the local grader disagreed with the official
+verdict on every requests-2317 row, and the Critic's regression runs on requests said nothing.
+httpbin 0.10.4 is httpbin.org's code. From 2.10 on the tests take pytest-httpbin's ``httpbin``
+fixture instead, which serves on 127.0.0.1 from the test process itself and reads no variable:
+nothing is started for them."""
 
 # Git submodules are not in a ``git archive`` checkout; where PyPI has the same code, install it.
 SUBMODULE_PACKAGES: dict[str, str] = {"astropy_helpers": "astropy-helpers<3.2"}
@@ -147,7 +163,8 @@ def best_python(wanted: str, available: dict[tuple[int, int], str] | None = None
     return available[pick], f"{pick[0]}.{pick[1]}"
 
 
-def _build_env(home: Path, venv: Path) -> dict[str, str]:
+def build_env(home: Path, venv: Path) -> dict[str, str]:
+    """The environment of a build step in ``venv``: scrubbed, with pip's own settings passed through."""
     extra = {k: v for k, v in os.environ.items()
              if _BUILD_PASSTHROUGH.match(k) and not re.search(r"://[^/\s]*@", v)}
     extra["VIRTUAL_ENV"] = str(venv)
@@ -272,7 +289,7 @@ class VenvEnvs:
         return meta
 
     def _steps(self, path: Path, task: Task, meta: dict[str, Any]) -> _Steps:
-        env = _build_env(path / "home", path / "venv")
+        env = build_env(path / "home", path / "venv")
         if re.fullmatch(r"\d+\.\d+", task.version):
             # The checkout is not a git clone: setuptools_scm (pytest, xarray, astropy) would find no
             # version, or a 0.x that fails the repos' own ``minversion`` checks.

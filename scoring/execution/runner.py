@@ -25,7 +25,7 @@ from fixgraph.dataset import Task
 from fixgraph.repo.workspace import Worktree
 from fixgraph.sandbox import nofollow
 from fixgraph.sandbox.process import Completed, Limits, can_bind, prepare_workdir, run_isolated, scrubbed_env
-from scoring.execution import testenv
+from scoring.execution import services, testenv
 from scoring.execution.specs import (
     SpecsError,
     eval_env,
@@ -82,6 +82,7 @@ class SubprocessRunner:
         self.cache_dir = cache_dir.resolve()
         self.envs = envs
         self.backend = backend
+        self.tools = services.ToolEnvs(self.cache_dir / services.TOOLS_DIR, settings.build_timeout_s)
 
     def _limits(self, suite: Suite, slowed: float) -> Limits:
         return Limits(suite_timeout(suite, self.settings.timeout_s, slowed), self.settings.cpu_s,
@@ -89,9 +90,11 @@ class SubprocessRunner:
 
     def env_key(self, task: Task, wt: Worktree) -> str:
         try:
-            return self.envs.get(task, wt).key
+            key = self.envs.get(task, wt).key
         except (EnvError, SpecsError):
             return ""
+        service = services.declared(task.repo)  # runs with it answer otherwise than runs without
+        return f"{key}+{services.service_key(service)}" if service else key
 
     def run_suite(self, task: Task, wt: Worktree, patch: str | None, suite: Suite) -> SuiteRun:
         try:
@@ -203,9 +206,11 @@ class SubprocessRunner:
                        FIXGRAPH_REPO_ROOT=str(work),
                        FIXGRAPH_LOCALS_CHARS=str(self.settings.locals_repr_chars))
         directives = test_directives(task.repo, list(suite.targets))
+        command, unserved = self._behind_service(task, work, [*argv, *directives], run_env)
+        notes += unserved
         slowed = testenv.slowdown()
         limits = self._limits(suite, slowed)
-        done = self._isolated(env, work, [*argv, *directives], run_env, limits)
+        done = self._isolated(env, work, command, run_env, limits)
         # A test parametrized with a path under the run's copy (tmp dirs, fixtures) would get a
         # new id every run, and never match its base run: ids name the copy as ".".
         statuses = {_unroot(t, work): s for t, s in parse_log(task.repo, done.output).items()}
@@ -238,6 +243,21 @@ class SubprocessRunner:
                         timeout_s=limits.timeout_s, slowdown=testenv.slowdown_over(slowed),
                         lines=lines.read(trace_dir, suite.trace, done.timed_out)
                         if suite.trace and patch is not None else None)
+
+    def _behind_service(self, task: Task, work: Path, argv: list[str],
+                        run_env: dict[str, str]) -> tuple[list[str], list[str]]:
+        """``argv`` behind the service the repository's tests call (``scoring.execution.services``)
+        when the copy ``work`` reads its variable, and ``run_env`` naming its venv; the note of why
+        it is not served when its venv cannot be had (the tests then run as they would without it)."""
+        service = services.wanted(task.repo, work)
+        if service is None:
+            return argv, []
+        try:
+            venv = self.tools.venv(service)
+        except services.ServiceError as exc:
+            return argv, [f"{service.name} not served, {service.var} left unset: {exc}"]
+        run_env[services.SERVICE_VENV_VAR] = str(venv)
+        return services.wrapped(venv / "bin" / "python", service, argv), []
 
     def _prepare(self, env: TestEnv, work: Path, home: Path) -> tuple[dict[str, str], str]:
         """The scrubbed environment for the test process; runs the spec's pre-install edits."""

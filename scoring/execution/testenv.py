@@ -171,6 +171,19 @@ class TestEnv:
     __test__ = False  # pytest: not a test class, whatever its name
 
 
+@dataclass(frozen=True)
+class LocalService:
+    """A network service a repository's tests call at an address they read from ``var``, served
+    instead on the test run's own loopback (``scoring.execution.services``): the WSGI application
+    ``app`` (``module:attribute``) of ``packages``, ready once ``ready_path`` answers 200."""
+
+    name: str
+    var: str
+    app: str
+    packages: tuple[str, ...]
+    ready_path: str = "/"
+
+
 class EnvProvider(Protocol):
     def get(self, task: Task, wt: Worktree) -> TestEnv: ...
 

@@ -244,9 +244,11 @@ def _cached_baseline(path: Path, backend: str) -> SuiteRun | None:
 def _baseline_path(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: int) -> tuple[str, Path]:
     """(the env's key, where :func:`baseline` caches this suite's base run); no key: not cached."""
     env_key = runner.env_key(task, wt)
-    # "unrooted": test ids no longer hold the run's path (base runs cached before hold it).
+    # "unrooted": test ids no longer hold the run's path (base runs cached before hold it);
+    # "loopback-up": runs since the sandbox's own loopback is up (a test's local server works).
+    # A new tag whenever what a run does or what is parsed from it changes.
     key = content_key(task.base_commit, *suite.key_parts(), env_key, runner.backend, str(runs), "unrooted",
-                      "crash-records", "sympy-last-test")  # a new tag whenever what is parsed changes
+                      "crash-records", "sympy-last-test", "loopback-up")
     return env_key, runner.cache_dir / "test-baselines" / f"{_safe(task.instance_id)}-{key}.json"
 
 
