@@ -8,10 +8,15 @@ this machine's environment for the (repo, version) (``scoring.execution.envs``);
 in the harness's shape and graded by swebench's own ``get_eval_report`` (its log parser, its
 FAIL_TO_PASS/PASS_TO_PASS rules). Every report says it is ``GRADER``'s, not the official harness's.
 
+The same tests also run without the prediction (cached per instance): the listed tests that run
+shows failing for want of the internet (``scoring.execution.offline_tests``) are left out of
+FAIL_TO_PASS and PASS_TO_PASS before grading, for every prediction of the instance alike, and
+named with the reason in ``grade.json`` and ``report.json`` (``not_runnable_here``).
+
 A grade is one of ``RESOLVED``, ``UNRESOLVED``, ``PATCH_FAILED`` (as the harness counts them) or
 ``NOT_RUNNABLE``: the tests could not run here (no environment, no copy of the commit, the test
 patch does not apply, a timeout, none of the instance's tests reported with or without the
-patch). A not-runnable grade is never counted as resolved or unresolved.
+patch, every FAIL_TO_PASS test set aside). A not-runnable grade is never counted as resolved or unresolved.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import re
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,9 +35,10 @@ from fixgraph.config import TestSettings
 from fixgraph.dataset import Instance
 from fixgraph.repo.workspace import RepoCache, WorkspaceError, Worktree
 from scoring.execution.harness import harness_apply_error, pre_install_for
+from scoring.execution.offline_tests import needs_internet
 from scoring.execution.specs import NON_TEST_EXTS, log_parser, patch_files
 from scoring.execution.testenv import Suite, SuiteRun, SuiteRunner, git_apply
-from scoring.execution.tests import baseline
+from scoring.execution.tests import baseline, not_runnable_reason, set_aside_notes
 
 RESOLVED, UNRESOLVED, PATCH_FAILED, NOT_RUNNABLE = "resolved", "unresolved", "patch_failed", "not_runnable"
 HARNESS_TIMEOUT_S = 1800.0  # swebench's run_evaluation default --timeout
@@ -66,10 +73,13 @@ class Graded:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     timed_out: bool = False
+    # Listed tests that cannot run here (scoring.execution.offline_tests), with the reason: left out
+    # of ``report``'s FAIL_TO_PASS and PASS_TO_PASS, counted neither as passes nor as failures.
+    not_runnable_here: dict[str, str] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
         return {"status": self.status, "reason": self.reason, "seconds": round(self.seconds, 1),
-                "notes": self.notes, "timed_out": self.timed_out}
+                "notes": self.notes, "timed_out": self.timed_out, "not_runnable_here": self.not_runnable_here}
 
 
 def patch_notes(patch: str) -> list[str]:
@@ -101,15 +111,18 @@ def _harness_log(pred: Prediction, run: SuiteRun | None, apply_error: str, timed
     return "\n".join(body) + "\n"
 
 
-def harness_report(inst: Instance, pred: Prediction, log: str) -> dict[str, Any]:
-    """swebench's own report (``get_eval_report``) for ``log``: its report.json entry."""
+def harness_report(inst: Instance, pred: Prediction, log: str, set_aside: Iterable[str] = ()) -> dict[str, Any]:
+    """swebench's own report (``get_eval_report``) for ``log``: its report.json entry. The tests
+    ``set_aside`` (not runnable here) are left out of its FAIL_TO_PASS and PASS_TO_PASS."""
     from swebench.harness.grading import get_eval_report  # type: ignore[import-untyped]
     from swebench.types import TestSpec  # type: ignore[import-untyped]
 
+    aside = set(set_aside)
     spec = TestSpec(instance_id=inst.instance_id, image="", eval_script_list=[], repo=inst.repo,
-                    version=inst.version or "", FAIL_TO_PASS=list(inst.FAIL_TO_PASS),
-                    PASS_TO_PASS=list(inst.PASS_TO_PASS), log_parser=log_parser(inst.repo).__name__,
-                    eval_type="pass_and_fail")
+                    version=inst.version or "",
+                    FAIL_TO_PASS=[t for t in inst.FAIL_TO_PASS if t not in aside],
+                    PASS_TO_PASS=[t for t in inst.PASS_TO_PASS if t not in aside],
+                    log_parser=log_parser(inst.repo).__name__, eval_type="pass_and_fail")
     with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as fh:
         fh.write(log)
         fh.flush()
@@ -158,16 +171,29 @@ def _grade_in(inst: Instance, pred: Prediction, wt: Worktree, runner: SuiteRunne
     if run.timed_out:
         return Graded(NOT_RUNNABLE, f"the tests timed out after {run.timeout_s:g}s", harness_report(inst, pred, log),
                       log, notes=run.notes, timed_out=True)
-    report = harness_report(inst, pred, log)
+    # The run without the patch (cached per instance, the same for every prediction): what it
+    # shows failing for want of the internet is set aside, whatever the prediction does.
+    base = baseline(runner, task, wt, suite)
+    notes = list(run.notes)
+    aside = needs_internet(base, [*inst.FAIL_TO_PASS, *inst.PASS_TO_PASS]) if not base.error else {}
+    if base.error:
+        notes.append(f"the run without the patch could not run ({base.error[:200]}): no test set aside")
+    notes += set_aside_notes(aside)
+    report = harness_report(inst, pred, log, aside)
+    if aside:
+        report["not_runnable_here"] = aside
     listed = set(inst.FAIL_TO_PASS) | set(inst.PASS_TO_PASS)
     statuses = dict(log_parser(inst.repo)(run.log, None)) if listed else {}
     if listed and not _any_reported(listed, statuses):
         # None of the instance's tests reported: the patch broke collection, or nothing runs here.
-        base = baseline(runner, task, wt, suite)
         if base.error or not _any_reported(listed, base.statuses):
             why = base.error or "none of the instance's tests is reported with or without the patch"
-            return Graded(NOT_RUNNABLE, why, report, log, notes=run.notes)
-    return Graded(RESOLVED if report.get("resolved") else UNRESOLVED, "", report, log, notes=run.notes)
+            return Graded(NOT_RUNNABLE, why, report, log, notes=notes, not_runnable_here=aside)
+    if inst.FAIL_TO_PASS and all(t in aside for t in inst.FAIL_TO_PASS):
+        return Graded(NOT_RUNNABLE, not_runnable_reason(aside, inst.FAIL_TO_PASS), report, log, notes=notes,
+                      not_runnable_here=aside)
+    return Graded(RESOLVED if report.get("resolved") else UNRESOLVED, "", report, log, notes=notes,
+                  not_runnable_here=aside)
 
 
 def _any_reported(listed: set[str], statuses: dict[str, str]) -> bool:

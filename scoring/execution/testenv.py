@@ -133,6 +133,11 @@ def owned_by(test_id: str, files: tuple[str, ...] | list[str], names: set[str] |
     return word in names
 
 
+def listed_head(full: str) -> str:
+    """A full test id as SWE-bench's old parser listed it: cut at its first space."""
+    return full.split(maxsplit=1)[0] if full.strip() else full
+
+
 class SuiteRunner(Protocol):
     """A test backend: runs a suite on the task's base commit with (or without) a patch."""
 

@@ -41,6 +41,7 @@ from fixgraph.dataset import EvaluationData, Task
 from fixgraph.records import atomic_write
 from fixgraph.repo.workspace import Worktree, content_key
 from scoring.execution.image_tests import unmatched_tests
+from scoring.execution.offline_tests import needs_internet, network_failure
 from scoring.execution.specs import (
     NON_TEST_EXTS,
     SpecsError,
@@ -58,6 +59,7 @@ from scoring.execution.testenv import (
     SuiteRunner,
     TestEnv,
     git_apply,
+    listed_head,
     owned_by,
 )
 from scoring.runtime import crash
@@ -159,8 +161,9 @@ class TestOutcome:
     # Why each selected test that passed at the base fails with the patch: crash records (the
     # plugin's, or read from the log), each with ``test`` set; scoring.runtime.findings reads them.
     regression_crashes: list[dict[str, Any]] = field(default_factory=list)
-    # Tests whose outcome here says nothing of the patch (scoring.execution.image_tests), with the
-    # reason: kept out of fail_to_pass and pass_to_pass, counted as neither a pass nor a regression.
+    # Tests whose outcome here says nothing of the patch (scoring.execution.image_tests, and
+    # offline_tests under the oracle), with the reason: kept out of fail_to_pass and pass_to_pass,
+    # counted as neither a pass nor a regression.
     not_runnable_here: dict[str, str] = field(default_factory=dict)
     # Crash records of the reproduction tests still failing with the patch (plugin records, ``test`` set).
     repro_crashes: list[dict[str, Any]] = field(default_factory=list)
@@ -221,8 +224,14 @@ def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: 
                                        "network_isolated": first.network_isolated, "notes": first.notes,
                                        # What the Reproducer reads to tell a broken or offline test
                                        # from a reproduction.
-                                       "crash_records": first.crash_records[:BASE_CRASH_RECORDS]}))
+                                       "crash_records": _kept_records(first.crash_records)}))
     return first
+
+
+def _kept_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The crash records a cached base run keeps: the first ones, and every network failure
+    (``scoring.execution.offline_tests`` reads them: a cached run must set aside what a fresh one does)."""
+    return records[:BASE_CRASH_RECORDS] + [r for r in records[BASE_CRASH_RECORDS:] if network_failure(r)]
 
 
 def _cached_baseline(path: Path, backend: str) -> SuiteRun | None:
@@ -562,7 +571,7 @@ def as_listed(statuses: dict[str, str], ids: list[str]) -> dict[str, str]:
     patch the harness resolved reads as failing (sphinx-8713, 188 ids of 13 matplotlib instances)."""
     heads: dict[str, str] = {}
     for full, status in statuses.items():
-        head = _listed_head(full)
+        head = listed_head(full)
         if head != full:
             heads[head] = status
     return {t: statuses.get(t, heads.get(t, "MISSING")) for t in ids}
@@ -572,12 +581,7 @@ def listed_among(tests: Iterable[str], ids: Iterable[str]) -> list[str]:
     """Of ``tests`` (full ids, as a run reports them), those a dataset's list ``ids`` holds, read
     as :func:`as_listed` reads it: listed whole, or cut at its first space."""
     listed = set(ids)
-    return [t for t in tests if t in listed or _listed_head(t) in listed]
-
-
-def _listed_head(full: str) -> str:
-    """A full test id as SWE-bench's old parser listed it: cut at its first space."""
-    return full.split(maxsplit=1)[0] if full.strip() else full
+    return [t for t in tests if t in listed or listed_head(t) in listed]
 
 
 def hidden_outcome(runner: SuiteRunner, task: Task, evaluation: EvaluationData, wt: Worktree,
@@ -617,7 +621,7 @@ def hidden_outcome(runner: SuiteRunner, task: Task, evaluation: EvaluationData, 
     out.runnable = True
     out.fail_to_pass = as_listed(after.statuses, evaluation.FAIL_TO_PASS)
     out.pass_to_pass_after = as_listed(after.statuses, evaluation.PASS_TO_PASS)
-    _set_aside_unmatched(out, task.repo, runner.backend, wt, evaluation.test_patch)
+    _set_aside_unmatched(out, task.repo, runner.backend, wt, evaluation.test_patch, base=before)
     if not out.runnable:
         return out
     failing = [t for t, s in out.fail_to_pass.items() if s not in PASSING]
@@ -627,26 +631,44 @@ def hidden_outcome(runner: SuiteRunner, task: Task, evaluation: EvaluationData, 
 
 
 def _set_aside_unmatched(out: TestOutcome, repo: str, backend: str, wt: Worktree, test_patch: str,
-                         keep_runnable: bool = False) -> None:
-    """Take the tests that cannot match here out of the outcome's sets, with a note; an outcome left
-    with no FAIL_TO_PASS test is not runnable, with the reason (unless ``keep_runnable``: the loop's
-    own regression tests, beside its reproduction tests)."""
+                         keep_runnable: bool = False, base: SuiteRun | None = None) -> None:
+    """Take the tests that cannot match here out of the outcome's sets, with a note per reason:
+    image comparisons (``scoring.execution.image_tests``) and, when the run without the patch is
+    given (``base``), the tests it shows failing for want of the internet
+    (``scoring.execution.offline_tests``). An outcome left with no FAIL_TO_PASS test is not
+    runnable, with the reason (unless ``keep_runnable``: the loop's own regression tests, beside
+    its reproduction tests)."""
     ids = [*out.fail_to_pass, *out.pass_to_pass_after]
     with tempfile.TemporaryDirectory(prefix="fixgraph-tests-") as tmp:
         unmatched = unmatched_tests(repo, backend, ids, test_file_reader(wt.path, test_patch, Path(tmp)))
+    if base is not None:
+        unmatched |= {t: why for t, why in needs_internet(base, ids).items() if t not in unmatched}
     if not unmatched:
         return
     out.not_runnable_here = unmatched
+    fail_to_pass = list(out.fail_to_pass)
     for t in unmatched:
         for group in (out.fail_to_pass, out.pass_to_pass_before, out.pass_to_pass_after):
             group.pop(t, None)
-    reason = next(iter(unmatched.values()))
-    names = sorted(unmatched)
-    out.notes.append(f"{len(names)} tests not runnable here ({reason}): " + ", ".join(names[:3])
-                     + (" ..." if len(names) > 3 else ""))
+    out.notes += set_aside_notes(unmatched)
     if not out.fail_to_pass and not keep_runnable:
         out.runnable = False
-        out.reason = f"every FAIL_TO_PASS test is not runnable here: {reason}"
+        out.reason = not_runnable_reason(unmatched, fail_to_pass)
+
+
+def set_aside_notes(unmatched: Mapping[str, str]) -> list[str]:
+    """One note per reason: how many tests were set aside for it, and the first names."""
+    by_reason: dict[str, list[str]] = {}
+    for t, why in unmatched.items():
+        by_reason.setdefault(why, []).append(t)
+    return [f"{len(names)} tests not runnable here ({why}): " + ", ".join(sorted(names)[:3])
+            + (" ..." if len(names) > 3 else "") for why, names in by_reason.items()]
+
+
+def not_runnable_reason(unmatched: Mapping[str, str], fail_to_pass: Iterable[str]) -> str:
+    """Why an outcome whose every FAIL_TO_PASS test is set aside is not runnable."""
+    reasons = dict.fromkeys(unmatched[t] for t in fail_to_pass if t in unmatched)
+    return f"every FAIL_TO_PASS test is not runnable here: {'; '.join(reasons)}"
 
 
 def test_file_reader(root: Path, test_patch: str, tmp: Path) -> Callable[[str], str | None]:
