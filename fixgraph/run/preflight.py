@@ -249,12 +249,18 @@ def check_github(cfg: RunConfig) -> Check:
     # No retries here: the check says at once what is wrong instead of waiting out backoff.
     gh = Github(auth=Auth.Token(access.token or ""), base_url=cfg.github.base_url.rstrip("/"),
                 timeout=int(min(cfg.github.timeout_s, 10)), retry=None)
-    try:
-        login = gh.get_user().login
-    except GithubException as exc:
-        return Check("GitHub", False, f"GET /user answered {exc.status}: check GITHUB_TOKEN and GITHUB_BASE_URL")
-    except Exception as exc:  # noqa: BLE001 - connection errors come in many types
-        return Check("GitHub", False, f"{cfg.github.base_url} unreachable ({_short(exc)})")
+    for attempt in (1, 2):
+        try:
+            login = gh.get_user().login
+            break
+        except GithubException as exc:
+            return Check("GitHub", False, f"GET /user answered {exc.status}: check GITHUB_TOKEN and GITHUB_BASE_URL")
+        except Exception as exc:  # noqa: BLE001 - connection errors come in many types
+            # One more try for a connection dropped once (a server restarting, a busy proxy); a
+            # server that is down refuses twice, at once.
+            if attempt == 2:
+                return Check("GitHub", False, f"{cfg.github.base_url} unreachable ({_short(exc)})")
+            time.sleep(1.0)
     scopes = gh.oauth_scopes
     if scopes is None:  # fine-grained tokens: GitHub does not list their permissions
         return Check("GitHub", True, f"token of {login} (fine-grained: needs Contents, Issues and "
