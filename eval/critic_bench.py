@@ -60,6 +60,7 @@ from eval.rows import (
     open_rows,
     previous_rows,
     row_choice,
+    run_tag,
     run_terminable,
     sample,
     system_instance_key,
@@ -216,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
             truth = bool(label(row))
             done = previous.get((row.get("system", ""), inst.instance_id))
             if done is not None and runner is not None and args.add_replay and _needs_replay(done):
-                _add_replay(repos, runner, cfg, inst, row, done)
+                _add_replay(repos, runner, cfg, inst, row, done, run_tag(args))
                 write_row(out, done)
                 print(f"[{n}/{len(rows)}] {inst.instance_id}: {done['runtime']['replay']['note']}", file=sys.stderr)
             if done is not None:
@@ -231,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
             rec: dict[str, Any] = {"instance_id": inst.instance_id, "system": row.get("system", ""),
                                    "label": truth}
             try:
-                wt = repos.worktree(inst.repo, inst.base_commit, f"bench-{inst.repo_slug}")
+                wt = repos.worktree(inst.repo, inst.base_commit, f"bench-{inst.repo_slug}-{run_tag(args)}")
             except (WorkspaceError, git.GitCommandError) as exc:
                 # A mirror may lack some large blobs; such a commit cannot be checked out here.
                 skipped["cannot check out"] = skipped.get("cannot check out", 0) + 1
@@ -388,11 +389,11 @@ def _needs_replay(rec: dict[str, Any]) -> bool:
 
 
 def _add_replay(repos: RepoCache, runner: SuiteRunner, cfg: RunConfig, inst: Instance,
-                row: dict[str, Any], rec: dict[str, Any]) -> None:
+                row: dict[str, Any], rec: dict[str, Any], tag: str) -> None:
     """Give a saved row the replay it lacks (its tests are not run again)."""
     rt = rec["runtime"]
     try:
-        wt = repos.worktree(inst.repo, inst.base_commit, f"bench-{inst.repo_slug}")
+        wt = repos.worktree(inst.repo, inst.base_commit, f"bench-{inst.repo_slug}-{tag}")
         wt.apply(row.get("model_patch") or "")
     except (WorkspaceError, git.GitCommandError, PatchError) as exc:
         rt["replay"] = {"note": f"replay: not run ({str(exc).strip()[:200]})", "summaries": [], "seconds": 0.0,

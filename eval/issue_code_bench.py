@@ -42,6 +42,7 @@ from eval.rows import (
     open_rows,
     previous_rows,
     row_choice,
+    run_tag,
     run_terminable,
     sample,
     system_instance_key,
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
                 records += [r for r in judged if r is not None]
                 continue
             try:
-                wt = repos.worktree(inst.repo, inst.base_commit, f"icb-{inst.repo_slug}")
+                wt = repos.worktree(inst.repo, inst.base_commit, f"icb-{inst.repo_slug}-{run_tag(args)}")
             except (WorkspaceError, git.GitCommandError) as exc:
                 line = str(exc).strip().splitlines()
                 rec = {"instance_id": iid, "repo": inst.repo, "system": GOLD, "verdict": "not run",

@@ -52,6 +52,7 @@ from eval.rows import (
     open_rows,
     previous_rows,
     row_choice,
+    run_tag,
     run_terminable,
     sample,
     write_row,
@@ -216,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     print(f"judging {len(rows)} predictions (skipped: " + ", ".join(f"{k} {v}" for k, v in skipped.items()) + ")",
           file=sys.stderr)
-    key = f"regrbench-{args.shard.replace('/', 'of') or 'all'}"
+    key = f"regrbench-{run_tag(args)}"
     if args.rescore:
         print(f"--rescore: {sum(r['instance_id'] not in done for r in rows)} rows not judged yet are left out",
               file=sys.stderr)

@@ -73,6 +73,12 @@ def row_choice(args: argparse.Namespace) -> tuple[set[str], tuple[int, int] | No
     return {r.strip() for r in args.only.split(",") if r.strip()}, shard
 
 
+def run_tag(args: argparse.Namespace) -> str:
+    """A name for this run's own worktrees: shards run side by side on one cache, and two runs
+    checking out their commits in one worktree would apply patches over each other's."""
+    return args.shard.replace("/", "of") if args.shard else "all"
+
+
 def mirrored_rows(rows: Iterable[dict[str, Any]], dataset: dict[str, Instance], repos: Path, only: set[str],
                   skipped: dict[str, int]) -> list[dict[str, Any]]:
     """The prediction rows of a dataset instance whose repository ``--only`` keeps and ``repos``

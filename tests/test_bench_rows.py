@@ -4,6 +4,7 @@ resumed run reads back."""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from eval.rows import (
     open_rows,
     previous_rows,
     row_choice,
+    run_tag,
     sample,
     system_instance_key,
     write_row,
@@ -67,3 +69,10 @@ def test_a_resumed_run_keeps_its_rows_and_reads_back_each_whole_one(tmp_path: Pa
     assert previous_rows(out_path, instance_key) == {}
     assert open_rows(None, resume=True) is None and previous_rows(None, instance_key) == {}
     write_row(None, {"instance_id": "c"})  # a run without --output writes nothing
+
+
+def test_shards_run_side_by_side_each_in_worktrees_of_their_own() -> None:
+    # Two shards on one cache once shared a worktree per repository: one checked out its commit
+    # while the other held a patch applied there, and git apply -R failed.
+    tags = {run_tag(argparse.Namespace(shard=s)) for s in ("", "0/3", "1/3", "2/3")}
+    assert tags == {"all", "0of3", "1of3", "2of3"}
