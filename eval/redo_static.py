@@ -55,7 +55,11 @@ def redo_static(cmd: list[str], wt: Worktree, patch: str) -> RedoResult:
     if not after_files:
         return RedoResult(False, [], round(time.monotonic() - start, 3), "no Python file")
     after = _messages(cmd, wt, after_files)
-    _git_apply(wt, patch, reverse=True)
+    try:
+        _git_apply(wt, patch, reverse=True)
+    except RuntimeError as exc:  # the worktree no longer holds the patch as given: nothing to compare
+        why = str(exc).strip().splitlines()[0][:200]
+        return RedoResult(False, [], round(time.monotonic() - start, 3), f"not analysed: the patch does not reverse ({why})")
     try:
         before = _messages(cmd, wt, before_files)
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -220,3 +220,25 @@ def test_the_critic_before_issue_36_is_counted_from_the_same_rows() -> None:
     _count_pre36(rec, False, before, "source")
     assert (now.fp, now.tn, now.seconds) == (0, 1, [60.0])
     assert (before.fp, before.tn, before.seconds) == (1, 0, [4.0])
+
+
+def test_redo_static_on_a_patch_that_no_longer_reverses_is_a_row_it_could_not_analyse(tmp_path: Path) -> None:
+    # A worktree that does not hold the patch as given (a file changed after it was applied) made
+    # git apply -R fail, and the whole bench end with a traceback.
+    from types import SimpleNamespace
+
+    from eval.redo_static import redo_static
+    from fixgraph.config import CriticSettings
+    from scoring.static.differential import pyright_command
+
+    repo = tmp_path / "r"
+    repo.mkdir()
+    (repo / "a.py").write_text("x = 1\n")
+    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    (repo / "a.py").write_text("x = 2\n")
+    patch = subprocess.run(["git", "diff"], cwd=repo, check=True, capture_output=True, text=True).stdout
+    (repo / "a.py").write_text("x = 3\n")  # not what the patch left
+    r = redo_static(pyright_command(CriticSettings()), cast(Any, SimpleNamespace(path=repo)), patch)
+    assert not r.unsafe and r.note.startswith("not analysed: the patch does not reverse"), r.note
+    assert (repo / "a.py").read_text() == "x = 3\n"  # left as found
