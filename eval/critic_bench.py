@@ -257,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
                         r = redo_static(cmd, wt, patch)
                         redo.add(truth, r.unsafe, r.seconds)
                         rec["redo"] = {"unsafe": r.unsafe, "new": r.new_messages[:20], "seconds": r.seconds}
-                        if r.note.startswith("not analysed"):
+                        if not r.analysed:
                             redo.not_analyzed += 1
                             rec["redo"]["note"] = r.note
                     else:

@@ -52,6 +52,7 @@ from eval.rows import (
     open_rows,
     parse_shard,
     previous_rows,
+    run_tag,
     run_terminable,
     sample,
     write_row,
@@ -132,7 +133,7 @@ def _judge(args: argparse.Namespace, cfg: RunConfig, cmd: list[str], phases: set
     rec: dict[str, Any] = {"instance_id": inst.instance_id, "repo": inst.repo}
     try:
         # Runs side by side (shards, phases) each have their own worktree.
-        tag = "-".join(sorted(phases)) + (f"-{args.shard.replace('/', 'of')}" if args.shard else "")
+        tag = "-".join(sorted(phases)) + f"-{run_tag(args)}"
         wt = repos.worktree(inst.repo, inst.base_commit, f"gold-{inst.repo_slug}-{tag}")
         wt.apply(inst.patch)
     except (WorkspaceError, git.GitCommandError, PatchError) as exc:

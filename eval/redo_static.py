@@ -24,6 +24,7 @@ class RedoResult:
     new_messages: list[str]
     seconds: float
     note: str = ""
+    analysed: bool = True  # False: nothing compared (the note says why), not a clean patch
 
 
 def _messages(cmd: list[str], wt: Worktree, files: list[str]) -> set[str]:
@@ -59,7 +60,8 @@ def redo_static(cmd: list[str], wt: Worktree, patch: str) -> RedoResult:
         _git_apply(wt, patch, reverse=True)
     except RuntimeError as exc:  # the worktree no longer holds the patch as given: nothing to compare
         why = str(exc).strip().splitlines()[0][:200]
-        return RedoResult(False, [], round(time.monotonic() - start, 3), f"not analysed: the patch does not reverse ({why})")
+        return RedoResult(False, [], round(time.monotonic() - start, 3),
+                          f"not analysed: the patch does not reverse ({why})", analysed=False)
     try:
         before = _messages(cmd, wt, before_files)
     finally:

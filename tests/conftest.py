@@ -56,10 +56,6 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _started.pop(report.nodeid, None)
 
 
-def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
-    _started.pop(nodeid, None)
-
-
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Where a run's time went: the files that took longest, and a test still running when the run
     ended (CI's whole-run limit, ^C) named with how long it had run, so an overrun says its cause."""

@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 
 from eval.critic_bench import Tally, _count_pre36, _count_runtime, main
 from eval.fixtures.critic_repo import edit, make_repo
+from eval.redo_static import redo_static
+from fixgraph.config import CriticSettings
+from scoring.static.differential import pyright_command
 from tests.testrun_helpers import local_config
 
 OVERRIDE = "\n\nclass Big(Circle):\n    def area(self, scale):\n        return 2\n"
@@ -225,12 +229,6 @@ def test_the_critic_before_issue_36_is_counted_from_the_same_rows() -> None:
 def test_redo_static_on_a_patch_that_no_longer_reverses_is_a_row_it_could_not_analyse(tmp_path: Path) -> None:
     # A worktree that does not hold the patch as given (a file changed after it was applied) made
     # git apply -R fail, and the whole bench end with a traceback.
-    from types import SimpleNamespace
-
-    from eval.redo_static import redo_static
-    from fixgraph.config import CriticSettings
-    from scoring.static.differential import pyright_command
-
     repo = tmp_path / "r"
     repo.mkdir()
     (repo / "a.py").write_text("x = 1\n")
@@ -241,4 +239,5 @@ def test_redo_static_on_a_patch_that_no_longer_reverses_is_a_row_it_could_not_an
     (repo / "a.py").write_text("x = 3\n")  # not what the patch left
     r = redo_static(pyright_command(CriticSettings()), cast(Any, SimpleNamespace(path=repo)), patch)
     assert not r.unsafe and r.note.startswith("not analysed: the patch does not reverse"), r.note
+    assert not r.analysed
     assert (repo / "a.py").read_text() == "x = 3\n"  # left as found

@@ -246,7 +246,7 @@ def check_github(cfg: RunConfig) -> Check:
         return Check("GitHub", True, "GitHub App configured (each job uses its installation's token)")
     from github import Auth, Github
 
-    # No retries here: the check says at once what is wrong instead of waiting out backoff.
+    # No backoff here: the check says at once what is wrong; only a dropped connection is tried again.
     gh = Github(auth=Auth.Token(access.token or ""), base_url=cfg.github.base_url.rstrip("/"),
                 timeout=int(min(cfg.github.timeout_s, 10)), retry=None)
     for attempt in (1, 2):
@@ -256,7 +256,7 @@ def check_github(cfg: RunConfig) -> Check:
         except GithubException as exc:
             return Check("GitHub", False, f"GET /user answered {exc.status}: check GITHUB_TOKEN and GITHUB_BASE_URL")
         except Exception as exc:  # noqa: BLE001 - connection errors come in many types
-            # One more try for a connection dropped once (a server restarting, a busy proxy); a
+            # A connection dropped once (a server restarting, a busy proxy) gets one more try; a
             # server that is down refuses twice, at once.
             if attempt == 2:
                 return Check("GitHub", False, f"{cfg.github.base_url} unreachable ({_short(exc)})")
