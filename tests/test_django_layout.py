@@ -49,6 +49,10 @@ def test_the_reproducers_test_must_sit_in_an_existing_test_app_as_a_test_case(dj
     assert "no test app tests/no_such_app/" in nowhere
     top = check_draft(ReproTestDraft(path="tests/test_wrap.py", content=REPRO_TEST, explanation=""), ctx)
     assert "tests/<app>/test_<x>.py" in top
+    # the app's tests.py, django's usual test module (unittest's pattern test*.py), is a place too
+    assert check_draft(ReproTestDraft(path="tests/i18n/tests.py", content=REPRO_TEST, explanation=""), ctx) == ""
+    helper = check_draft(ReproTestDraft(path="tests/i18n/helpers.py", content=REPRO_TEST, explanation=""), ctx)
+    assert "not where django keeps tests" in helper
     functions = check_draft(ReproTestDraft(path=REPRO_PATH, content="def test_x():\n    assert 0\n",
                                          explanation=""), ctx)
     assert "unittest test cases only" in functions

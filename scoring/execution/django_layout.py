@@ -100,16 +100,17 @@ def is_failed_import(test_id: str) -> bool:
     return owner_label(test_id).startswith("unittest.loader._FailedTest")
 
 
-_TEST_MODULE = re.compile(r"^tests/(\w+)/(?:\w+/)*test_\w+\.py$")
+# unittest's default pattern (test*.py), which django's runner uses: tests.py is the usual module.
+_TEST_MODULE = re.compile(r"^tests/(\w+)/(?:\w+/)*test\w*\.py$")
 
 
 def check_test_path(path: str, tracked: Iterable[str]) -> str:
     """Why a new test module is not where django's runner finds it by a label ("" when it is):
-    ``tests/<app>/test_<x>.py`` in an existing test app."""
+    ``tests/<app>/test_<x>.py`` (or any ``test*.py``, as the app's ``tests.py``) in an existing test app."""
     m = _TEST_MODULE.match(path)
     if not m:
-        return (f"{path!r} is not where django keeps tests: write tests/<app>/test_<x>.py in an existing "
-                "test app, run by the label <app>.test_<x>")
+        return (f"{path!r} is not where django keeps tests: write tests/<app>/test_<x>.py (or the "
+                "app's tests.py) in an existing test app, run by the label <app>.test_<x>")
     folder = str(PurePosixPath(path).parent) + "/"
     if not any(t.startswith(folder) for t in tracked):
         return (f"{path!r}: there is no test app {folder} (the runner imports labels of existing test "
