@@ -146,7 +146,8 @@ def test_file_from_test_patch(inst: Instance, wt: Worktree, only_changed: bool =
 
 def keep_tests(content: str, changed: set[int]) -> str:
     """``content`` without the test functions and methods none of whose lines is in ``changed``
-    (a class of tests left with none goes too); the whole file when none would be left."""
+    (a class of tests left with none goes too, unless it derives from a class that keeps some);
+    the whole file when none would be left."""
     try:
         tree = ast.parse(content)
     except SyntaxError:
@@ -162,6 +163,13 @@ def keep_tests(content: str, changed: set[int]) -> str:
 
     drop: list[range] = []
     kept = 0
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+    # A mixin's kept tests run only in the classes that derive from it (django's SessionTestsMixin
+    # -> DatabaseSessionTests(SessionTestsMixin, TestCase)): those stay, without tests of their own.
+    live = {c.name for c in classes if any(is_test(m) and not changed.isdisjoint(span(m)) for m in c.body)}
+    while grown := {c.name for c in classes if c.name not in live
+                    and any(isinstance(b, ast.Name) and b.id in live for b in c.bases)}:
+        live |= grown
     for node in tree.body:
         if is_test(node):
             if changed.isdisjoint(span(node)):
@@ -172,7 +180,11 @@ def keep_tests(content: str, changed: set[int]) -> str:
             methods = [m for m in node.body if is_test(m)]
             gone = [m for m in methods if changed.isdisjoint(span(m))]
             kept += len(methods) - len(gone)
-            if methods and len(gone) == len(methods) and changed.isdisjoint(span(node)):
+            if node.name in live:
+                # An empty class body would not parse: such a subclass keeps its own tests.
+                if len(gone) < len(node.body):
+                    drop += [span(m) for m in gone]
+            elif methods and len(gone) == len(methods) and changed.isdisjoint(span(node)):
                 drop.append(span(node))
             else:
                 drop += [span(m) for m in gone]

@@ -56,6 +56,11 @@ def test_the_reproducers_test_must_sit_in_an_existing_test_app_as_a_test_case(dj
     functions = check_draft(ReproTestDraft(path=REPRO_PATH, content="def test_x():\n    assert 0\n",
                                          explanation=""), ctx)
     assert "unittest test cases only" in functions
+    mixin = ("import unittest\n\n\nclass Mixin:\n    def test_x(self):\n        assert 0\n\n\n"
+             "class Concrete(Mixin, unittest.TestCase):\n    backend = 1\n")
+    assert check_draft(ReproTestDraft(path=REPRO_PATH, content=mixin, explanation=""), ctx) == ""
+    alone = mixin.split("\n\n\nclass Concrete")[0] + "\n"
+    assert "unittest test cases only" in check_draft(ReproTestDraft(path=REPRO_PATH, content=alone, explanation=""), ctx)
 
 
 def test_the_test_runs_by_its_label_fails_at_the_base_and_passes_with_the_fix(django_wt, tmp_path: Path) -> None:

@@ -54,6 +54,47 @@ def test_only_the_tests_the_patch_touched_are_kept_with_fixtures_and_helpers():
     compile(kept, "kept.py", "exec")
 
 
+MIXIN = '''import unittest
+
+
+class SessionTestsMixin:
+    def test_untouched(self):
+        pass
+
+    def test_edited(self):
+        assert True
+
+
+class DatabaseSessionTests(SessionTestsMixin, unittest.TestCase):
+    backend = "db"
+
+    def test_db_only(self):
+        pass
+
+
+class TimeZoneTests(DatabaseSessionTests):
+    def test_tz_only(self):
+        pass
+
+
+class Unrelated(unittest.TestCase):
+    def test_other(self):
+        pass
+'''
+
+
+def test_a_mixins_edited_test_keeps_the_classes_that_run_it():
+    lines = MIXIN.splitlines()
+    kept = keep_tests(MIXIN, {lines.index("        assert True") + 1})
+    assert "def test_edited" in kept and "test_untouched" not in kept
+    # the concrete test cases stay (they run the mixin's test), without tests of their own...
+    assert "class DatabaseSessionTests(SessionTestsMixin, unittest.TestCase)" in kept and "test_db_only" not in kept
+    # ...unless nothing else is in the class body, which would not parse without them
+    assert "class TimeZoneTests(DatabaseSessionTests)" in kept and "test_tz_only" in kept
+    assert "Unrelated" not in kept
+    compile(kept, "kept.py", "exec")
+
+
 def test_a_patch_that_touches_no_test_keeps_the_whole_file():
     assert keep_tests(FILE, {1}) == FILE
     assert keep_tests("def test_x(:\n", {1}) == "def test_x(:\n"

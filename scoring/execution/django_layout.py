@@ -119,14 +119,19 @@ def check_test_path(path: str, tracked: Iterable[str]) -> str:
 
 
 def defines_test_case(tree: object) -> bool:
-    """Whether a parsed module defines a class with a base and a ``test_...`` method: what
-    unittest's loader (and so django's runner) collects; module-level test functions are not."""
+    """Whether a parsed module defines a class with a base and ``test_...`` methods, its own or a
+    mixin's from the same module (``class T(SessionTestsMixin, TestCase)``): what unittest's loader
+    (and so django's runner) collects; module-level test functions are not."""
     if not isinstance(tree, ast.Module):
         return False
-    return any(isinstance(n, ast.ClassDef) and n.bases
-               and any(isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name.startswith("test")
-                       for m in n.body)
-               for n in ast.walk(tree))
+    classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    with_tests = {c.name for c in classes
+                  if any(isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name.startswith("test")
+                         for m in c.body)}
+    while grown := {c.name for c in classes if c.name not in with_tests
+                    and any(isinstance(b, ast.Name) and b.id in with_tests for b in c.bases)}:
+        with_tests |= grown
+    return any(c.bases and c.name in with_tests for c in classes)
 
 
 def is_summary_name(test_id: str) -> bool:
