@@ -92,3 +92,37 @@ test_mod ok                                                                 [OK]
 ============= tests finished: 3 passed, in 0.02 seconds ==============
 """
     assert parse_log("sympy/sympy", fixed) == {"test_one": "PASSED", "test_two": "PASSED", "test_mod": "PASSED"}
+
+
+DJANGO_SUBTEST_LOG = """test_ascii_validator (auth_tests.test_validators.UsernameValidatorsTests) ...
+test_help_text (auth_tests.test_validators.UsernameValidatorsTests) ... ok
+test_unicode_validator (auth_tests.test_validators.UsernameValidatorsTests.test_unicode_validator) ...
+
+======================================================================
+FAIL: test_ascii_validator (auth_tests.test_validators.UsernameValidatorsTests) (invalid='trailingnewline\\n')
+----------------------------------------------------------------------
+AssertionError: ValidationError not raised
+
+======================================================================
+ERROR: test_unicode_validator (auth_tests.test_validators.UsernameValidatorsTests.test_unicode_validator) (invalid='x')
+----------------------------------------------------------------------
+TypeError: boom
+
+----------------------------------------------------------------------
+Ran 3 tests in 0.001s
+
+FAILED (failures=1, errors=1)
+"""
+
+
+def test_a_django_test_whose_subtests_fail_is_failed_under_its_full_id():
+    """unittest prints no status on the line of a test whose subTest failed; the failure header
+    adds the subtest's parameters. The test fails under the id it passes with (issue 33:
+    django-11099's reproduction test read as "no test was collected")."""
+    from scoring.execution.specs import parse_log
+
+    statuses = parse_log("django/django", DJANGO_SUBTEST_LOG)
+    assert statuses["test_ascii_validator (auth_tests.test_validators.UsernameValidatorsTests)"] == "FAILED"
+    assert statuses["test_help_text (auth_tests.test_validators.UsernameValidatorsTests)"] == "PASSED"
+    full_311 = "test_unicode_validator (auth_tests.test_validators.UsernameValidatorsTests.test_unicode_validator)"
+    assert statuses[full_311] == "ERROR"
