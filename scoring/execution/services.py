@@ -4,13 +4,14 @@ A test run has no network, only its own loopback (``fixgraph.sandbox.process``).
 repository's tests call a public service at an address they read from an environment variable
 (``scoring.execution.envs.LOCAL_SERVICES`` names them: httpbin for psf/requests), the run starts
 that service inside its sandbox, on its own ``127.0.0.1``, before the tests, and sets the variable
-to it (``serve_local``): the tests get the answers the harness's containers get from the
-internet, and nothing reaches the real network. A run whose tests do not read the variable
-(requests 2.10 on) starts nothing.
+to it (``serve_local``, with gunicorn): the tests get the answers the harness's containers get
+from the internet, and nothing reaches the real network. A run whose tests do not read the
+variable (requests 2.10 on) starts nothing.
 
-The service's code is a tool virtualenv per service, built once under ``<cache_dir>/tools`` with
-fixgraph's own interpreter (always there, and reachable in the sandbox), in the sandbox as an
-env's build is (host network: pip reaches the package index), and read only by the runs.
+The service's code and its server are a tool virtualenv per service, built once under
+``<cache_dir>/tools`` with fixgraph's own interpreter (always there, and reachable in the sandbox),
+in the sandbox as an env's build is (host network: pip reaches the package index), and read only
+by the runs.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ from scoring.execution.testenv import LocalService
 
 TOOLS_DIR = "tools"  # under the cache dir, beside the repos' envs
 SERVE_SOURCE = Path(__file__).with_name("serve_local.py")
+# The server serve_local runs a service's WSGI app with, installed beside it in its tool venv:
+# gunicorn, httpbin.org's own (httpbin takes a chunked request body on no other server).
+SERVER_PACKAGES = ("gunicorn==27.0.1",)
 # Names the tool venv in the run's environment: a venv under a masked folder (a cache in /tmp)
 # is bound back into the run only when a variable names it (``fixgraph.sandbox.process._masks``).
 SERVICE_VENV_VAR = "FIXGRAPH_SERVICE_VENV"
@@ -78,8 +82,13 @@ def reads(work: Path, name: str) -> bool:
 
 def service_key(service: LocalService) -> str:
     """The tool venv's name: the service, what it holds and the interpreter that runs it."""
-    digest = hashlib.sha256("\0".join([*service.packages, sys.version]).encode()).hexdigest()[:10]
+    digest = hashlib.sha256("\0".join([*packages(service), sys.version]).encode()).hexdigest()[:10]
     return f"{service.name}-{digest}"
+
+
+def packages(service: LocalService) -> tuple[str, ...]:
+    """What ``service``'s tool venv holds: the service and the server that runs it."""
+    return (*service.packages, *SERVER_PACKAGES)
 
 
 def wrapped(python: Path, service: LocalService, argv: list[str]) -> list[str]:
@@ -117,11 +126,11 @@ class ToolEnvs:
         venv = path / "venv"
         env = build_env(path / "home", venv)
         limits = Limits(self.build_timeout_s, int(self.build_timeout_s * 2), 8192, network_isolation=False)
-        meta: dict[str, Any] = {"ok": False, "service": service.name, "packages": list(service.packages),
+        meta: dict[str, Any] = {"ok": False, "service": service.name, "packages": list(packages(service)),
                                 "python": sys.version.split()[0], "tries": tries}
         for what, argv in (("venv", [sys.executable, "-m", "venv", str(venv)]),
                            ("packages", [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-                                         *service.packages]),
+                                         *packages(service)]),
                            ("freeze", [str(venv / "bin" / "python"), "-m", "pip", "freeze"])):
             done = run_isolated(argv, path, env, limits, writable=(path,))
             if done.returncode != 0:
