@@ -149,6 +149,22 @@ def test_without_streaming_an_abandoned_generation_runs_on_and_the_retry_queues_
     assert gens[1]["start"] >= gens[0]["end"]
 
 
+def test_a_prompt_over_the_servers_context_is_asked_once_unstreamed_and_ends_with_the_servers_reason(
+        calc, cfg_factory, capsys):
+    # llama-cpp-python's server streams a 200 and then fails on a prompt over --n_ctx: the client
+    # sees a stream with no chunk. Read as an unreadable reply, it was retried four times, each
+    # failing the same way, and the record never said why (the real Explorer's 20.5k tokens on
+    # --n_ctx 16384). One plain request gets the 400 and its message; a 400 is not retried.
+    with LocalModelServer(ScriptResponder(calc_script(False)), context_tokens=50) as srv:
+        summary, rec, cfg = _run(calc, cfg_factory, srv, event_lines=True)
+        bodies = _bodies(srv, "Plan")
+    assert [bool(b.get("stream")) for b in bodies] == [True, False] and srv.over_context == 2
+    assert summary.failed == 1 and "answered 400" in rec["failed"]
+    assert "exceed context window of 50" in rec["failed"]
+    err = capsys.readouterr().err
+    assert "planner call 1: empty stream after" in err and "asking once without streaming" in err
+
+
 @pytest.mark.parametrize("stream", [True, False])
 def test_cut_tool_arguments_are_named_truncated_not_a_missing_call(calc, cfg_factory, stream):
     # The server cuts every reply's arguments at 30 characters yet says finish_reason: tool_calls.

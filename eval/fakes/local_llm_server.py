@@ -54,8 +54,13 @@ class LocalModelServer(FakeLLMServer):
     def __init__(self, responder: Responder, *, token_s: float = 0.0, loop_tools: tuple[str, ...] = (),
                  grammar: bool = True, honour_max_tokens: bool = True, truncate_at: int | None = None,
                  hard_limit: int = 5000, repeat_names: bool = False, grammar_max_chars: int = 1000,
-                 port: int = 0):
+                 context_tokens: int | None = None, port: int = 0):
         super().__init__(responder, port=port)
+        # The server's context window (--n_ctx): a longer prompt plus max_tokens is refused, with a
+        # 400 when not streaming and, streaming, a 200 whose stream ends before any chunk (what
+        # llama-cpp-python 0.3.36's server does: its error is raised after the headers went).
+        self.context_tokens = context_tokens
+        self.over_context = 0
         # llama-cpp-python 0.3.36 streams a tool call's id, type and name (and the legacy
         # function_call) again in every chunk, not only in the first.
         self.repeat_names = repeat_names
@@ -95,6 +100,12 @@ class LocalModelServer(FakeLLMServer):
     def handle(self, handler: Any, body: dict[str, Any]) -> None:
         if self.grammar and body.get("tools") and not self._grammar_holds(body["tools"][0]["function"]["parameters"]):
             self.refused_grammars += 1
+        if self.context_tokens is not None:
+            wanted = len(json.dumps(body.get("messages"))) // 4 + int(body.get("max_tokens") or 0)
+            if wanted > self.context_tokens:
+                self.over_context += 1
+                self._refuse_context(handler, body, wanted)
+                return
         found = self.scripted(handler, body)
         if found is None:
             return
@@ -172,6 +183,17 @@ class LocalModelServer(FakeLLMServer):
             handler._send(200, payload)
         except OSError:
             gen["delivered"] = False  # generated in full for a client that had gone
+
+    def _refuse_context(self, handler: Any, body: dict[str, Any], wanted: int) -> None:
+        message = f"Requested tokens ({wanted}) exceed context window of {self.context_tokens}"
+        if body.get("stream"):
+            handler.send_response(200)
+            handler.send_header("Content-Type", "text/event-stream")
+            handler.send_header("Connection", "close")
+            handler.end_headers()
+            handler.close_connection = True
+            return
+        handler._send(400, {"error": {"message": message, "type": "invalid_request_error"}})
 
     def _piece(self, handler: Any, payload: dict[str, Any], token: str, gen: dict[str, Any]) -> bool:
         base = {k: payload[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}

@@ -279,9 +279,13 @@ class LLM:
 
     def _invoke(self, runnable: Any, convo: list[BaseMessage], node: str,
                 worst_case: float = 0.0, streamed: bool = False,
-                pieces: StreamedArguments | None = None) -> tuple[Any, Usage]:
+                pieces: StreamedArguments | None = None, unstreamed: Any = None) -> tuple[Any, Usage]:
         """One call, budget checked first, retried by the transport rule; returns the answer and
-        the counts of what went wrong on the way (timeouts, retries)."""
+        the counts of what went wrong on the way (timeouts, retries).
+
+        ``unstreamed``: the same call without streaming, tried once when a stream ends before its
+        first chunk. llama-cpp-python's server answers 200 and then fails (a prompt over its
+        context window): only a plain request gets its 400 and the reason, which is final."""
         p = self.policy
         spent: Usage = {}
         tries = {"timeout": 0, "other": 0}
@@ -317,6 +321,12 @@ class LLM:
                 cause, kind, budget, wait = "connection", "other", p.max_retries, None
                 fatal = f"cannot reach the LLM server: {_short(str(exc))}"
             except MALFORMED as exc:
+                if streamed and unstreamed is not None and EMPTY_STREAM in str(exc):
+                    self._emit(CallEvent(node, "retry", call, time.monotonic() - t0, "empty stream",
+                                         "asking once without streaming, for the server's own error"))
+                    spent = merge_usage(spent, count(node, "retries"))
+                    runnable, streamed, pieces, unstreamed = unstreamed, False, None, None
+                    continue
                 cause, kind, budget, wait = "unreadable reply", "other", p.max_retries, None
                 fatal = (f"LLM server sent no readable reply in {tries['other'] + 1} tries: "
                          f"{type(exc).__name__}: {_short(str(exc))}")
@@ -342,6 +352,10 @@ class LLM:
             # setting (a scripted one) answers as it would.
             model = model.model_copy(update={"temperature": temperature})
         runnable = model.with_structured_output(schema, method="function_calling", include_raw=True)
+        unstreamed = None
+        if getattr(model, "streaming", False):
+            unstreamed = model.model_copy(update={"streaming": False, "stream_usage": None}) \
+                .with_structured_output(schema, method="function_calling", include_raw=True)
         usage: Usage = {}
         convo = list(messages)
         problem: Problem | None = None
@@ -353,7 +367,7 @@ class LLM:
             try:
                 out, spent = self._invoke(runnable, convo, node,
                                           self.meter.worst_case(_model_name(model), chars, max_out),
-                                          streamed=streamed, pieces=pieces)
+                                          streamed=streamed, pieces=pieces, unstreamed=unstreamed)
             except LLMFailure as exc:
                 exc.usage = merge_usage(usage, exc.usage)
                 raise
@@ -370,6 +384,10 @@ class LLM:
                 convo = reask(list(messages), schema, problem)
         line = problem.line() if problem else "no reply"
         raise InvalidReply(f"no valid {schema.__name__} from the LLM: {line}", usage)
+
+
+# LangChain's words for a stream that ended before its first chunk.
+EMPTY_STREAM = "No generations found in stream"
 
 
 def _finished(out: Any) -> bool:
