@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from pathlib import Path
 
@@ -168,3 +169,65 @@ def test_host_unix_sockets_in_world_writable_folders_are_hidden(tmp_path: Path) 
         # A short folder: a Unix socket's path has at most 107 bytes, and xdist's tmp_path is long.
         with tempfile.TemporaryDirectory(prefix="fg-", dir="/tmp") as short:
             assert a.run(Path(short)) == "", a.name
+
+
+@pytest.mark.slow
+def test_build_and_install_steps_reach_the_index_only(tmp_path: Path) -> None:
+    from fixgraph.sandbox.process import sandbox_mode
+
+    if sandbox_mode() == "none":
+        pytest.skip("no namespaces here")
+    assert install._install_loopback(tmp_path / "a") == ""
+    assert install._install_outside(tmp_path / "b") == ""
+    assert install._install_via_proxy(tmp_path / "c") == ""
+    assert install._build_fetches_loopback(tmp_path / "d") == ""
+
+
+def _ask(proxy_path: Path, request: bytes) -> bytes:
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(10)
+        s.connect(str(proxy_path))
+        s.sendall(request)
+        answer = s.recv(200)
+        if b" 200 " in answer:
+            s.sendall(b"ping")
+            answer += s.recv(200)
+        return answer
+
+
+def test_the_index_proxy_tunnels_to_the_index_and_nothing_else() -> None:
+    import socket
+    import threading
+
+    from fixgraph.sandbox.indexproxy import REFUSED, serving
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(4)
+        port = srv.getsockname()[1]
+
+        def echo() -> None:
+            with contextlib.suppress(OSError):
+                conn, _ = srv.accept()
+                with conn:
+                    conn.sendall(conn.recv(100))
+
+        threading.Thread(target=echo, daemon=True).start()
+        with serving(trusted=frozenset()) as proxy:  # the public index only: loopback refused
+            assert _ask(proxy.path, f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n".encode()) == REFUSED
+            assert _ask(proxy.path, f"GET http://127.0.0.1:{port}/x HTTP/1.1\r\n\r\n".encode()) == REFUSED
+            assert _ask(proxy.path, b"CONNECT pypi.org:22 HTTP/1.1\r\n\r\n") == REFUSED
+            assert proxy.refused == [f"127.0.0.1:{port}", f"GET http://127.0.0.1:{port}/x HTTP/1.1", "pypi.org:22"]
+        with serving(trusted=frozenset({("127.0.0.1", port)})) as proxy:  # an index the operator named
+            assert _ask(proxy.path, f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n".encode()).endswith(b"\r\n\r\nping")
+        assert not proxy.path.exists()
+
+
+def test_the_operators_index_is_the_only_other_host(tmp_path: Path) -> None:
+    from fixgraph.sandbox.indexproxy import operator_indexes
+
+    env = {"PIP_INDEX_URL": "https://mirror.example:8443/simple", "PIP_EXTRA_INDEX_URL": "http://plain.example/simple"}
+    assert ("mirror.example", 8443) in operator_indexes(env)
+    assert all(host != "plain.example" for host, _ in operator_indexes(env))  # plain http: never tunnelled

@@ -116,7 +116,7 @@ class ToolEnvs:
         (path / "home").mkdir(parents=True)
         venv = path / "venv"
         env = build_env(path / "home", venv)
-        limits = Limits(self.build_timeout_s, int(self.build_timeout_s * 2), 8192, network_isolation=False)
+        limits = Limits(self.build_timeout_s, int(self.build_timeout_s * 2), 8192, index_access=True)
         meta: dict[str, Any] = {"ok": False, "service": service.name, "packages": list(service.packages),
                                 "python": sys.version.split()[0], "tries": tries}
         for what, argv in (("venv", [sys.executable, "-m", "venv", str(venv)]),
