@@ -231,3 +231,22 @@ def test_the_operators_index_is_the_only_other_host(tmp_path: Path) -> None:
     env = {"PIP_INDEX_URL": "https://mirror.example:8443/simple", "PIP_EXTRA_INDEX_URL": "http://plain.example/simple"}
     assert ("mirror.example", 8443) in operator_indexes(env)
     assert all(host != "plain.example" for host, _ in operator_indexes(env))  # plain http: never tunnelled
+
+
+def test_the_runs_folder_in_tmp_is_never_another_users(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from scoring.execution import testenv
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    testenv._private_run_root.cache_clear()
+    mine = tmp_path / f"fixgraph-testruns-{os.geteuid()}"
+    assert testenv.run_root(None) == mine.resolve() and not mine.stat().st_mode & 0o022
+    mine.chmod(0o777)  # as if another user had made it first: anyone could swap a run's copy
+    private = testenv.run_root(None)
+    assert private != mine.resolve() and private.owner() == mine.owner() and private.stat().st_mode & 0o777 == 0o700
+    assert testenv.run_root(None) == private  # one per process, not one per run
+    mine.rmdir()
+    mine.symlink_to(tmp_path)  # a link planted in its place
+    assert testenv.run_root(None) == private
+    testenv._private_run_root.cache_clear()
