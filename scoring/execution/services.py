@@ -10,7 +10,8 @@ internet, and nothing reaches the real network. A run whose tests do not read th
 
 The service's code is a tool virtualenv per service, built once under ``<cache_dir>/tools`` with
 fixgraph's own interpreter (always there, and reachable in the sandbox), in the sandbox as an
-env's build is (host network: pip reaches the package index), and read only by the runs.
+env's build is (its own network namespace: pip reaches the package index through fixgraph's index
+proxy, nothing else), and read only by the runs.
 """
 
 from __future__ import annotations
