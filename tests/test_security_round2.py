@@ -250,3 +250,27 @@ def test_the_runs_folder_in_tmp_is_never_another_users(tmp_path: Path, monkeypat
     mine.symlink_to(tmp_path)  # a link planted in its place
     assert testenv.run_root(None) == private
     testenv._private_run_root.cache_clear()
+
+
+def test_the_index_proxy_holds_a_bounded_number_of_connections() -> None:
+    import socket
+
+    from fixgraph.sandbox.indexproxy import MAX_CONNECTIONS, REFUSED, serving
+
+    with serving(trusted=frozenset()) as proxy:
+        held = []
+        for _ in range(MAX_CONNECTIONS):  # each sends half a request and waits: a thread each
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(str(proxy.path))
+            s.sendall(b"CONNECT 127.0.0.1:9")
+            held.append(s)
+        extra = socket.socket(socket.AF_UNIX)
+        extra.settimeout(10)
+        extra.connect(str(proxy.path))
+        assert extra.recv(100) == b""  # closed at once: no thread for it
+        for s in held:
+            s.sendall(b" HTTP/1.1\r\n\r\n")
+            s.settimeout(10)
+            assert s.recv(200) == REFUSED
+            s.close()
+        assert _ask(proxy.path, b"CONNECT 127.0.0.1:9 HTTP/1.1\r\n\r\n") == REFUSED  # slots given back

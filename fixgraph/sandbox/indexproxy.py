@@ -34,6 +34,8 @@ PUBLIC_INDEX = frozenset({("pypi.org", 443), ("files.pythonhosted.org", 443)})
 _PIP_CONFIGS = ("/etc/pip.conf", "/etc/xdg/pip/pip.conf")
 _HEAD_LIMIT = 8192
 _TIMEOUT_S = 60.0
+# Connections open at once per step (pip uses a handful): each is a thread of fixgraph's own process.
+MAX_CONNECTIONS = 64
 REFUSED = b"HTTP/1.1 403 Forbidden (fixgraph: build steps reach only the package index)\r\n\r\n"
 
 
@@ -80,6 +82,7 @@ class IndexProxy:
         self._srv.bind(str(self.path))
         os.chmod(self.path, 0o600)
         self._srv.listen(64)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         threading.Thread(target=self._serve, daemon=True).start()
 
     def close(self) -> None:
@@ -95,9 +98,18 @@ class IndexProxy:
                 conn, _ = self._srv.accept()
             except OSError:
                 return
+            if not self._slots.acquire(blocking=False):
+                conn.close()  # a step that opens more at once gets no more threads of ours
+                continue
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
     def _handle(self, conn: socket.socket) -> None:
+        try:
+            self._tunnel(conn)
+        finally:
+            self._slots.release()
+
+    def _tunnel(self, conn: socket.socket) -> None:
         with conn:
             conn.settimeout(_TIMEOUT_S)
             head = b""
