@@ -86,6 +86,10 @@ def test_matplotlib_uses_debian_freetype_and_qhull_and_skips_downloads(tmp_path:
     ("Failed to download any of the following: ['https://download.savannah.gnu.org/x.tar.gz']", False,
      "offline-download", False),
     ("WARNING: Retrying ... ReadTimeoutError(\"HTTPSConnectionPool(host='pypi.org')\")", False, "network", True),
+    # the index proxy refused a host that is not the index (pip's retries say "Max retries exceeded" too)
+    ("ProxyError('Cannot connect to proxy.', OSError('Tunnel connection failed: 403 Forbidden'))\nMax retries "
+     "exceeded\n[fixgraph] the build step asked for more than the package index; refused: github.com:443", False,
+     "offline-download", False),
     ("src/ft2font.cpp:12:10: fatal error: ft2build.h: No such file or directory\n"
      "error: command '/usr/bin/gcc' failed with exit code 1", False, "compiler", False),
     ("", True, "timeout", False),

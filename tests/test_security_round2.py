@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from pathlib import Path
 
@@ -168,3 +169,108 @@ def test_host_unix_sockets_in_world_writable_folders_are_hidden(tmp_path: Path) 
         # A short folder: a Unix socket's path has at most 107 bytes, and xdist's tmp_path is long.
         with tempfile.TemporaryDirectory(prefix="fg-", dir="/tmp") as short:
             assert a.run(Path(short)) == "", a.name
+
+
+@pytest.mark.slow
+def test_build_and_install_steps_reach_the_index_only(tmp_path: Path) -> None:
+    from fixgraph.sandbox.process import sandbox_mode
+
+    if sandbox_mode() == "none":
+        pytest.skip("no namespaces here")
+    assert install._install_loopback(tmp_path / "a") == ""
+    assert install._install_outside(tmp_path / "b") == ""
+    assert install._install_via_proxy(tmp_path / "c") == ""
+    assert install._build_fetches_loopback(tmp_path / "d") == ""
+
+
+def _ask(proxy_path: Path, request: bytes) -> bytes:
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(10)
+        s.connect(str(proxy_path))
+        s.sendall(request)
+        answer = s.recv(200)
+        if b" 200 " in answer:
+            s.sendall(b"ping")
+            answer += s.recv(200)
+        return answer
+
+
+def test_the_index_proxy_tunnels_to_the_index_and_nothing_else() -> None:
+    import socket
+    import threading
+
+    from fixgraph.sandbox.indexproxy import REFUSED, serving
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(4)
+        port = srv.getsockname()[1]
+
+        def echo() -> None:
+            with contextlib.suppress(OSError):
+                conn, _ = srv.accept()
+                with conn:
+                    conn.sendall(conn.recv(100))
+
+        threading.Thread(target=echo, daemon=True).start()
+        with serving(trusted=frozenset()) as proxy:  # the public index only: loopback refused
+            assert _ask(proxy.path, f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n".encode()) == REFUSED
+            assert _ask(proxy.path, f"GET http://127.0.0.1:{port}/x HTTP/1.1\r\n\r\n".encode()) == REFUSED
+            assert _ask(proxy.path, b"CONNECT pypi.org:22 HTTP/1.1\r\n\r\n") == REFUSED
+            assert proxy.refused == [f"127.0.0.1:{port}", f"GET http://127.0.0.1:{port}/x HTTP/1.1", "pypi.org:22"]
+        with serving(trusted=frozenset({("127.0.0.1", port)})) as proxy:  # an index the operator named
+            assert _ask(proxy.path, f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n".encode()).endswith(b"\r\n\r\nping")
+        assert not proxy.path.exists()
+
+
+def test_the_operators_index_is_the_only_other_host(tmp_path: Path) -> None:
+    from fixgraph.sandbox.indexproxy import operator_indexes
+
+    env = {"PIP_INDEX_URL": "https://mirror.example:8443/simple", "PIP_EXTRA_INDEX_URL": "http://plain.example/simple"}
+    assert ("mirror.example", 8443) in operator_indexes(env)
+    assert all(host != "plain.example" for host, _ in operator_indexes(env))  # plain http: never tunnelled
+
+
+def test_the_runs_folder_in_tmp_is_never_another_users(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from scoring.execution import testenv
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    testenv._private_run_root.cache_clear()
+    mine = tmp_path / f"fixgraph-testruns-{os.geteuid()}"
+    assert testenv.run_root(None) == mine.resolve() and not mine.stat().st_mode & 0o022
+    mine.chmod(0o777)  # as if another user had made it first: anyone could swap a run's copy
+    private = testenv.run_root(None)
+    assert private != mine.resolve() and private.owner() == mine.owner() and private.stat().st_mode & 0o777 == 0o700
+    assert testenv.run_root(None) == private  # one per process, not one per run
+    mine.rmdir()
+    mine.symlink_to(tmp_path)  # a link planted in its place
+    assert testenv.run_root(None) == private
+    testenv._private_run_root.cache_clear()
+
+
+def test_the_index_proxy_holds_a_bounded_number_of_connections() -> None:
+    import socket
+
+    from fixgraph.sandbox.indexproxy import MAX_CONNECTIONS, REFUSED, serving
+
+    with serving(trusted=frozenset()) as proxy:
+        held = []
+        for _ in range(MAX_CONNECTIONS):  # each sends half a request and waits: a thread each
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(str(proxy.path))
+            s.sendall(b"CONNECT 127.0.0.1:9")
+            held.append(s)
+        extra = socket.socket(socket.AF_UNIX)
+        extra.settimeout(10)
+        extra.connect(str(proxy.path))
+        assert extra.recv(100) == b""  # closed at once: no thread for it
+        for s in held:
+            s.sendall(b" HTTP/1.1\r\n\r\n")
+            s.settimeout(10)
+            assert s.recv(200) == REFUSED
+            s.close()
+        assert _ask(proxy.path, b"CONNECT 127.0.0.1:9 HTTP/1.1\r\n\r\n") == REFUSED  # slots given back

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import shutil
 import sys
@@ -321,3 +322,92 @@ def _deletes_env(tmp: Path) -> str:
             return "the install was accepted with its env gone"
         except EnvError as exc:
             return "" if "removed" in str(exc) else f"unexpected reason: {exc}"
+
+
+# ---- build and install steps and the network ------------------------------------------------
+
+# The repository's setup.py, run by its install step: it reaches for ``{addr}:{port}`` directly, or
+# through the build's proxy (``https_proxy``, when the step has one) as a tunnel.
+_SETUP_REACH = '''
+import os, socket
+from urllib.parse import urlsplit
+
+def reach():
+    proxy = os.environ.get("https_proxy") if {via_proxy} else None
+    try:
+        if proxy:
+            s = socket.create_connection((urlsplit(proxy).hostname, urlsplit(proxy).port), timeout=5)
+            s.sendall(b"CONNECT {addr}:{port} HTTP/1.1\\r\\nHost: {addr}\\r\\n\\r\\n")
+            answer = s.recv(200)
+            s.close()
+            return "CONNECTED" if b" 200 " in answer else "refused " + answer.decode(errors="replace")
+        socket.create_connection(("{addr}", {port}), timeout=5).close()
+        return "CONNECTED"
+    except OSError as exc:
+        return "refused %s" % exc
+
+print("SETUP RAN", reach())
+'''
+
+
+def _install_reaches(tmp: Path, addr: str, via_proxy: bool = False) -> str:
+    """An install step runs the repository's setup.py, which connects to a listener on the host at
+    ``addr``: the listener must see no connection, and the step must have run."""
+    from eval.attacks.sandbox import listener
+    from scoring.execution.testenv import EnvError
+
+    srv, port, hits = listener(addr)
+    try:
+        setup = _SETUP_REACH.format(addr=addr, port=port, via_proxy=via_proxy)
+        envs, task, wt, _ = _venv_env(tmp, {"setup.py": setup, "calc.py": "x = 1\n"}, "python setup.py")
+        with _offline(), contextlib.suppress(EnvError):
+            envs.get(task, wt)
+    finally:
+        srv.close()
+    meta = json.loads((envs.env_path(task) / "env.json").read_text())
+    log = meta.get("install_log_tail", "") + meta.get("failed_install_log_tail", "")
+    if hits or "SETUP RAN CONNECTED" in log:
+        return f"the install step reached {addr}:{port} on the host"
+    return "" if "SETUP RAN refused" in log else f"the install step did not run: {log[-200:]}"
+
+
+@attack("network", "an install step's setup.py connects to a loopback listener on the host", quick=False,
+        sandbox=True)
+def _install_loopback(tmp: Path) -> str:
+    return _install_reaches(tmp, "127.0.0.1")
+
+
+@attack("network", "an install step's setup.py connects to the machine's own address beyond loopback",
+        quick=False, sandbox=True)
+def _install_outside(tmp: Path) -> str:
+    from eval.attacks.sandbox import outside_address
+
+    addr = outside_address()
+    return "" if addr is None else _install_reaches(tmp, addr)
+
+
+@attack("network", "an install step asks the build's index proxy for a tunnel to the host's loopback",
+        quick=False, sandbox=True)
+def _install_via_proxy(tmp: Path) -> str:
+    return _install_reaches(tmp, "127.0.0.1", via_proxy=True)
+
+
+@attack("network", "an env's requirement is a URL on the host's loopback (pip fetches it in the build)",
+        quick=False, sandbox=True)
+def _build_fetches_loopback(tmp: Path) -> str:
+    from eval.attacks.sandbox import listener
+
+    srv, port, hits = listener()
+    try:
+        envs, task, wt, _ = _venv_env(tmp, {"calc.py": "x = 1\n"}, "true", template=False)
+        spec = {"python": PY, "install": "true", "test_cmd": "pytest -rA",
+                "pip_packages": [f"http://127.0.0.1:{port}/acme-0.1.tar.gz"]}
+        envs.specs = lambda repo, version: spec
+        with _offline(), contextlib.suppress(Exception):
+            envs.get(task, wt)
+    finally:
+        srv.close()
+    if hits:
+        return f"the build's pip reached 127.0.0.1:{port} on the host"
+    meta = json.loads((envs.env_path(task) / "env.json").read_text())
+    return "" if str(port) in meta.get("log_tail", "") else f"pip never tried the URL: {meta.get('reason', '')[:200]}"

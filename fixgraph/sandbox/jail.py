@@ -7,6 +7,9 @@ real root or as root of a new user namespace. Before the test command runs it:
   and connect on ``127.0.0.1``/``::1`` there, as in the harness's containers, and still reaches
   nothing else, the host's loopback included (another namespace's); when that fails the run goes
   on with loopback down and a note says so;
+- for a build step (``forward``), listens on a port of that loopback and forwards each connection to
+  fixgraph's index proxy, a Unix socket outside (``fixgraph/sandbox/indexproxy.py``): the step's
+  ``https_proxy`` names the port, and the proxy opens tunnels to the package index only;
 - covers the folders where anyone may leave a Unix socket (``/tmp``, ``/run``) with empty ones
   holding only the paths the command needs (``mask_dirs``, ``keep``);
 - reaches what the command needs through folders closed to others (root's home) without opening
@@ -39,6 +42,7 @@ import socket
 import stat
 import struct
 import sys
+import threading
 
 _libc = ctypes.CDLL(None, use_errno=True)
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 1, 2, 4, 4096, 16384
@@ -173,6 +177,54 @@ def loopback_up() -> str:
     return ""
 
 
+def listen_forward(port: int) -> socket.socket:
+    """The loopback port a build step's ``https_proxy`` names, bound before the step starts."""
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", port))
+    srv.listen(64)
+    return srv
+
+
+def _splice(a: socket.socket, b: socket.socket) -> None:
+    try:
+        while data := a.recv(65536):
+            b.sendall(data)
+    except OSError:
+        pass
+    for sock in (a, b):
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def _forward_one(conn: socket.socket, target: str) -> None:
+    out = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        out.connect(target)
+    except OSError:
+        conn.close()
+        out.close()
+        return
+    threading.Thread(target=_splice, args=(out, conn), daemon=True).start()
+    _splice(conn, out)
+
+
+def forward(srv: socket.socket, target: str) -> None:
+    """Each connection to ``srv`` joined to the Unix socket ``target``, on threads of PID 1 (the
+    step reaches only what the proxy behind ``target`` allows; the socket's folder is fixgraph's)."""
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=_forward_one, args=(conn, target), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+
+
 def _write(path: str, text: str) -> None:
     with open(path, "w") as fh:
         fh.write(text)
@@ -223,6 +275,12 @@ def main(argv: list[str]) -> None:
         notes += [note] if (note := loopback_up()) else []
     for note in notes:
         print(f"[fixgraph] sandbox: {note}", file=sys.stderr, flush=True)
+    relay = None
+    if spec.get("forward") and spec.get("loopback"):
+        try:
+            relay = listen_forward(int(spec["forward"]["port"]))
+        except OSError as exc:
+            print(f"[fixgraph] sandbox: the package index is unreachable: {exc}", file=sys.stderr, flush=True)
     child = os.fork()
     if child == 0:
         try:
@@ -232,6 +290,8 @@ def main(argv: list[str]) -> None:
         except OSError as exc:
             print(f"[fixgraph] cannot start {cmd[0]}: {exc}", file=sys.stderr, flush=True)
         os._exit(127)
+    if relay is not None:
+        forward(relay, spec["forward"]["socket"])
     # unshare died (a timeout, or fixgraph itself died): everything goes.
     signal.signal(signal.SIGTERM, lambda signum, _frame: _end(128 + signum))
     signal.signal(signal.SIGHUP, lambda signum, _frame: _end(128 + signum))

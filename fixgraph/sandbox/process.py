@@ -8,7 +8,10 @@
   loopback, which the jail brings up: a test may serve and connect on ``127.0.0.1``/``::1`` as in
   the harness's containers (requests' test servers, django's live server), but those addresses
   lead back into this namespace alone. There is no route out, and the host's loopback services
-  (another namespace's ``lo``) and every other run's are out of reach.
+  (another namespace's ``lo``) and every other run's are out of reach. A build step
+  (``index_access``) has the same namespace plus one way out: a port on its loopback that leads to
+  fixgraph's proxy, which opens tunnels to the package index and nothing else
+  (``fixgraph/sandbox/indexproxy.py``).
 - Rights: as root the command runs as a dedicated unprivileged uid (``SANDBOX_UID``) with no
   groups and no capabilities; otherwise as a non-root uid of a nested user namespace. Either
   way with no_new_privs, a process-count limit, every mount read-only except the run's writable
@@ -44,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fixgraph import redaction
+from fixgraph.sandbox import indexproxy
 
 # Variables a test process may inherit from the parent; everything else is dropped.
 _INHERITED = ("TZ", "TERM", "SOURCE_DATE_EPOCH")
@@ -59,6 +63,8 @@ class Limits:
     memory_mb: int
     network_isolation: bool = True
     max_procs: int = 256  # processes of the sandbox user at once (RLIMIT_NPROC)
+    # With network_isolation: the package index reachable through fixgraph's proxy (build steps).
+    index_access: bool = False
 
 
 @dataclass
@@ -265,6 +271,13 @@ def _writable(cwd: Path, env: Mapping[str, str], extra: Sequence[Path]) -> list[
     return out
 
 
+# The port on a build step's own loopback that leads to the index proxy (each step has its own lo).
+INDEX_PROXY_PORT = 3128
+# Proxy variables a build step gets (and the operator's are not passed on: the step has no other way out).
+_PROXY_VARS = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY")
+_NO_PROXY_VARS = ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY", "PIP_PROXY")
+
+
 # World-writable folders where the host's Unix sockets live (a database's, Ray's, a session bus):
 # each run sees them empty but for its own paths. The network namespace cuts abstract sockets.
 MASKED_DIRS = ("/tmp", "/var/tmp", "/run", "/var/run")
@@ -306,10 +319,28 @@ def run_isolated(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], limits: 
 
     The command may write to ``cwd``, ``$HOME``, ``$TMPDIR`` and ``writable``; nothing else. Each
     ``(source, target)`` of ``binds`` shows ``source`` at ``target`` to this command alone (read
-    only); a caller asks ``can_bind`` first, since without a sandbox nothing is bound."""
+    only); a caller asks ``can_bind`` first, since without a sandbox nothing is bound.
+
+    With ``limits.index_access`` (and a network namespace), the command reaches the package index
+    through fixgraph's proxy (its ``https_proxy``) and nothing else beyond its own loopback."""
     prefix = _probe(limits.network_isolation)
     if prefix is None:
         return _run(list(cmd), cwd, env, limits, isolated=False)
+    if not (limits.index_access and limits.network_isolation):
+        return _run_in(prefix, cmd, cwd, env, limits, writable, binds, None)
+    with indexproxy.serving() as proxy:
+        url = f"http://127.0.0.1:{INDEX_PROXY_PORT}"
+        env = {**{k: v for k, v in env.items() if k not in _NO_PROXY_VARS}, **dict.fromkeys(_PROXY_VARS, url)}
+        done = _run_in(prefix, cmd, cwd, env, limits, writable, binds, proxy.path)
+    if proxy.refused:
+        done.output += ("\n[fixgraph] the build step asked for more than the package index; refused: "
+                        + ", ".join(sorted(set(proxy.refused))[:10]) + "\n")
+    return done
+
+
+def _run_in(prefix: tuple[str, ...], cmd: Sequence[str], cwd: Path, env: Mapping[str, str], limits: Limits,
+            writable: Sequence[Path], binds: Sequence[tuple[Path, Path]], index_socket: Path | None) -> Completed:
+    """:func:`run_isolated` in the sandbox ``prefix`` names; ``index_socket``: the index proxy's."""
     root = os.geteuid() == 0
     dirs = _writable(cwd, env, writable)
     outputs = [Path(env[k]) for k in OUTPUT_FILE_VARS if env.get(k)]
@@ -324,6 +355,8 @@ def run_isolated(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], limits: 
         # As root the command is another uid: what it must reach, through folders closed to others.
         "reach": _closed_folders([*_needed(cmd, env), *dirs, *outputs]) if root else {},
     }
+    if index_socket is not None:
+        spec["forward"] = {"port": INDEX_PROXY_PORT, "socket": str(index_socket)}
     try:
         if root:
             for p in dirs:
@@ -336,7 +369,8 @@ def run_isolated(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], limits: 
                 f.touch()
         # Once the output files exist: what is kept must be there to be bound back.
         spec["mask_dirs"], spec["keep"] = _masks(
-            [*_needed(cmd, env), *dirs, *outputs, cwd, *(p for pair in binds for p in pair)], env)
+            [*_needed(cmd, env), *dirs, *outputs, cwd, *(p for pair in binds for p in pair),
+             *([index_socket.parent] if index_socket else [])], env)
         # setpriv: unshare dies with this thread (fixgraph killed), and the jail then with unshare.
         argv = [*_pdeathsig(), *prefix, sys.executable, "-I", "-S", str(JAIL), json.dumps(spec), "--", *cmd]
         done = _run(argv, cwd, env, limits, isolated=limits.network_isolation)

@@ -54,7 +54,8 @@ CCACHE_COMPILERS = "/usr/lib/ccache"
 CCACHE_MAX_SIZE = "2G"
 
 # A build that reached for something outside the package registries: never succeeds here.
-_OFFLINE_DOWNLOAD = re.compile(r"Failed to download any of the following|get_and_extract_tarball|"
+_OFFLINE_DOWNLOAD = re.compile(r"Tunnel connection failed: 403|asked for more than the package index|"
+                               r"Failed to download any of the following|get_and_extract_tarball|"
                                r"(wget|curl): .*(unable to resolve|Could not resolve|Failed to connect)|"
                                r"urllib\.error\.URLError|downloading .*(freetype|qhull)", re.I)
 # A connection to the package index that failed: may succeed on a retry.

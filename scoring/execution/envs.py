@@ -102,9 +102,9 @@ nothing is started for them."""
 # Git submodules are not in a ``git archive`` checkout; where PyPI has the same code, install it.
 SUBMODULE_PACKAGES: dict[str, str] = {"astropy_helpers": "astropy-helpers<3.2"}
 
-# Build-time settings passed through to pip: certificates, proxies, pip's own configuration.
-_BUILD_PASSTHROUGH = re.compile(r"^(PIP_\w+|SSL_CERT_FILE|SSL_CERT_DIR|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|"
-                                r"https?_proxy|HTTPS?_PROXY|no_proxy|NO_PROXY)$")
+# Build-time settings passed through to pip: certificates, pip's own configuration. No proxy variables: a
+# step reaches the index through fixgraph's index proxy, which goes out through fixgraph's own proxy.
+_BUILD_PASSTHROUGH = re.compile(r"^(PIP_\w+|SSL_CERT_FILE|SSL_CERT_DIR|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE)$")
 _SKIP_ARTIFACT_DIRS = {"__pycache__", ".git", ".eggs", ".tox", "build", ".pytest_cache"}
 _MAX_ARTIFACT_BYTES = 50_000_000
 
@@ -300,8 +300,10 @@ class VenvEnvs:
         if pins:
             (path / "constraints.txt").write_text("\n".join(pins) + "\n")
             env["PIP_CONSTRAINT"] = str(path / "constraints.txt")  # the spec's own pip commands too
+        # Every step (pip from the index, the repository's own setup.py) in a network namespace of its
+        # own: the index through fixgraph's proxy, never the host's loopback or network.
         limits = Limits(self.settings.build_timeout_s, int(self.settings.build_timeout_s * 2), 8192,
-                        network_isolation=False)  # installing needs the package index
+                        network_isolation=True, index_access=True)
         return _Steps(env, limits, meta, path)
 
     def compiled(self, task: Task, path: Path) -> CompiledBuild:

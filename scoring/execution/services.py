@@ -10,8 +10,8 @@ variable (requests 2.10 on) starts nothing.
 
 The service's code and its server are a tool virtualenv per service, built once under
 ``<cache_dir>/tools`` with fixgraph's own interpreter (always there, and reachable in the sandbox),
-in the sandbox as an env's build is (host network: pip reaches the package index), and read only
-by the runs.
+in the sandbox as an env's build is (its own network namespace: pip reaches the package index
+through fixgraph's index proxy, nothing else), and read only by the runs.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ class ToolEnvs:
         (path / "home").mkdir(parents=True)
         venv = path / "venv"
         env = build_env(path / "home", venv)
-        limits = Limits(self.build_timeout_s, int(self.build_timeout_s * 2), 8192, network_isolation=False)
+        limits = Limits(self.build_timeout_s, int(self.build_timeout_s * 2), 8192, index_access=True)
         meta: dict[str, Any] = {"ok": False, "service": service.name, "packages": list(packages(service)),
                                 "python": sys.version.split()[0], "tries": tries}
         for what, argv in (("venv", [sys.executable, "-m", "venv", str(venv)]),

@@ -7,8 +7,11 @@ runner, ``scoring.execution.envs``' virtualenvs, ``scoring.execution.docker``) b
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -210,10 +213,27 @@ class UnavailableRunner:
 
 def run_root(configured: Path | None) -> Path:
     """Where test runs make their working copies: outside any project checkout by default, so
-    pytest finds no configuration but the repository's own (it climbs up looking for one)."""
-    root = configured or Path(tempfile.gettempdir()) / "fixgraph-testruns"
-    root.mkdir(parents=True, exist_ok=True)
-    return root.resolve()
+    pytest finds no configuration but the repository's own (it climbs up looking for one).
+
+    The default is one folder per user in the temp dir (``fixgraph-testruns-<uid>``), used only
+    when it is a real folder this user owns that no one else may write to: another user could
+    have made it first (``/tmp`` is everyone's) and could then swap a run's copy under fixgraph.
+    Otherwise this process gets a fresh private folder of its own."""
+    if configured is not None:
+        configured.mkdir(parents=True, exist_ok=True)
+        return configured.resolve()
+    root = Path(tempfile.gettempdir()) / f"fixgraph-testruns-{os.geteuid()}"
+    with contextlib.suppress(FileExistsError):
+        root.mkdir(mode=0o755)
+    st = os.lstat(root)
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022:
+        return root.resolve()
+    return _private_run_root()
+
+
+@functools.cache
+def _private_run_root() -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"fixgraph-testruns-{os.geteuid()}-")).resolve()
 
 
 def git(work: Path, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
