@@ -252,6 +252,18 @@ def test_the_bots_default_port_is_no_local_servers_port():
     assert f"FIXGRAPH_WEBHOOK_PORT={port}\n" in (PROJECT_ROOT / ".env.example").read_text()
 
 
+def test_a_server_named_without_a_key_bills_nothing_whatever_its_models_name(tmp_path):
+    # The smoke's summary said $0.0119 for a llama.cpp server given as OPENAI_BASE_URL: the
+    # config's model names stayed gpt-4o-mini and were charged OpenAI's price.
+    from fixgraph.config import load_config
+    from fixgraph.models.discover import resolve_llm
+
+    cfg, _ = resolve_llm(load_config("redo", env={"OPENAI_BASE_URL": "http://127.0.0.1:8080/v1"}), [])
+    assert cfg.llm.models.planner == "gpt-4o-mini" and cfg.llm.prices == {}
+    keyed, _ = resolve_llm(load_config("redo", env={"OPENAI_API_KEY": "sk-x"}), [])
+    assert keyed.llm.prices["gpt-4o-mini"].input > 0
+
+
 def test_a_reply_without_usage_is_charged_an_estimate():
     from langchain_core.messages import AIMessage
 

@@ -110,8 +110,9 @@ def resolve_llm(cfg: RunConfig, servers: Sequence[tuple[str, str]] = LOCAL_SERVE
     if has_key:
         return cfg, None
     if cfg.llm.base_url:
-        # A local server named without a key: any non-empty key works there.
-        llm = cfg.llm.model_copy(update={"api_key": SecretStr(LOCAL_KEY)})
+        # A local server named without a key: any non-empty key works there, and nobody bills it
+        # (its model may still be called gpt-4o-mini: the smoke's run was charged OpenAI's price).
+        llm = cfg.llm.model_copy(update={"api_key": SecretStr(LOCAL_KEY), "prices": {}})
         return cfg.model_copy(update={"llm": llm}), None
     server = probe(servers, timeout_s)
     if server is None:
