@@ -126,3 +126,29 @@ def test_a_django_test_whose_subtests_fail_is_failed_under_its_full_id():
     assert statuses["test_help_text (auth_tests.test_validators.UsernameValidatorsTests)"] == "PASSED"
     full_311 = "test_unicode_validator (auth_tests.test_validators.UsernameValidatorsTests.test_unicode_validator)"
     assert statuses[full_311] == "ERROR"
+
+
+DJANGO_DOCSTRING_LOG = """test_plain (decorators.tests.MethodDecoratorTests) ... ok
+test_wrapper_assignments (decorators.tests.MethodDecoratorTests)
+@method_decorator preserves wrapper assignments. ... FAIL
+
+======================================================================
+FAIL: test_wrapper_assignments (decorators.tests.MethodDecoratorTests)
+@method_decorator preserves wrapper assignments.
+----------------------------------------------------------------------
+AssertionError: None != 'method'
+"""
+
+
+def test_a_django_test_with_a_docstring_has_its_full_id_failing_and_passing():
+    """django's verbose runner puts a docstring's first line, with the status, under the test's id;
+    swebench's parser names the test by that line (django-14787's reproduction test read as
+    "no test was collected"). Its full id is kept beside the parser's entry."""
+    from scoring.execution.specs import parse_log
+
+    full = "test_wrapper_assignments (decorators.tests.MethodDecoratorTests)"
+    failing = parse_log("django/django", DJANGO_DOCSTRING_LOG)
+    assert failing[full] == "FAILED" and failing["@method_decorator preserves wrapper assignments."] == "FAILED"
+    assert failing["test_plain (decorators.tests.MethodDecoratorTests)"] == "PASSED"
+    passing = parse_log("django/django", DJANGO_DOCSTRING_LOG.split("\n\n")[0].replace("... FAIL", "... ok"))
+    assert passing[full] == "PASSED"

@@ -119,6 +119,13 @@ _SYMPY_LAST = re.compile(r"^(test_\w+) (ok|F|E)\s+\[(?:OK|FAIL)\]$")
 # django (unittest) with a failing subTest: the test's own line gets no status, and the failure
 # header carries the subtest's parameters after the id.
 _DJANGO_SUBTEST = re.compile(r"^(FAIL|ERROR): (\w+ \([\w.]+\)) \(.*\)$")
+# django (unittest, --verbosity 2) with a test that has a docstring: its id alone on a line, the
+# docstring's first line with the status on the next; swebench's parser names the test by the
+# docstring (as the harness's FAIL_TO_PASS lists do).
+_DJANGO_ID_LINE = re.compile(r"^\w+ \([\w.]+\)$")
+_DJANGO_STATUS = re.compile(r" \.\.\. (ok|FAIL|ERROR|skipped|expected failure|unexpected success)\b")
+_DJANGO_WORDS = {"ok": "PASSED", "FAIL": "FAILED", "ERROR": "ERROR", "skipped": "SKIPPED",
+                 "expected failure": "XFAIL", "unexpected success": "FAILED"}
 
 
 def parse_log(repo: str, log: str) -> dict[str, str]:
@@ -136,11 +143,7 @@ def parse_log(repo: str, log: str) -> dict[str, str]:
     except Exception:  # a parser crash on odd output means nothing parsed, not a runner crash
         return {}
     if repo == "django/django":
-        # swebench's parser reads such a test as the bare name only, which nobody's test owns;
-        # the harness, not finding the full id, counts it as not passed, as FAILED does.
-        for line in log.splitlines():
-            if (match := _DJANGO_SUBTEST.match(line.rstrip())) and match.group(2) not in statuses:
-                statuses[match.group(2)] = "FAILED" if match.group(1) == "FAIL" else "ERROR"
+        _django_full_ids(log, statuses)
     if repo != "sympy/sympy":
         return statuses
     for line in log.splitlines():
@@ -153,6 +156,24 @@ def parse_log(repo: str, log: str) -> dict[str, str]:
         if statuses.get(name) in (None, "PASSED"):
             statuses[name] = status
     return statuses
+
+
+def _django_full_ids(log: str, statuses: dict[str, str]) -> None:
+    """Add, under their full ids (``test_x (app.module.Class)``), the django tests swebench's parser
+    reads only by another name: the bare name of a test whose subTest failed (its own line gets no
+    status), and the docstring of a test that has one. A test's id is then the same whether it
+    fails or passes, and the file it belongs to is known. The parser's own entries stay: hidden
+    tests are graded by them, as the harness does."""
+    lines = log.splitlines()
+    for line, following in zip(lines, [*lines[1:], ""], strict=True):
+        line = line.rstrip()
+        if (match := _DJANGO_SUBTEST.match(line)) and match.group(2) not in statuses:
+            # not found under its full id, the harness counts it as not passed, as FAILED does
+            statuses[match.group(2)] = "FAILED" if match.group(1) == "FAIL" else "ERROR"
+        elif (_DJANGO_ID_LINE.match(line) and line not in statuses
+              and not _DJANGO_ID_LINE.match(following.rstrip())
+              and (status := _DJANGO_STATUS.search(following))):
+            statuses[line] = _DJANGO_WORDS[status.group(1)]
 
 
 def patch_files(patch: str) -> list[str]:
