@@ -146,8 +146,8 @@ def test_file_from_test_patch(inst: Instance, wt: Worktree, only_changed: bool =
 
 def keep_tests(content: str, changed: set[int]) -> str:
     """``content`` without the test functions and methods none of whose lines is in ``changed``
-    (a class of tests left with none goes too, unless it derives from a class that keeps some);
-    the whole file when none would be left."""
+    (a class of tests left with none goes too, unless it derives from a class that keeps some
+    or a class that stays derives from it); the whole file when none would be left."""
     try:
         tree = ast.parse(content)
     except SyntaxError:
@@ -170,6 +170,16 @@ def keep_tests(content: str, changed: set[int]) -> str:
     while grown := {c.name for c in classes if c.name not in live
                     and any(isinstance(b, ast.Name) and b.id in live for b in c.bases)}:
         live |= grown
+    def tests_of(node: ast.ClassDef) -> tuple[list[ast.stmt], list[ast.stmt]]:
+        methods = [m for m in node.body if is_test(m)]
+        return methods, [m for m in methods if changed.isdisjoint(span(m))]
+
+    gone_whole = {c.name for c in classes if c.name not in live and tests_of(c)[0]
+                  and len(tests_of(c)[1]) == len(tests_of(c)[0]) and changed.isdisjoint(span(c))}
+    # A class that stays needs its bases (Jinja2EmptyLabelTestCase(EmptyLabelTestCase)).
+    while needed := {b.id for c in classes if c.name not in gone_whole
+                     for b in c.bases if isinstance(b, ast.Name)} & gone_whole:
+        gone_whole -= needed
     for node in tree.body:
         if is_test(node):
             if changed.isdisjoint(span(node)):
@@ -177,17 +187,13 @@ def keep_tests(content: str, changed: set[int]) -> str:
             else:
                 kept += 1
         elif isinstance(node, ast.ClassDef):
-            methods = [m for m in node.body if is_test(m)]
-            gone = [m for m in methods if changed.isdisjoint(span(m))]
+            methods, gone = tests_of(node)
             kept += len(methods) - len(gone)
-            if node.name in live:
-                # An empty class body would not parse: such a subclass keeps its own tests.
-                if len(gone) < len(node.body):
-                    drop += [span(m) for m in gone]
-            elif methods and len(gone) == len(methods) and changed.isdisjoint(span(node)):
+            if node.name in gone_whole:
                 drop.append(span(node))
-            else:
+            elif len(gone) < len(node.body):
                 drop += [span(m) for m in gone]
+            # else: an empty class body would not parse; such a class keeps its own tests
     if not kept:
         return content
     lines = content.splitlines(keepends=True)

@@ -80,6 +80,17 @@ class TimeZoneTests(DatabaseSessionTests):
 class Unrelated(unittest.TestCase):
     def test_other(self):
         pass
+
+
+class EmptyLabelTests(unittest.TestCase):
+    widget = None
+
+    def test_label(self):
+        pass
+
+
+class Jinja2EmptyLabelTests(EmptyLabelTests):
+    renderer = "jinja2"
 '''
 
 
@@ -92,7 +103,10 @@ def test_a_mixins_edited_test_keeps_the_classes_that_run_it():
     # ...unless nothing else is in the class body, which would not parse without them
     assert "class TimeZoneTests(DatabaseSessionTests)" in kept and "test_tz_only" in kept
     assert "Unrelated" not in kept
-    compile(kept, "kept.py", "exec")
+    # a class that stays (no tests of its own to drop) keeps its base (django-16229's NameError)
+    assert "class EmptyLabelTests(unittest.TestCase)" in kept and "class Jinja2EmptyLabelTests" in kept
+    assert "def test_label" not in kept
+    exec(compile(kept, "kept.py", "exec"), {})
 
 
 def test_a_patch_that_touches_no_test_keeps_the_whole_file():
