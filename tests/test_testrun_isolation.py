@@ -89,6 +89,12 @@ def _run_script(tmp_path: Path, script: str, isolate: bool = True) -> str:
     return done.output
 
 
+def test_a_test_process_has_a_user_name_though_its_uid_has_no_account(tmp_path: Path) -> None:
+    # django's createsuperuser tests take the default username from getpass.getuser().
+    out = _run_script(tmp_path, "import getpass\nprint('user=' + getpass.getuser())\n")
+    assert "user=fixgraph" in out
+
+
 def _host_has_ipv6_loopback() -> bool:
     try:
         with socket.socket(socket.AF_INET6) as sock:

@@ -51,6 +51,7 @@ from fixgraph.sandbox import indexproxy
 
 # Variables a test process may inherit from the parent; everything else is dropped.
 _INHERITED = ("TZ", "TERM", "SOURCE_DATE_EPOCH")
+SANDBOX_USER = "fixgraph"
 _SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Lengthy output is cut to its last part: parsers need the summary, which comes last.
 MAX_OUTPUT_BYTES = 8_000_000
@@ -93,6 +94,11 @@ def scrubbed_env(home: Path, extra: Mapping[str, str] | None = None,
         PIP_DISABLE_PIP_VERSION_CHECK="1",
         GIT_TERMINAL_PROMPT="0",
         NO_COLOR="1",
+        # The sandbox's uid has no account: getpass.getuser() reads these first. Without them
+        # django's createsuperuser tests found no default username and re-prompted forever
+        # (auth_tests.test_management ran to its 900 s limit; as root, the harness's, it passes).
+        USER=SANDBOX_USER,
+        LOGNAME=SANDBOX_USER,
     )
     env.update(extra or {})
     return env

@@ -255,12 +255,13 @@ def _baseline_path(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, 
     env_key = runner.env_key(task, wt)
     # "unrooted": test ids no longer hold the run's path (base runs cached before hold it);
     # "loopback-up": runs since the sandbox's own loopback is up (a test's local server works).
-    # A new tag whenever what a run does or what is parsed from it changes ("django-full-ids": a
+    # A new tag whenever what a run does or what is parsed from it changes ("user-name": test
+    # processes have USER and LOGNAME; "django-full-ids": a
     # django test whose subTest failed, or that has a docstring, is read under its full id too;
     # other repositories' runs unchanged).
     parsed = ("django-full-ids",) if task.repo == "django/django" else ()
     key = content_key(task.base_commit, *suite.key_parts(), env_key, runner.backend, str(runs), "unrooted",
-                      "crash-records", "sympy-last-test", "loopback-up", *parsed)
+                      "crash-records", "sympy-last-test", "loopback-up", "user-name", *parsed)
     return env_key, runner.cache_dir / "test-baselines" / f"{_safe(task.instance_id)}-{key}.json"
 
 
