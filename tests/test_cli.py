@@ -13,6 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run_graph(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 60):
     base = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "FIXGRAPH", "EVAL_MODE"))}
+    # No discovery of this machine's own LLM servers (a llama.cpp on 8080 answered it here).
+    base["FIXGRAPH_LOCAL_SERVERS"] = ""
     base.update(env or {})
     return subprocess.run([sys.executable, str(ROOT / "graph.py"), *args], cwd=cwd, env=base,
                           capture_output=True, text=True, timeout=timeout)
