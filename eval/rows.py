@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import signal
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -140,11 +141,24 @@ def open_rows(path: Path | None, resume: bool) -> TextIO | None:
     return path.open("a" if resume else "w", encoding="utf-8") if path is not None else None
 
 
+# What a row must not carry of the machine that wrote it (rows are kept in eval/results): a test
+# run's folder (scoring/execution/testenv.py), pyenv's interpreters, the home folder.
+_RUN_FOLDER = re.compile(r"/[\w./-]*?fixgraph-testruns[\w-]*/[0-9a-f]{6,}/")
+_PYENV = re.compile(r"(?:/[\w.-]+)*?/\.pyenv/versions/[\w.-]+/")
+
+
+def machine_neutral(text: str) -> str:
+    """``text`` with this machine's paths as placeholders: ``<run>/``, ``<python>/``, ``~/``."""
+    text = _PYENV.sub("<python>/", _RUN_FOLDER.sub("<run>/", text))
+    home = str(Path.home())
+    return text.replace(home + "/", "~/") if home.strip("/") else text
+
+
 def write_row(out: TextIO | None, rec: dict[str, Any]) -> None:
     """``rec`` as one JSON line of ``out`` (nothing without a file), flushed at once: a run killed
-    later keeps every row it judged."""
+    later keeps every row it judged. Paths of this machine in its messages become placeholders."""
     if out is not None:
-        out.write(json.dumps(rec) + "\n")
+        out.write(machine_neutral(json.dumps(rec)) + "\n")
         out.flush()
 
 

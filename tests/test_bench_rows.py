@@ -5,6 +5,7 @@ resumed run reads back."""
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -76,3 +77,18 @@ def test_shards_run_side_by_side_each_in_worktrees_of_their_own() -> None:
     # while the other held a patch applied there, and git apply -R failed.
     tags = {run_tag(argparse.Namespace(shard=s)) for s in ("", "0/3", "1/3", "2/3")}
     assert tags == {"all", "0of3", "1of3", "2of3"}
+
+
+def test_a_row_carries_no_path_of_the_machine_that_wrote_it(tmp_path: Path) -> None:
+    # Rows are kept in eval/results; a runner's traceback held /root/.pyenv/... and a run's folder.
+    from eval.rows import write_row
+
+    reason = ('File "/root/.pyenv/versions/3.8.18/lib/python3.8/unittest/loader.py", line 154; '
+              "(/tmp/fixgraph-testruns-0/b21aff27a693/repo/sympy/__init__.py) "
+              f"{Path.home()}/notes.txt tests/m2m_through/models.py")
+    out = tmp_path / "rows.jsonl"
+    with out.open("w") as fh:
+        write_row(fh, {"reason": reason})
+    row = json.loads(out.read_text())
+    assert row["reason"] == ('File "<python>/lib/python3.8/unittest/loader.py", line 154; '
+                             "(<run>/repo/sympy/__init__.py) ~/notes.txt tests/m2m_through/models.py")
