@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 from eval.attacks import ROOT, SECRET, attack
+from fixgraph.sandbox.jail import accept_each
 
 # ---- helpers -------------------------------------------------------------------------------
 
@@ -48,16 +49,11 @@ def count_connections(srv: socket.socket) -> list[int]:
     """Accept (and close) every connection to the listening ``srv`` on a thread; one item each."""
     hits: list[int] = []
 
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                return
-            hits.append(1)
-            conn.close()
+    def count(conn: socket.socket) -> None:
+        hits.append(1)
+        conn.close()
 
-    threading.Thread(target=accept, daemon=True).start()
+    accept_each(srv, count)
     return hits
 
 

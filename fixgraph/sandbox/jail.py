@@ -43,6 +43,7 @@ import stat
 import struct
 import sys
 import threading
+from collections.abc import Callable
 
 _libc = ctypes.CDLL(None, use_errno=True)
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 1, 2, 4, 4096, 16384
@@ -211,18 +212,23 @@ def _forward_one(conn: socket.socket, target: str) -> None:
     _splice(conn, out)
 
 
-def forward(srv: socket.socket, target: str) -> None:
-    """Each connection to ``srv`` joined to the Unix socket ``target``, on threads of PID 1 (the
-    step reaches only what the proxy behind ``target`` allows; the socket's folder is fixgraph's)."""
+def accept_each(srv: socket.socket, handle: Callable[[socket.socket], object]) -> None:
+    """``handle(conn)`` for each connection to the listening ``srv``, on a thread, until it closes."""
     def accept() -> None:
         while True:
             try:
                 conn, _ = srv.accept()
             except OSError:
                 return
-            threading.Thread(target=_forward_one, args=(conn, target), daemon=True).start()
+            handle(conn)
 
     threading.Thread(target=accept, daemon=True).start()
+
+
+def forward(srv: socket.socket, target: str) -> None:
+    """Each connection to ``srv`` joined to the Unix socket ``target``, on threads of PID 1 (the
+    step reaches only what the proxy behind ``target`` allows; the socket's folder is fixgraph's)."""
+    accept_each(srv, lambda conn: threading.Thread(target=_forward_one, args=(conn, target), daemon=True).start())
 
 
 def _write(path: str, text: str) -> None:
