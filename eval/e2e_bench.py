@@ -52,8 +52,6 @@ from scoring.verdict.critic import InputError
 # The key the config gets: a word no repository's code holds, since records mask it wherever it
 # appears ("oracle" would mask django's oracle backend in its patches and paths).
 SCRIPTED_KEY = "sk-e2e-bench-scripted"
-# Replies per schema: a retry of the loop gets the gold patch again, not a script run dry.
-REPLIES = 10
 WHY_CHARS = 600
 RAN = ("patched", "empty")  # the record's statuses of a task the graph took to its end
 
@@ -93,11 +91,6 @@ def choose(instances: list[Instance], args: argparse.Namespace) -> list[Instance
               "left out", file=sys.stderr)
     mirrored.sort(key=lambda i: (i.repo, i.version, i.instance_id))
     return sample(mirrored, args.stride, 0, shard)
-
-
-def script(inst: Instance, own_test: dict[str, Any] | None) -> dict[str, list[dict[str, Any]]]:
-    """The oracle's replies, each schema's last one repeated so that every retry gets it too."""
-    return {name: replies + replies[-1:] * REPLIES for name, replies in oracle_script(inst, own_test).items()}
 
 
 def own_test_file(inst: Instance, repos: RepoCache, key: str) -> dict[str, Any] | None:
@@ -163,7 +156,7 @@ class Bench:
             detail = str(exc).strip().splitlines() or ["git failed"]
             return head | {"outcome": "no_checkout", "kind": "none", "why": detail[-1][:WHY_CHARS],
                            "seconds": round(time.monotonic() - t0, 1)}
-        model = ScriptedChatModel(script=script(inst, own))
+        model = ScriptedChatModel(script=oracle_script(inst, own))
         run_tasks([inst], self.cfg, run_id=self.run_id, repos=self.mirrors,
                   model_factory=lambda role: model, progress=False)
         record = self.store.read_record(inst.instance_id)
