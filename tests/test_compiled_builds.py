@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from scoring.execution.compiled import MPL_SETUP_CFG, classify_failure, compiled_build
+from scoring.execution.compiled import MPL_SETUP_CFG, classify_failure, compiled_build, with_wheel_pins
+from scoring.execution.specs import repo_specs
 
 # other.cpp: a C++ extension, linked as distutils links C++ (with the C++ compiler's name)
 SETUP_PY = """from setuptools import Extension, setup
@@ -80,6 +82,16 @@ def test_matplotlib_uses_debian_freetype_and_qhull_and_skips_downloads(tmp_path:
         "--no-build-isolation") == 1
     plain = compiled_build("psf/requests", "2.0", tmp_path)
     assert not plain.compiled and plain.env == {} and plain.pre_install(steps) == steps
+
+
+def test_pins_with_no_wheel_for_the_specs_python_take_the_nearest_that_has_one(tmp_path: Path) -> None:
+    spec = repo_specs(tmp_path, "scikit-learn/scikit-learn", "1.3")
+    assert spec is not None and "'numpy==1.19.2'" in spec["packages"]  # quoted: split as a shell would
+    pinned = with_wheel_pins("scikit-learn/scikit-learn", "1.3", spec)
+    assert shlex.split(pinned["packages"])[:3] == ["numpy==1.19.3", "scipy==1.5.4", "cython==3.0.10"]
+    assert "'pandas<2.0.0'" in pinned["packages"] and pinned["pip_packages"] == spec["pip_packages"]
+    old = repo_specs(tmp_path, "scikit-learn/scikit-learn", "0.20")
+    assert with_wheel_pins("scikit-learn/scikit-learn", "0.20", old) is old  # Python 3.6 has 1.19.2's wheel
 
 
 @pytest.mark.parametrize(("log", "timed_out", "kind", "transient"), [

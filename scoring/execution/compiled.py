@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 # (repo, version) -> pins for every pip command of the build, the spec's own included.
 COMPILED_CONSTRAINTS: dict[tuple[str, str], list[str]] = {
@@ -43,6 +45,13 @@ ENV_YML_TEST_PACKAGES: dict[str, list[str]] = {
                               "nbformat", "pandas<2.3", "psutil", "pytz", "tornado"],
 }
 COMPILED_REPOS = frozenset({"matplotlib/matplotlib", "scikit-learn/scikit-learn"})
+# A spec's pins that PyPI has no wheel of for the spec's Python (conda's channels, which the harness's
+# images use, have one), and the nearest version that has: scikit-learn 1.3 runs on Python 3.9, and
+# numpy 1.19.2 and scipy 1.5.2 have no cp39 wheel (numpy 1.19.3 and scipy 1.5.4 are the first that
+# do; numpy 1.19's sdist does not build on 3.9 without a compile of its own of minutes).
+WHEEL_PINS: dict[tuple[str, str], dict[str, str]] = {
+    ("scikit-learn/scikit-learn", "1.3"): {"numpy==1.19.2": "numpy==1.19.3", "scipy==1.5.2": "scipy==1.5.4"},
+}
 
 # What setupext.py reads from MPLSETUPCFG: the Debian libraries instead of downloaded sources.
 MPL_SETUP_CFG = "[libs]\nsystem_freetype = true\nsystem_qhull = true\n"
@@ -157,6 +166,19 @@ def build_requires(checkout: Path) -> list[str]:
         return []
     requires = data.get("build-system", {}).get("requires", [])
     return [r for r in requires if isinstance(r, str) and not _PINNED_BY_SPEC.match(r.strip())]
+
+
+def with_wheel_pins(repo: str, version: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` with :data:`WHEEL_PINS`' versions in its ``packages`` and ``pip_packages``."""
+    swap = WHEEL_PINS.get((repo, version))
+    if not swap:
+        return spec
+    packages = spec.get("packages", "")
+    out = dict(spec)
+    if isinstance(packages, str) and packages not in ("requirements.txt", "environment.yml"):
+        out["packages"] = " ".join(shlex.quote(swap.get(p, p)) for p in shlex.split(packages))
+    out["pip_packages"] = [swap.get(p, p) for p in spec.get("pip_packages") or []]
+    return out
 
 
 def offline_pre_install(steps: list[str]) -> list[str]:

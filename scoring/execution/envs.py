@@ -26,6 +26,7 @@ import glob
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -53,6 +54,7 @@ from scoring.execution.compiled import (
     missing_system_packages,
     offline_pre_install,
     reuse_generated,
+    with_wheel_pins,
 )
 from scoring.execution.specs import repo_specs, requirements_paths, requirements_text
 from scoring.execution.testenv import EnvError, LocalService, TestEnv, materialize
@@ -200,7 +202,8 @@ class VenvEnvs:
         if (task.repo, task.version) in HARNESS_PYTHON:
             spec = {**spec, "python": HARNESS_PYTHON[(task.repo, task.version)]}
         if is_compiled(task.repo):  # the test runs redo pre_install too: not its downloads and apt-get
-            spec = {**spec, "pre_install": offline_pre_install(list(spec.get("pre_install", [])))}
+            spec = {**with_wheel_pins(task.repo, task.version, spec),
+                    "pre_install": offline_pre_install(list(spec.get("pre_install", [])))}
         path = self.env_path(task)
         with file_lock(path.parent / f"{path.name}.lock"):
             meta_path = path / "env.json"
@@ -361,7 +364,7 @@ class VenvEnvs:
         elif pkgs == "environment.yml":
             run.log.append("[fixgraph] environment.yml is conda's; relying on pip_packages (and its test "
                            "packages, scoring.execution.compiled.ENV_YML_TEST_PACKAGES)\n")
-        elif pkgs and not run([vpy, "-m", "pip", "install", "-q", *pkgs.split()], setup, "packages"):
+        elif pkgs and not run([vpy, "-m", "pip", "install", "-q", *shlex.split(pkgs)], setup, "packages"):
             return fail(f"installing {pkgs} failed: {meta['step_error']}", retryable=run.transient)
         if spec.get("pip_packages") and not run([vpy, "-m", "pip", "install", "-q", *spec["pip_packages"]], setup,
                                                 "pip_packages"):
