@@ -91,6 +91,7 @@ def test_pins_with_no_wheel_for_the_specs_python_take_the_nearest_that_has_one(t
     assert shlex.split(pinned["packages"])[:3] == ["numpy==1.19.3", "scipy==1.5.4", "cython==3.0.10"]
     assert "'pandas<2.0.0'" in pinned["packages"] and pinned["pip_packages"] == spec["pip_packages"]
     old = repo_specs(tmp_path, "scikit-learn/scikit-learn", "0.20")
+    assert old is not None
     assert with_wheel_pins("scikit-learn/scikit-learn", "0.20", old) is old  # Python 3.6 has 1.19.2's wheel
 
 
