@@ -27,7 +27,10 @@ the tied groups), the best single run; then the weights tuned on all rows (in-sa
 leave-one-repository-out (cross-validated), for the whole grid and for each family of agreement
 signals, the family that cross-validates best, the count with the family also chosen without
 the held-out repository (nested: the figure that reuses no held-out row for any choice the grid
-makes), the instances the rule got wrong, seconds per instance.
+makes), the best single run chosen without the repository it counts (the run that resolves the
+most of the other repositories' rows: the best single run column is chosen after seeing every row),
+the instances the rule got wrong, seconds per instance. With one repository nothing can be held
+out: the counts that hold a repository out are not printed (their folds would tune on no row).
 Last line: ``selected=<n> oracle=<n> vote=<n> random=<x> best_single=<n> instances=<n>``.
 """
 
@@ -424,6 +427,22 @@ def nested_cv(prepared: Sequence[Prepared], spaces: dict[str, list[select.Weight
     return counts, chosen
 
 
+def best_run_held_out(repo_of: dict[str, str], runs: dict[str, dict[str, dict[str, Any]]]) -> dict[str, tuple[str, int]]:
+    """Per repository of ``repo_of`` (instance -> repository): the run that resolves the most of the
+    other repositories' instances (ties: the later name, as for the best single run) and how many of
+    this repository's it resolves. The best single run in hindsight is chosen on every row, the
+    counted repository's included; no one knows in advance which run is best on a repository."""
+    def resolved(name: str, ids: Sequence[str]) -> int:
+        return sum(bool(runs[name].get(i, {}).get("resolved")) for i in ids)
+
+    out: dict[str, tuple[str, int]] = {}
+    for repo in sorted(set(repo_of.values())):
+        others = [i for i, r in repo_of.items() if r != repo]
+        best = max(runs, key=lambda name: (resolved(name, others), name))
+        out[repo] = best, resolved(best, [i for i, r in repo_of.items() if r == repo])
+    return out
+
+
 def _why(p: Prepared, i: int | None, j: int) -> str:
     """A short account of why candidate i was picked over the resolved candidate j."""
     def show(k: int) -> str:
@@ -450,33 +469,44 @@ def report(prepared: list[Prepared], runs: dict[str, dict[str, dict[str, Any]]],
     matrices = {name: resolved_matrix(prepared, space) for name, space in spaces.items()}
     fitted = {name: cross_validate(prepared, spaces[name], matrices[name]) for name in FAMILIES}
     tuned, tuned_n, cv = fitted["both"]
+    # With one repository a held-out fold tunes on no row and falls back to PRIOR: not a count.
+    one_repo = len(by_repo) < 2
     print(f"{'repo':<22}{'inst':>5}{'oracle':>7}{'select':>7}{'cv':>5}{'random':>8}{'vote':>7}{'best1':>6}{'s/inst':>8}")
     for repo in sorted(by_repo):
         rows = by_repo[repo]
         print(f"{repo:<22}{len(rows):>5}{sum(any(p.resolved) for p in rows):>7}"
-              f"{sum(p.resolved_pick(w0) for p in rows):>7}{cv[repo]:>5}{sum(p.random() for p in rows):>8.2f}"
+              f"{sum(p.resolved_pick(w0) for p in rows):>7}{'-' if one_repo else cv[repo]:>5}{sum(p.random() for p in rows):>8.2f}"
               f"{sum(p.vote() for p in rows):>7.2f}{sum(bool(runs[best_run].get(p.iid, {}).get('resolved')) for p in rows):>6}"
               f"{statistics.median([p.row.get('seconds', 0.0) for p in rows]):>8.1f}")
     selected = sum(p.resolved_pick(w0) for p in prepared)
     oracle = sum(any(p.resolved) for p in prepared)
-    print(f"{'all':<22}{len(prepared):>5}{oracle:>7}{selected:>7}{sum(cv.values()):>5}"
+    print(f"{'all':<22}{len(prepared):>5}{oracle:>7}{selected:>7}{'-' if one_repo else sum(cv.values()):>5}"
           f"{sum(p.random() for p in prepared):>8.2f}{sum(p.vote() for p in prepared):>7.2f}{single[best_run]:>6}"
           f"{statistics.median([p.row.get('seconds', 0.0) for p in prepared]):>8.1f}")
     print("single runs: " + ", ".join(f"{n} {k}" for n, k in sorted(single.items(), key=lambda x: -x[1])))
     print(f"default weights {w0.to_dict()}: {selected}")
     print(f"tuned on all rows (in-sample): {tuned_n} with {tuned.to_dict()}")
-    print(f"tuned leave-one-repo-out (cross-validated): {sum(cv.values())} "
-          f"({', '.join(r.split('/')[-1] + ' ' + str(n) for r, n in sorted(cv.items()))})")
+    if not one_repo:
+        print(f"tuned leave-one-repo-out (cross-validated): {sum(cv.values())} "
+              f"({', '.join(r.split('/')[-1] + ' ' + str(n) for r, n in sorted(cv.items()))})")
     for name, (w, n, folds) in fitted.items():
         nonzero = {k: v for k, v in w.to_dict().items() if v and k != "judged"}
-        print(f"grid {name}: in-sample {n} ({nonzero}), cross-validated {sum(folds.values())}")
-    # The defaults to ship: the family that generalizes best, tuned on every row.
-    chosen = max(fitted, key=lambda name: sum(fitted[name][2].values()))
-    print(f"chosen by cross-validation: {chosen}: {fitted[chosen][0].to_dict()}")
-    nested, families = nested_cv(prepared, spaces, matrices)
-    print(f"family and weights chosen on the other repositories (nested): {sum(nested.values())} "
-          f"({', '.join(r.split('/')[-1] + ' ' + str(n) for r, n in sorted(nested.items()))}; families: "
-          f"{', '.join(r.split('/')[-1] + ' ' + families[r].split(' (')[0] for r in sorted(families))})")
+        held = "" if one_repo else f", cross-validated {sum(folds.values())}"
+        print(f"grid {name}: in-sample {n} ({nonzero}){held}")
+    if one_repo:
+        print("one repository: not cross-validated (no other repository's rows to tune weights or choose a run on)")
+    else:
+        # The defaults to ship: the family that generalizes best, tuned on every row.
+        chosen = max(fitted, key=lambda name: sum(fitted[name][2].values()))
+        print(f"chosen by cross-validation: {chosen}: {fitted[chosen][0].to_dict()}")
+        nested, families = nested_cv(prepared, spaces, matrices)
+        print(f"family and weights chosen on the other repositories (nested): {sum(nested.values())} "
+              f"({', '.join(r.split('/')[-1] + ' ' + str(n) for r, n in sorted(nested.items()))}; families: "
+              f"{', '.join(r.split('/')[-1] + ' ' + families[r].split(' (')[0] for r in sorted(families))})")
+        fair = best_run_held_out({p.iid: p.repo for p in prepared}, runs)
+        print(f"best single run chosen on the other repositories: {sum(n for _, n in fair.values())} "
+              f"({', '.join(r.split('/')[-1] + ' ' + str(n) for r, (_, n) in fair.items())}; runs: "
+              f"{', '.join(f'{name} {k}' for name, k in Counter(name for name, _ in fair.values()).most_common())})")
     notes = [p for p in prepared if p.row.get("note")]
     if notes:
         print(f"instances with a note ({len(notes)}): " + "; ".join(f"{p.iid}: {p.row['note'][:120]}" for p in notes[:10]))

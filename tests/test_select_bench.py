@@ -35,6 +35,9 @@ def test_bench_picks_by_agreement_and_scores_with_resolved(tmp_path, capsys, mon
     # The two equal fixes agree; the scratch script and the empty patch are never picked.
     # random: 2 of the 4 non-empty candidates resolved; vote: the fix's group of two.
     assert lines[-1] == "selected=1 oracle=1 vote=1.0 random=0.50 best_single=1 instances=1"
+    # One repository: a held-out fold would tune on no row, so no count that holds one out is printed.
+    assert "one repository: not cross-validated" in "\n".join(lines)
+    assert not any("cross-validated)" in x or "(nested)" in x or "other repositories:" in x for x in lines)
     row = json.loads(out.read_text())
     assert row["signals"]["e"] == {"applies": False, "why": "empty patch"}
     assert row["signals"]["b"]["applies"] and "static" not in row["signals"]["b"]
@@ -150,6 +153,15 @@ def test_nested_cross_validation_chooses_the_family_without_the_repository_it_co
     # ...while each repository, held out, gets the family the other two prefer: always the wrong one.
     assert chosen == {"x": "small", "y": "large", "z": "large"}
     assert counts == {"x": 0, "y": 0, "z": 0}
+
+
+def test_the_fair_best_run_is_chosen_on_the_other_repositories():
+    # Run a resolves repository x's three instances, b one of y's and one of z's: a is the best
+    # single run in hindsight (3 against 2), but chosen without the repository it is counted on.
+    repo_of = {"x1": "x", "x2": "x", "x3": "x", "y1": "y", "z1": "z"}
+    runs = {"a": {i: {"resolved": i.startswith("x")} for i in repo_of},
+            "b": {i: {"resolved": not i.startswith("x")} for i in repo_of}}
+    assert select_bench.best_run_held_out(repo_of, runs) == {"x": ("b", 0), "y": ("a", 0), "z": ("a", 0)}
 
 
 def test_instances_without_a_mirror_are_judged_from_the_patches_alone(tmp_path, capsys, monkeypatch):
