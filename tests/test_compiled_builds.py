@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from scoring.execution.compiled import MPL_SETUP_CFG, classify_failure, compiled_build, with_wheel_pins
+from scoring.execution.envs import pip_requirement
 from scoring.execution.specs import repo_specs
 
 # other.cpp: a C++ extension, linked as distutils links C++ (with the C++ compiler's name)
@@ -93,6 +94,8 @@ def test_pins_with_no_wheel_for_the_specs_python_take_the_nearest_that_has_one(t
     old = repo_specs(tmp_path, "scikit-learn/scikit-learn", "0.20")
     assert old is not None
     assert with_wheel_pins("scikit-learn/scikit-learn", "0.20", old) is old  # Python 3.6 has 1.19.2's wheel
+    # pip 25.3 dropped --no-use-pep517, which scikit-learn's install command names
+    assert pip_requirement(spec) == "pip<25.3" and pip_requirement({"install": "python -m pip install -e ."}) == "pip"
 
 
 @pytest.mark.parametrize(("log", "timed_out", "kind", "transient"), [

@@ -181,6 +181,12 @@ INSTALL_TRIES = 2
 BUILD_TRIES = 2
 
 
+def pip_requirement(spec: dict[str, Any]) -> str:
+    """The pip the venv is upgraded to: the newest, unless the spec's install command names an option
+    pip has since removed (``--no-use-pep517``, gone in pip 25.3: scikit-learn's specs)."""
+    return "pip<25.3" if "--no-use-pep517" in str(spec.get("install", "")) else "pip"
+
+
 class VenvEnvs:
     def __init__(self, root: Path, cache_dir: Path, settings: TestSettings,
                  specs: Callable[[str, str], dict[str, Any] | None] | None = None):
@@ -343,7 +349,8 @@ class VenvEnvs:
         if not run([python, "-m", "venv", "--copies", str(venv)], path, "venv"):
             return fail(f"venv with Python {version} failed: {meta['step_error']}")
         vpy = str(venv / "bin" / "python")
-        run([vpy, "-m", "pip", "install", "-q", "--upgrade", "pip", "setuptools<70", "wheel"], path, "pip")
+        run([vpy, "-m", "pip", "install", "-q", "--upgrade", pip_requirement(spec), "setuptools<70", "wheel"], path,
+            "pip")
         commit = task.environment_setup_commit or task.base_commit
         if materialize(wt, commit, setup):
             shutil.rmtree(setup, ignore_errors=True)
