@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from scoring.execution import linkcache
 from scoring.execution.compiled import MPL_SETUP_CFG, classify_failure, compiled_build, with_wheel_pins
 from scoring.execution.specs import repo_specs
 
@@ -114,6 +115,8 @@ def test_a_link_is_reused_only_while_every_library_it_read_is_the_same(tmp_path:
     assert link(1) == ("link_miss", 1)
     assert link(1) == ("link_hit", 1)
     assert link(2) == ("link_miss", 2)  # mod.o and the arguments are the same; libdep.a is not
+    # arguments in a response file are not seen: such a link is never taken from the cache
+    assert linkcache.link_key("gcc", ["-shared", "@objs.rsp", "-o", "x.so"], str(work), env) is None
 
 
 def test_matplotlib_uses_debian_freetype_and_qhull_and_skips_downloads(tmp_path: Path) -> None:

@@ -67,8 +67,10 @@ def _real_compiler(name):
 
 
 def link_key(name, args, cwd, env):
-    """The key of a link, or None when it is not one this cache takes (not ``-shared``, no ``-o``)."""
-    if "-shared" not in args or "-o" not in args or any(a in _NOT_A_LINK for a in args):
+    """The key of a link, or None when it is not one this cache takes (not ``-shared``, no ``-o``, a
+    response file ``@file``, whose arguments it would not see)."""
+    if ("-shared" not in args or "-o" not in args or any(a in _NOT_A_LINK for a in args)
+            or any(a.startswith("@") for a in args)):
         return None
     real = _real_compiler(name)
     ld = shutil.which("ld")
@@ -81,10 +83,9 @@ def link_key(name, args, cwd, env):
             parts.append(["-o", os.path.basename(next(it, ""))])
         elif not arg.startswith("-") and os.path.isfile(arg):
             parts.append(["file", _sha256(arg)])
-        elif arg.startswith("-Wl,"):
-            # a linker option may name a file (a version script): its bytes, not its path
-            parts.append(["-Wl", [["file", _sha256(p)] if os.path.isfile(p) else p
-                                  for p in re.split(r"[,=]", arg[4:])]])
+        elif arg.startswith("-Wl,") or (arg.startswith("-") and "=" in arg):
+            # an option may name a file (a version script, -specs=): its bytes as well as its path
+            parts.append([arg, [["file", _sha256(p)] for p in re.split(r"[,=]", arg) if os.path.isfile(p)]])
         else:
             parts.append(arg)
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
