@@ -6,10 +6,11 @@
 Per version: the env is built (the spec's venv, then the install at the first Lite instance's base
 commit: cold, unless the shared compiler cache already holds objects of another version, which the
 row says), then installed at the next ``--warm`` instances' base commits (warm: a later base commit
-of the same (repo, version); unchanged translation units come from the compiler cache). Each row has
-the seconds, the compiler cache's hits and misses for that step (ccache's stats log), and whether
-the install was reused without rebuilding (no build input changed between the commits). A rerun skips
-steps already in ``--out``. Last lines: per version ``cold_s warm_s ratio``.
+of the same (repo, version); unchanged translation units come from the compiler cache, unchanged
+extensions' links from the link cache). Each row has the seconds, the compiler cache's hits and
+misses for that step (ccache's stats log), the links reused and made, and whether the install was
+reused without rebuilding (no build input changed between the commits). A rerun skips steps
+already in ``--out``. Last lines: per version ``cold_s warm_s ratio``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from scoring.execution.envs import VenvEnvs
 from scoring.execution.testenv import EnvError
 
 STATS_LOG = "ccache.statslog"
+LINK_STATS_LOG = "linkcache.statslog"
 
 
 def ccache_counts(env_dir: Path) -> dict[str, int]:
@@ -47,6 +49,15 @@ def ccache_counts(env_dir: Path) -> dict[str, int]:
     hits = counts.get("direct_cache_hit", 0) + counts.get("preprocessed_cache_hit", 0)
     misses = counts.get("cache_miss", 0)
     return {"ccache_hits": hits, "ccache_misses": misses}
+
+
+def link_counts(env_dir: Path) -> dict[str, int]:
+    """Links the link cache (scoring/execution/linkcache.py) reused and made for this env's build
+    steps since the last call (then cleared)."""
+    log = env_dir / LINK_STATS_LOG
+    lines = log.read_text(errors="replace").split() if log.is_file() else []
+    log.unlink(missing_ok=True)
+    return {"link_hits": lines.count("link_hit"), "link_misses": lines.count("link_miss")}
 
 
 def build_step(envs: VenvEnvs, cache: RepoCache, inst: Instance, kind: str) -> dict[str, Any]:
@@ -72,6 +83,7 @@ def build_step(envs: VenvEnvs, cache: RepoCache, inst: Instance, kind: str) -> d
     row["install_seconds"] = (after.get("install_seconds")
                               if after.get("installed_commit") == inst.base_commit else 0.0)
     row.update(ccache_counts(path))
+    row.update(link_counts(path))
     cache.remove_worktree(inst.repo, wt)
     return row
 
@@ -170,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             with args.out.open("a") as fh:
                 write_row(fh, row)
             print(f"{key[0]} {key[1]} {kind} {inst.instance_id}: ok={row['ok']} {row['seconds']} s "
-                  f"(install {row['install_seconds']} s, ccache {row['ccache_hits']}/{row['ccache_misses']}) "
+                  f"(install {row['install_seconds']} s, ccache {row['ccache_hits']}/{row['ccache_misses']}, "
+                  f"links reused/made {row['link_hits']}/{row['link_misses']}) "
                   f"{row['reason'][:160]}", file=sys.stderr, flush=True)
     print("\n".join(report(rows)))
     return 0

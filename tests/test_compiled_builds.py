@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from scoring.execution import linkcache
 from scoring.execution.compiled import MPL_SETUP_CFG, classify_failure, compiled_build, with_wheel_pins
 from scoring.execution.envs import pip_requirement
 from scoring.execution.specs import repo_specs
@@ -36,37 +37,87 @@ def _checkout(src: Path, tiny: int, other: int) -> None:
     (src / "other.cpp").write_text(TINY_C.replace("PyMODINIT_FUNC", 'extern "C" PyMODINIT_FUNC') % (other, "other", "other"))
 
 
-def _build(src: Path, env: dict[str, str], env_dir: Path) -> tuple[list[str], int]:
-    """Build in place with the env's compiler settings; the ccache results logged, and tiny.value()."""
-    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=src, env=env, check=True,
-                   capture_output=True, timeout=120)
+def _build(src: Path, env: dict[str, str], env_dir: Path) -> tuple[list[str], list[str], int]:
+    """Build in place with the env's compiler settings (into a build folder of another name each
+    time, as setuptools' editable install does); the ccache and link cache results logged, and
+    tiny.value()."""
+    build_temp = env_dir / "home" / f"tmp{len(list(env_dir.glob('home/tmp*')))}.build-temp"
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace", "--build-temp", str(build_temp)],
+                   cwd=src, env=env, check=True, capture_output=True, timeout=120)
     log = env_dir / "ccache.statslog"
     results = [ln for ln in log.read_text().splitlines() if ln == "cache_miss" or ln.endswith("_cache_hit")]
     log.unlink()
+    link_log = env_dir / "linkcache.statslog"
+    links = link_log.read_text().split()
+    link_log.unlink()
     value = subprocess.run([sys.executable, "-c", "import other, tiny; print(tiny.value())"], cwd=src, env=env,
                            check=True, capture_output=True, text=True, timeout=60).stdout
-    return sorted(results), int(value)
+    return sorted(results), sorted(links), int(value)
 
 
 def test_a_later_commit_compiles_only_what_changed(tmp_path: Path) -> None:
     assert shutil.which("ccache"), "ccache is needed (Debian's ccache package; .ci/run installs it)"
     env_dir = tmp_path / "env"
     env_dir.mkdir()
+    (env_dir / "venv" / "bin").mkdir(parents=True)
+    (env_dir / "venv" / "bin" / "python").symlink_to(sys.executable)  # the link cache runs with the env's Python
     build = compiled_build("scikit-learn/scikit-learn", "0.22", env_dir)
-    assert build.path_prefix == ["/usr/lib/ccache"] and build.env["CCACHE_DIR"] == str(env_dir / "ccache")
+    assert build.path_prefix == [str(env_dir / "linkbin"), "/usr/lib/ccache"]
+    assert build.env["CCACHE_DIR"] == str(env_dir / "ccache")
     env = dict(os.environ)
     build.apply(env)
     src = env_dir / "src"
     _checkout(src, 1, 10)
-    results, value = _build(src, env, env_dir)
+    results, links, value = _build(src, env, env_dir)
     assert results == ["cache_miss", "cache_miss"] and value == 1  # cold: both compiled
+    assert links == ["link_miss", "link_miss"]  # and both linked
     _checkout(src, 1, 10)  # a later commit whose C sources did not change
-    results, value = _build(src, env, env_dir)
+    results, links, value = _build(src, env, env_dir)
     assert all(r.endswith("_hit") for r in results) and len(results) == 2 and value == 1
+    assert links == ["link_hit", "link_hit"]  # the same objects and libraries: neither is linked again
     _checkout(src, 2, 10)  # one source changed: that one is compiled, the other comes from the cache
-    results, value = _build(src, env, env_dir)
+    results, links, value = _build(src, env, env_dir)
     assert "cache_miss" in results and sum(r.endswith("_hit") for r in results) == 1
+    assert links == ["link_hit", "link_miss"]  # the changed object is linked, the unchanged one reused
     assert value == 2  # the run imports what its own commit's source builds
+    assert not list((src).glob(".linkcache-*")) and not list((env_dir / "linkcache").glob(".new-*"))
+
+
+def test_a_link_is_reused_only_while_every_library_it_read_is_the_same(tmp_path: Path) -> None:
+    """The link cache keys a link by its objects' bytes and arguments, and keeps beside it the bytes
+    of each library the linker opened: the same static library again is a hit; the same objects and
+    arguments with a changed library are linked again, and the extension returns the new value."""
+    env_dir = tmp_path / "env"
+    (env_dir / "venv" / "bin").mkdir(parents=True)
+    (env_dir / "venv" / "bin" / "python").symlink_to(sys.executable)
+    env = dict(os.environ)
+    compiled_build("scikit-learn/scikit-learn", "0.22", env_dir).apply(env)
+    work = tmp_path / "work"
+    work.mkdir()
+
+    def sh(*argv: str) -> str:
+        return subprocess.run(argv, cwd=work, env=env, check=True, capture_output=True, text=True, timeout=60).stdout
+
+    (work / "mod.c").write_text("int dep(void);\nint value(void) { return dep(); }\n")
+    sh("gcc", "-fPIC", "-c", "mod.c", "-o", "mod.o")
+
+    def link(dep: int) -> tuple[str, int]:
+        (work / "dep.c").write_text(f"int dep(void) {{ return {dep}; }}\n")
+        sh("gcc", "-fPIC", "-c", "dep.c", "-o", "dep.o")
+        (work / "libdep.a").unlink(missing_ok=True)
+        sh("ar", "rcsD", "libdep.a", "dep.o")
+        sh("gcc", "-shared", "mod.o", "-L.", "-ldep", "-o", "mod.so")
+        log = env_dir / "linkcache.statslog"
+        result = log.read_text().strip()
+        log.unlink()
+        value = sh(sys.executable, "-c", "import ctypes; print(ctypes.CDLL('./mod.so').value())")
+        return result, int(value)
+
+    assert link(1) == ("link_miss", 1)
+    assert link(1) == ("link_hit", 1)
+    assert link(2) == ("link_miss", 2)  # mod.o and the arguments are the same; libdep.a is not
+    # arguments in a response file are not seen: such a link is never taken from the cache
+    assert linkcache.link_key("gcc", ["-shared", "@objs.rsp", "-o", "x.so"], str(work), env) is None
 
 
 def test_matplotlib_uses_debian_freetype_and_qhull_and_skips_downloads(tmp_path: Path) -> None:

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scoring.execution import linkcache
+
 # (repo, version) -> pins for every pip command of the build, the spec's own included.
 COMPILED_CONSTRAINTS: dict[tuple[str, str], list[str]] = {
     ("scikit-learn/scikit-learn", v): ["cython<3"] for v in ("0.20", "0.21", "0.22")
@@ -61,6 +63,23 @@ CCACHE_SUBDIR = "ccache"
 # Debian's ccache package: gcc, g++, cc, c++ there are ccache under the compilers' names.
 CCACHE_COMPILERS = "/usr/lib/ccache"
 CCACHE_MAX_SIZE = "2G"
+# The link cache (linkcache.py): its wrappers and its entries, in the env's folder. LINK_CACHE_VERSION
+# is recorded with each install made through it (env.json's ``link_cache``, part of the env's key).
+LINK_BIN_SUBDIR = "linkbin"
+LINK_CACHE_SUBDIR = "linkcache"
+LINK_CACHE_VERSION = linkcache.VERSION
+# ccache looks for the real compiler on PATH after itself: without this folder on it (it would
+# find the wrapper again).
+_LINK_WRAPPER = """#!/bin/sh
+# fixgraph: a compile goes to ccache; a link to the link cache (scoring/execution/linkcache.py)
+PATH=${{PATH#{folder}:}}
+export PATH
+for a in "$@"; do
+  case "$a" in -c|-S|-E|-M|-MM) exec {ccache} "$@";; esac
+done
+[ -x {python} ] || exec {ccache} "$@"
+exec {python} -I -S {script} {name} "$@"
+"""
 
 # A build that reached for something outside the package registries: never succeeds here.
 _OFFLINE_DOWNLOAD = re.compile(r"Tunnel connection failed: 403|asked for more than the package index|"
@@ -200,19 +219,46 @@ def compiled_build(repo: str, version: str, env_dir: Path) -> CompiledBuild:
     if shutil.which("ccache") and Path(CCACHE_COMPILERS, "gcc").exists():
         # ccache's compiler names first on PATH, not CC="ccache gcc": distutils links C++ with CXX's
         # first word (``ccache -shared ...`` fails), and numpy.distutils does the same.
-        path_prefix.append(CCACHE_COMPILERS)
+        # The link cache's wrappers before them: a compile goes on to ccache, a link to linkcache.py.
+        path_prefix += [str(link_wrappers(env_dir)), CCACHE_COMPILERS]
         # One cache per env, in the env's folder: later commits of the same (repo, version) are what
         # it serves; a cache shared by envs would be handed between the sandbox's user and ours by
         # each build's end, under another build still writing to it.
         env.update(CCACHE_DIR=str(env_dir / CCACHE_SUBDIR), CCACHE_BASEDIR=str(env_dir),
                    CCACHE_NOHASHDIR="true", CCACHE_MAXSIZE=CCACHE_MAX_SIZE,
                    CCACHE_SLOPPINESS="time_macros,include_file_mtime,include_file_ctime",
-                   CCACHE_STATSLOG=str(env_dir / "ccache.statslog"))  # per env: eval.build_bench reads it
+                   CCACHE_STATSLOG=str(env_dir / "ccache.statslog"),  # per env: eval.build_bench reads it
+                   FIXGRAPH_LINK_CACHE=str(env_dir / LINK_CACHE_SUBDIR),
+                   FIXGRAPH_LINK_STATSLOG=str(env_dir / "linkcache.statslog"))
     if repo == "matplotlib/matplotlib":
         cfg = env_dir / "mplsetup.cfg"
         cfg.write_text(MPL_SETUP_CFG)
         env["MPLSETUPCFG"] = str(cfg)
     return CompiledBuild(env=env, constraints=constraints, compiled=True, path_prefix=path_prefix)
+
+
+def link_wrappers(env_dir: Path) -> Path:
+    """The folder of the link cache's compiler wrappers in ``env_dir`` (written when missing or
+    different): one per compiler name of Debian's ccache folder, run with the env's own Python."""
+    folder = env_dir / LINK_BIN_SUBDIR
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "linkcache.py"
+    _write_if_changed(script, Path(linkcache.__file__).read_text(encoding="utf-8"), 0o644)
+    python = env_dir / "venv" / "bin" / "python"
+    for name in sorted(os.listdir(CCACHE_COMPILERS)):
+        text = _LINK_WRAPPER.format(ccache=shlex.quote(f"{CCACHE_COMPILERS}/{name}"), python=shlex.quote(str(python)),
+                                    script=shlex.quote(str(script)), name=shlex.quote(name),
+                                    folder=shlex.quote(str(folder)))
+        _write_if_changed(folder / name, text, 0o755)
+    return folder
+
+
+def _write_if_changed(path: Path, text: str, mode: int) -> None:
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        tmp = path.with_name(f".{path.name}.new")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.chmod(mode)
+        os.replace(tmp, path)
 
 
 # Cython's inputs besides a .pyx: what it cimports and includes, and the build helpers that set its

@@ -29,6 +29,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -46,6 +47,8 @@ from fixgraph.sandbox.process import Limits, run_isolated, scrubbed_env
 from scoring.execution import envcheck
 from scoring.execution.compiled import (
     ENV_YML_TEST_PACKAGES,
+    LINK_BIN_SUBDIR,
+    LINK_CACHE_VERSION,
     CompiledBuild,
     build_requires,
     classify_failure,
@@ -267,7 +270,9 @@ class VenvEnvs:
                        artifacts_root=path / "base", artifacts=list(meta.get("artifacts", [])),
                        # a rebuilt env (or a reinstall) must not reuse runs cached with the old one
                        key=(f"venv-{task.repo_slug}-{task.version}-py{meta.get('python_version')}"
-                            f"-{meta.get('build_id', '0')}-{meta.get('installed_commit', '')[:12]}"),
+                            f"-{meta.get('build_id', '0')}-{meta.get('installed_commit', '')[:12]}"
+                            # an install linked through the link cache is not one linked before it
+                            + (f"-lc{meta['link_cache']}" if meta.get("link_cache") else "")),
                        extra_env={"VIRTUAL_ENV": str(venv)},
                        activate=lambda work, can_bind: _pointed_at(path, work, can_bind))
 
@@ -388,6 +393,8 @@ class VenvEnvs:
         dependencies change between commits), in ``src``; then ``src`` becomes a symlink to it."""
         start = time.monotonic()
         src, base = path / "src", path / "base"
+        for left in path.glob(f"{_OLD_TREE_PREFIX}*"):  # by a process that ended before deleting it
+            _delete_later(left)
         run = self._steps(path, task, meta)
         if src.is_symlink():
             src.unlink()
@@ -403,9 +410,14 @@ class VenvEnvs:
         if ok and compiled.compiled:
             meta["reused_generated"] = reuse_generated(base, src)  # Cython's output, where its inputs match
             needs = build_requires(src)
-            if needs and not run([str(path / "venv" / "bin" / "python"), "-m", "pip", "install", "-q", *needs],
-                                 src, "build_requires"):
-                ok, err = False, f"installing the build requirements {needs} failed: {meta['step_error']}"
+            # The same requirements as at the last install, into a venv whose site-packages is as that
+            # install left it (get() rebuilds one that changed): pip would find each satisfied.
+            if needs and needs != meta.get("build_requires"):
+                if run([str(path / "venv" / "bin" / "python"), "-m", "pip", "install", "-q", *needs], src,
+                       "build_requires"):
+                    meta["build_requires"] = needs
+                else:
+                    ok, err = False, f"installing the build requirements {needs} failed: {meta['step_error']}"
         for cmd in compiled.pre_install(list(spec.get("pre_install", []))) if ok else []:
             run(["bash", "-c", cmd], src, "pre_install")
         install = compiled.install(str(spec.get("install", ""))) if spec.get("install") else None
@@ -440,9 +452,14 @@ class VenvEnvs:
             return
         meta.update(artifacts=sorted(_file_set(src) - before), installed_commit=task.base_commit, serves=[],
                     install_seconds=round(time.monotonic() - start, 1), install_log_tail=run.tail())
+        if compiled.compiled and str(path / LINK_BIN_SUBDIR) in compiled.path_prefix:
+            meta["link_cache"] = LINK_CACHE_VERSION
+        else:
+            meta.pop("link_cache", None)
         if base.is_symlink():
             base.unlink()
-        shutil.rmtree(base, ignore_errors=True)
+        elif base.exists():
+            _delete_later(base)
         os.rename(src, base)
         _link_source(path)
 
@@ -577,6 +594,22 @@ def _setup_change_is_inert(wt: Worktree, old: str, new: str, name: str) -> bool:
             parsed.append({sec: dict(cfg.items(sec)) for sec in cfg.sections() if not _TOOL_SECTION.match(sec)})
         return parsed[0] == parsed[1]
     return False
+
+
+# The previous install's checkout, renamed out of the way and deleted by a thread.
+_OLD_TREE_PREFIX = ".old-tree-"
+
+
+def _delete_later(tree: Path) -> None:
+    """``tree`` renamed at once to a name no one reads and deleted by a thread: deleting a checkout
+    of thousands of files that has reached the disk waits seconds on it (6-13 s for matplotlib's
+    here, 0.1 s of CPU), which the install need not wait for. What a process that ended first left
+    is deleted at the env's next install."""
+    if not tree.name.startswith(_OLD_TREE_PREFIX):
+        old = tree.with_name(f"{_OLD_TREE_PREFIX}{uuid.uuid4().hex[:8]}")
+        os.rename(tree, old)
+        tree = old
+    threading.Thread(target=shutil.rmtree, args=(tree,), kwargs={"ignore_errors": True}, daemon=True).start()
 
 
 def _link_source(path: Path) -> None:
