@@ -222,6 +222,12 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         raise InputError("no labelled rows with a mirror to judge")
 
+    previous = previous_rows(args.output, system_instance_key) if args.resume else {}
+    mixed = [k for k, rec in previous.items() if rec.get("ablation", "") != ablation]
+    if mixed:
+        raise InputError(f"{args.output}: {len(mixed)} rows were judged "
+                         + (f"without --repro-standin: an {ORACLE} run needs rows of its own (another -o)"
+                            if ablation else f"with --repro-standin ({ORACLE}): rerun with it, or use another -o"))
     work = Path(tempfile.mkdtemp(prefix="critic-bench-"))
     cache_root = (args.cache_dir or work).resolve()
     static_cache = work / "static"
@@ -235,12 +241,6 @@ def run(args: argparse.Namespace) -> int:
     runner = make_runner(cfg.tests, cfg.cache_dir.resolve()) if args.runtime else None
     no_verdict = 0
     run_meter = RunMeter(cfg.budget.run_dollars)
-    previous = previous_rows(args.output, system_instance_key) if args.resume else {}
-    mixed = [k for k, rec in previous.items() if rec.get("ablation", "") != ablation]
-    if mixed:
-        raise InputError(f"{args.output}: {len(mixed)} rows were judged "
-                         + (f"without --repro-standin: an {ORACLE} run needs rows of its own (another -o)"
-                            if ablation else f"with --repro-standin ({ORACLE}): rerun with it, or use another -o"))
     repro_raises, either = Tally("repro_raises"), Tally("ours_static+runtime|repro_raises")
     standins: dict[str, dict[str, Any]] = {}
     store = RunStore("critic-bench", work / "predictions", work, "critic-bench")
