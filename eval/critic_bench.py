@@ -31,6 +31,19 @@ under ``--repos``. Each patch is judged, in the same run and in alternating orde
   measures both, and ``--resume`` over saved rows counts both again. ``ours_static+tests_only``
   is the column without the replay; ``--add-replay`` replays saved rows that lack it.
 
+``--repro-standin`` (with ``--runtime``) is the ``oracle-tests`` ablation: an upper bound for
+studying the Critic, never a SWE-bench result and never the default. The runtime column's tests
+then include a reproduction test, the stand-in for the hidden test: the Reproducer node, its model
+scripted to draft the instance's own test file as its ``test_patch`` leaves it
+(``eval.hidden.standin_repro``), keeps it only if it runs and fails at the base, and the Critic's
+test phase runs it on the candidate as it runs a Reproducer's test from the graph's state (the
+Critic's code reads no evaluation data; the bench hands it the test). Each row saves the test's
+fate and its statuses with the patch (``runtime.repro``). Two more rows of the table, counted from
+those: ``repro_raises``, the reproduction test still failing with the patch by raising something
+other than an assertion (a status ``ERROR``, or a crash record of another type), which is not a
+rule of the Critic; and ``ours_static+runtime|repro_raises``, either. Every line printed and every
+row says ``oracle-tests``; a rows file is resumed only by a run of the same kind.
+
 A patch that does not apply, or that a method cannot analyze, counts as not flagged for it.
 The last line is the headline:
 ``F1=<ours> F1_redo_static=<reference> median_s=<ours> median_s_redo=<reference>``; with ``--runtime``,
@@ -47,12 +60,15 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import git
 
+from eval.hidden import standin_repro
 from eval.redo_static import redo_static
 from eval.rows import (
     add_row_options,
@@ -69,17 +85,20 @@ from eval.rows import (
 from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.models.llm import RunMeter
+from fixgraph.records import RunStore
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
 from fixgraph.state import Finding
 from scoring.execution.runner import make_runner
 from scoring.execution.testenv import SuiteRunner
-from scoring.execution.tests import own_outcome
+from scoring.execution.tests import ReproTest, TestOutcome, own_outcome
 from scoring.runtime import llm_check, replay
-from scoring.runtime.findings import SCOPES, Scope, crash_summaries, findings_of, unsafe_in
+from scoring.runtime.findings import NOT_RUNTIME, SCOPES, Scope, crash_summaries, findings_of, unsafe_in
 from scoring.static import differential as static
 from scoring.verdict import weigh
 from scoring.verdict.critic import InputError, load_predictions, make_llm
 
+# The ablation that gives the Critic the hidden test's stand-in as its reproduction test.
+ORACLE = "oracle-tests"
 POSITIVE = {"runtime_error"}
 NEGATIVE = {"resolved", "assertion_failure"}
 
@@ -102,6 +121,8 @@ class Tally:
     tn: int = 0
     seconds: list[float] = field(default_factory=list)
     not_analyzed: int = 0
+    # How many rows each reproduction test's fate had (``--repro-standin``: accepted, none, not run).
+    fates: dict[str, int] = field(default_factory=dict)
 
     def add(self, truth: bool, flagged: bool, seconds: float | None) -> None:
         if truth and flagged:
@@ -161,6 +182,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--add-replay", action="store_true",
                    help="with --runtime --resume: replay the issue's code on saved rows judged before the "
                         "replay existed (no test runs again), and save them again")
+    p.add_argument("--repro-standin", action="store_true",
+                   help=f"the {ORACLE} ablation, with --runtime: the Critic's tests include the stand-in "
+                        "reproduction test built from the instance's test_patch (an upper bound, never a "
+                        "SWE-bench result); every line and row says so")
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="worktrees (default: a temporary folder); the static cache always starts empty")
     return p
@@ -174,6 +199,10 @@ def run(args: argparse.Namespace) -> int:
     other: Scope = next(s for s in SCOPES if s != scope)
     if args.llm:
         cfg.require_llm()
+    if args.repro_standin and not args.runtime:
+        raise InputError("--repro-standin gives the runtime column a reproduction test: it needs --runtime")
+    ablation = ORACLE if args.repro_standin else ""
+    say = _sayer(ablation)
     cmd = static.pyright_command(settings)
     static.pyright_version(cmd)
     dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
@@ -193,6 +222,12 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         raise InputError("no labelled rows with a mirror to judge")
 
+    previous = previous_rows(args.output, system_instance_key) if args.resume else {}
+    mixed = [k for k, rec in previous.items() if rec.get("ablation", "") != ablation]
+    if mixed:
+        raise InputError(f"{args.output}: {len(mixed)} rows were judged "
+                         + (f"without --repro-standin: an {ORACLE} run needs rows of its own (another -o)"
+                            if ablation else f"with --repro-standin ({ORACLE}): rerun with it, or use another -o"))
     work = Path(tempfile.mkdtemp(prefix="critic-bench-"))
     cache_root = (args.cache_dir or work).resolve()
     static_cache = work / "static"
@@ -206,11 +241,20 @@ def run(args: argparse.Namespace) -> int:
     runner = make_runner(cfg.tests, cfg.cache_dir.resolve()) if args.runtime else None
     no_verdict = 0
     run_meter = RunMeter(cfg.budget.run_dollars)
-    previous = previous_rows(args.output, system_instance_key) if args.resume else {}
+    repro_raises, either = Tally("repro_raises"), Tally("ours_static+runtime|repro_raises")
+    standins: dict[str, dict[str, Any]] = {}
+    store = RunStore("critic-bench", work / "predictions", work, "critic-bench")
+
+    def standin_for(inst: Instance, wt: Worktree, patch: str) -> dict[str, Any]:
+        """The stand-in reproduction test of ``inst``, made once per instance; ``wt`` keeps ``patch``."""
+        if inst.instance_id not in standins:
+            standins[inst.instance_id] = standin_repro(inst, wt, cfg, store, tries=1)  # leaves wt at the base
+            wt.apply(patch)
+        return standins[inst.instance_id]
     out = open_rows(args.output, args.resume)
     judged = 0
-    print(f"judging {len(rows)} labelled rows (skipped: "
-          + ", ".join(f"{k} {v}" for k, v in skipped.items()) + ")", file=sys.stderr)
+    say(f"judging {len(rows)} labelled rows (skipped: "
+        + ", ".join(f"{k} {v}" for k, v in skipped.items()) + ")", sys.stderr)
     try:
         for n, row in enumerate(rows, 1):
             inst = dataset[row["instance_id"]]
@@ -219,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
             if done is not None and runner is not None and args.add_replay and _needs_replay(done):
                 _add_replay(repos, runner, cfg, inst, row, done, run_tag(args))
                 write_row(out, done)
-                print(f"[{n}/{len(rows)}] {inst.instance_id}: {done['runtime']['replay']['note']}", file=sys.stderr)
+                say(f"[{n}/{len(rows)}] {inst.instance_id}: {done['runtime']['replay']['note']}", sys.stderr)
             if done is not None:
                 _count(done, truth, redo, ours, full, args.llm)
                 if args.runtime:
@@ -227,23 +271,24 @@ def run(args: argparse.Namespace) -> int:
                     unrecorded += not _count_runtime(done, truth, withother, other)
                     _count_runtime(done, truth, noreplay, scope, replayed=False)
                     _count_pre36(done, truth, before, scope)
+                    _count_repro(done, truth, repro_raises, either, scope)
                 judged += 1
                 continue
             rec: dict[str, Any] = {"instance_id": inst.instance_id, "system": row.get("system", ""),
-                                   "label": truth}
+                                   "label": truth} | ({"ablation": ablation} if ablation else {})
             try:
                 wt = repos.worktree(inst.repo, inst.base_commit, f"bench-{inst.repo_slug}-{run_tag(args)}")
             except (WorkspaceError, git.GitCommandError) as exc:
                 # A mirror may lack some large blobs; such a commit cannot be checked out here.
                 skipped["cannot check out"] = skipped.get("cannot check out", 0) + 1
-                print(f"[{n}/{len(rows)}] {inst.instance_id}: skipped, cannot check out "
-                      f"({str(exc).strip().splitlines()[-1][:120]})", file=sys.stderr)
+                say(f"[{n}/{len(rows)}] {inst.instance_id}: skipped, cannot check out "
+                    f"({str(exc).strip().splitlines()[-1][:120]})", sys.stderr)
                 continue
             try:
                 wt.apply(row.get("model_patch") or "")
             except PatchError as exc:
                 rec["not_applied"] = str(exc)
-                for t in (redo, ours, full, withrt, withother, noreplay, before):
+                for t in (redo, ours, full, withrt, withother, noreplay, before, repro_raises, either):
                     t.add(truth, False, None)
                     t.not_analyzed += 1
                 write_row(out, rec)
@@ -281,55 +326,116 @@ def run(args: argparse.Namespace) -> int:
                                       "dollars": usage.get("dollars", 0.0)}
                     full.add(truth, flagged, None)
                 if runner is not None:
-                    rec["runtime"] = _runtime(runner, cfg, inst, wt, patch, rec["ours"], scope)
+                    standin = partial(standin_for, inst, wt, patch) if ablation else None
+                    rec["runtime"] = _runtime(runner, cfg, inst, wt, patch, rec["ours"], scope, standin)
                     _count_runtime(rec, truth, withrt, scope)
                     _count_runtime(rec, truth, withother, other)
                     _count_runtime(rec, truth, noreplay, scope, replayed=False)
                     _count_pre36(rec, truth, before, scope)
+                    _count_repro(rec, truth, repro_raises, either, scope)
             finally:
                 wt.reset()
             write_row(out, rec)
             judged += 1
-            print(f"[{n}/{len(rows)}] {inst.instance_id} label={'E' if truth else '-'} "
-                  f"redo={'U' if rec['redo']['unsafe'] else '-'} {rec['redo']['seconds']:.1f}s "
-                  f"ours={'U' if rec['ours']['unsafe'] else '-'} {rec['ours']['seconds']:.1f}s", file=sys.stderr)
+            rt = rec.get("runtime") or {}
+            say(f"[{n}/{len(rows)}] {inst.instance_id} label={'E' if truth else '-'} "
+                f"redo={'U' if rec['redo']['unsafe'] else '-'} {rec['redo']['seconds']:.1f}s "
+                f"ours={'U' if rec['ours']['unsafe'] else '-'} {rec['ours']['seconds']:.1f}s"
+                + (f" runtime={'U' if rt.get('unsafe') else '-'} {rt.get('seconds', 0.0):.1f}s" if rt else "")
+                + (f" repro={(rt.get('repro') or {}).get('status', 'not run')}" if ablation else ""), sys.stderr)
     except KeyboardInterrupt:
-        print(f"interrupted: the figures below cover the {judged} rows judged so far"
-              + (" (rerun with --resume to continue)" if args.output else ""), file=sys.stderr)
+        say(f"interrupted: the figures below cover the {judged} rows judged so far"
+            + (" (rerun with --resume to continue)" if args.output else ""), sys.stderr)
     finally:
         if out:
             out.close()
         # The static cache (and, without --cache-dir, the clones) belong to this run only.
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"rows judged: {judged} of {len(rows)}")
+    say(f"rows judged: {judged} of {len(rows)}")
     tallies = [redo, ours] + ([full] if args.llm else []) + ([withrt, withother, noreplay, before] if args.runtime else [])
-    print("skipped: " + ", ".join(f"{k} {v}" for k, v in skipped.items()))
-    print(f"{'method':<28}{'rows':>6}{'TP':>5}{'FP':>5}{'FN':>5}{'TN':>5}{'prec':>7}{'recall':>8}{'F1':>7}"
-          f"{'acc':>7}{'med_s':>8}{'p95_s':>8}{'n/a':>5}")
+    tallies += [repro_raises, either] if ablation else []
+    say("skipped: " + ", ".join(f"{k} {v}" for k, v in skipped.items()))
+    width = max(28, *(len(t.name) + 1 for t in tallies))
+    say(f"{'method':<{width}}{'rows':>6}{'TP':>5}{'FP':>5}{'FN':>5}{'TN':>5}{'prec':>7}{'recall':>8}{'F1':>7}"
+        f"{'acc':>7}{'med_s':>8}{'p95_s':>8}{'n/a':>5}")
     for t in tallies:
-        print(f"{t.name:<28}{t.rows:>6}{t.tp:>5}{t.fp:>5}{t.fn:>5}{t.tn:>5}{t.precision:>7.3f}{t.recall:>8.3f}"
-              f"{t.f1:>7.3f}{t.accuracy:>7.3f}{t.median_s:>8.2f}{t.p95_s:>8.2f}{t.not_analyzed:>5}")
+        say(f"{t.name:<{width}}{t.rows:>6}{t.tp:>5}{t.fp:>5}{t.fn:>5}{t.tn:>5}{t.precision:>7.3f}{t.recall:>8.3f}"
+            f"{t.f1:>7.3f}{t.accuracy:>7.3f}{t.median_s:>8.2f}{t.p95_s:>8.2f}{t.not_analyzed:>5}")
     if args.llm:
-        print(f"LLM gave no verdict on {no_verdict} patches (counted as not flagged); "
-              f"spent ${run_meter.spent:.4f}")
+        say(f"LLM gave no verdict on {no_verdict} patches (counted as not flagged); "
+            f"spent ${run_meter.spent:.4f}")
     ratio = ours.median_s / redo.median_s if redo.median_s else 0.0
-    print(f"F1 gain {ours.f1 - redo.f1:+.3f}, precision gain {ours.precision - redo.precision:+.3f}, "
-          f"median time ratio {ratio:.2f}")
+    say(f"F1 gain {ours.f1 - redo.f1:+.3f}, precision gain {ours.precision - redo.precision:+.3f}, "
+        f"median time ratio {ratio:.2f}")
     if args.runtime:
-        print(f"tests could not run on {withrt.not_analyzed} of the patches the static phase passed "
-              "(counted as not flagged)")
-        print(f"runtime scope: {scope} (ours_static+runtime); {other} counted from the saved crashes"
-              + (f", except {unrecorded} rows saved without them (their saved verdict)" if unrecorded else ""))
-        print(f"F1={ours.f1:.3f} F1_redo_static={redo.f1:.3f} F1_runtime={withrt.f1:.3f} P_runtime={withrt.precision:.3f} "
-              f"median_s={ours.median_s:.2f} median_s_redo={redo.median_s:.2f} median_s_runtime={withrt.median_s:.2f} "
-              f"F1_runtime_{other}={withother.f1:.3f} P_runtime_{other}={withother.precision:.3f} "
-              f"F1_runtime_pre36={before.f1:.3f} P_runtime_pre36={before.precision:.3f} "
-              f"median_s_runtime_pre36={before.median_s:.2f}")
+        say(f"tests could not run on {withrt.not_analyzed} of the patches the static phase passed "
+            "(counted as not flagged)")
+        say(f"runtime scope: {scope} (ours_static+runtime); {other} counted from the saved crashes"
+            + (f", except {unrecorded} rows saved without them (their saved verdict)" if unrecorded else ""))
+    if ablation:
+        say("the runtime column's reproduction test is the hidden test's stand-in (an upper bound, never a "
+            "SWE-bench result); its fate per row: " + ", ".join(f"{k} {v}" for k, v in sorted(repro_raises.fates.items())))
+    if args.runtime:
+        say(f"F1={ours.f1:.3f} F1_redo_static={redo.f1:.3f} F1_runtime={withrt.f1:.3f} P_runtime={withrt.precision:.3f} "
+            f"median_s={ours.median_s:.2f} median_s_redo={redo.median_s:.2f} median_s_runtime={withrt.median_s:.2f} "
+            f"F1_runtime_{other}={withother.f1:.3f} P_runtime_{other}={withother.precision:.3f} "
+            f"F1_runtime_pre36={before.f1:.3f} P_runtime_pre36={before.precision:.3f} "
+            f"median_s_runtime_pre36={before.median_s:.2f}"
+            + (f" F1_repro_raises={repro_raises.f1:.3f} P_repro_raises={repro_raises.precision:.3f} "
+               f"F1_runtime_or_repro={either.f1:.3f} P_runtime_or_repro={either.precision:.3f}" if ablation else ""))
     else:
-        print(f"F1={ours.f1:.3f} F1_redo_static={redo.f1:.3f} median_s={ours.median_s:.2f} "
-              f"median_s_redo={redo.median_s:.2f}")
+        say(f"F1={ours.f1:.3f} F1_redo_static={redo.f1:.3f} median_s={ours.median_s:.2f} "
+            f"median_s_redo={redo.median_s:.2f}")
     return 0
+
+
+def _sayer(ablation: str) -> Callable[..., None]:
+    """``print`` for this bench's lines: each names the ablation, when there is one."""
+    def say(text: str, file: TextIO = sys.stdout) -> None:
+        print(f"[{ablation}] {text}" if ablation else text, file=file)
+    return say
+
+
+def _repro_record(made: dict[str, Any], outcome: TestOutcome, patch: str) -> dict[str, Any]:
+    """What a row keeps of the stand-in reproduction test: the Reproducer's verdict on it, the
+    ids that failed at the base, their statuses with the patch (``after``) and their crashes,
+    summarized as a regressed test's are (``scoring.runtime.findings.summarize``)."""
+    accepted = made.get("status") == "accepted"
+    crashes = crash_summaries(replace(outcome, regression_crashes=outcome.repro_crashes), patch)
+    return {"status": made.get("status"), "reason": str(made.get("reason", ""))[:300],
+            "path": made.get("path", ""), "failing": list(made.get("failing") or []),
+            "seconds": made.get("seconds"), **(made.get("standin") or {}),
+            "ran": accepted and bool(outcome.fail_to_pass), "after": dict(outcome.fail_to_pass) if accepted else {},
+            "crashes": crashes}
+
+
+def repro_raises(rt: dict[str, Any]) -> bool:
+    """Not a rule of the Critic (``--repro-standin``'s extra row): the reproduction test still
+    fails with the patch by raising something other than an assertion: an id whose status is
+    ERROR (django's and unittest's word for it), or a crash record of another type."""
+    repro = rt.get("repro") or {}
+    return (any(st == "ERROR" for st in (repro.get("after") or {}).values())
+            or any(c.get("type") not in NOT_RUNTIME for c in repro.get("crashes") or []))
+
+
+def _count_repro(rec: dict[str, Any], truth: bool, alone: Tally, either: Tally, scope: Scope) -> None:
+    """Add one row of an ``oracle-tests`` run to ``alone`` (:func:`repro_raises`) and to
+    ``either`` (that, or the runtime column's verdict in ``scope``); rows of other runs count in
+    neither."""
+    if rec.get("ablation") != ORACLE:
+        return
+    if "not_applied" in rec:
+        for t in (alone, either):
+            t.add(truth, False, None)
+            t.not_analyzed += 1
+        return
+    rt = rec["runtime"]
+    fate = str((rt.get("repro") or {}).get("status") or "not run (the static phase decided)")
+    alone.fates[fate] = alone.fates.get(fate, 0) + 1
+    raised = repro_raises(rt)
+    alone.add(truth, raised, None)
+    either.add(truth, raised or _runtime_unsafe(rt, scope), rt["seconds"])
 
 
 def _count(rec: dict[str, Any], truth: bool, redo: Tally, ours: Tally, full: Tally, llm: bool) -> None:
@@ -349,22 +455,28 @@ def _count(rec: dict[str, Any], truth: bool, redo: Tally, ours: Tally, full: Tal
 
 
 def _runtime(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, patch: str,
-             static_rec: dict[str, Any], scope: Scope) -> dict[str, Any]:
+             static_rec: dict[str, Any], scope: Scope,
+             standin: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
     """The runtime column's verdict in ``scope``, as the Critic reaches it (issue 36, no veto before
     evidence): a static finding sure without running decides; the others are suspicions the
     selected existing tests weigh (``scoring.verdict.weigh``: flagged when a crashed test confirms
     one, or when the tests cannot run and the suspicion decides), with the replay's and the
     tests' own runtime findings. ``crashes`` keeps every regressed test's crash for a rescoring in
-    either scope."""
+    either scope. ``standin`` (the ``oracle-tests`` ablation): the Reproducer's result for the
+    hidden test's stand-in, which the tests run as the Critic runs a reproduction test from the
+    graph's state (``agents.critic``); ``repro`` saves its fate and what it did with the patch."""
     new = [Finding(**f) for f in static_rec.get("new") or []]
     sure = [f for f in new if weigh.certain(f)]
     if sure or static_rec["status"] != "ok":
         return {"unsafe": bool(sure), "ran": False, "seconds": static_rec["seconds"]}
     suspicions = [f for f in new if not weigh.certain(f)]
     texts = {f: wt.read(f) or "" for f in sorted({str(s.get("file", "")) for s in suspicions if s.get("file")})}
-    start = time.monotonic()
+    made = standin() if standin is not None else None
+    repro = [ReproTest.from_dict(made)] if made is not None and made.get("status") == "accepted" else []
+    start = time.monotonic()  # the Reproducer's own seconds are not the Critic's
     replayed = _replay(runner, cfg, inst, wt, patch)
-    outcome = own_outcome(runner, inst.task(), wt, patch, [], cfg.regression, trace=weigh.trace_specs(suspicions, texts))
+    outcome = own_outcome(runner, inst.task(), wt, patch, repro, cfg.regression, cfg.repro.timeout_s,
+                          trace=weigh.trace_specs(suspicions, texts))
     crashes = crash_summaries(outcome, patch)
     found = findings_of(crashes, scope)
     weighed = weigh.weigh(suspicions, ran=outcome.runnable, lines=outcome.lines,
@@ -374,7 +486,8 @@ def _runtime(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, 
             "scope": scope, "ran": outcome.regression_ran, "reason": outcome.reason[:300],
             "findings": [dict(f) for f in found], "crashes": crashes, "broken": outcome.broken(),
             "weighed": [dict(f) for f in weighed], "tests_run": len(outcome.pass_to_pass_before),
-            "replay": replayed, "seconds": round(static_rec["seconds"] + time.monotonic() - start, 2)}
+            "replay": replayed, "seconds": round(static_rec["seconds"] + time.monotonic() - start, 2)} | (
+                {"repro": _repro_record(made, outcome, patch)} if made is not None else {})
 
 
 def _replay(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, patch: str) -> dict[str, Any] | None:
@@ -419,6 +532,19 @@ def _count_pre36(rec: dict[str, Any], truth: bool, tally: Tally, scope: Scope) -
         _count_runtime(rec, truth, tally, scope)
 
 
+def _runtime_unsafe(rt: dict[str, Any], scope: Scope, replayed: bool = True) -> bool:
+    """The saved runtime column's verdict in ``scope`` (with the replay's findings unless
+    ``replayed`` is False)."""
+    # The tests' verdict from their saved crashes (none when they could not run); a row saved
+    # before the crashes were, or flagged by the static phase (nothing ran), has its saved verdict.
+    unsafe = unsafe_in(rt["crashes"], scope) if "crashes" in rt else bool(rt["unsafe"])
+    # A suspicion the tests confirmed (or that decided, the tests not running) flags in either scope.
+    unsafe = unsafe or any(f.get("status") in ("confirmed", "untested") for f in rt.get("weighed") or [])
+    if replayed:
+        unsafe = unsafe or bool((rt.get("replay") or {}).get("summaries"))
+    return unsafe
+
+
 def _count_runtime(rec: dict[str, Any], truth: bool, tally: Tally, scope: Scope, replayed: bool = True) -> bool:
     """Add one row to ``tally`` in ``scope`` (with the replay's findings unless ``replayed`` is
     False); False when the row, saved without its crashes, could only be counted by its saved
@@ -429,13 +555,7 @@ def _count_runtime(rec: dict[str, Any], truth: bool, tally: Tally, scope: Scope,
         return True
     rt = rec["runtime"]
     recorded = not rt["ran"] or "crashes" in rt
-    # The tests' verdict from their saved crashes (none when they could not run); a row saved
-    # before the crashes were, or flagged by the static phase (nothing ran), has its saved verdict.
-    unsafe = unsafe_in(rt["crashes"], scope) if "crashes" in rt else bool(rt["unsafe"])
-    # A suspicion the tests confirmed (or that decided, the tests not running) flags in either scope.
-    unsafe = unsafe or any(f.get("status") in ("confirmed", "untested") for f in rt.get("weighed") or [])
-    if replayed:
-        unsafe = unsafe or bool((rt.get("replay") or {}).get("summaries"))
+    unsafe = _runtime_unsafe(rt, scope, replayed)
     tally.add(truth, unsafe, rt["seconds"])
     if not unsafe and not rt["ran"]:
         tally.not_analyzed += 1

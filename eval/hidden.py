@@ -13,10 +13,20 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from langgraph.runtime import Runtime
 from unidiff.patch import PatchSet
 
+from agents.context import TaskContext
+from agents.reproducer import reproducer
+from eval.fixtures.oracle import oracle_script
+from fixgraph.config import RunConfig
 from fixgraph.dataset import Instance
+from fixgraph.models.llm import LLM, Meter, RunMeter
+from fixgraph.models.scripted import ScriptedChatModel
+from fixgraph.publish import DiffPublisher
+from fixgraph.records import RunStore
 from fixgraph.repo.workspace import Worktree
+from fixgraph.state import TaskState
 from scoring.execution.specs import NON_TEST_EXTS, patch_files
 from scoring.execution.testenv import PASSING, Suite, SuiteRunner, git, git_apply
 from scoring.execution.tests import TestOutcome, as_listed, hidden_outcome, listed_among
@@ -142,6 +152,32 @@ def test_file_from_test_patch(inst: Instance, wt: Worktree, only_changed: bool =
                 "other_files": [f for f in patch_files(inst.test_patch) if f != path and f not in created]}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def standin_repro(inst: Instance, wt: Worktree, cfg: RunConfig, store: RunStore,
+                  tries: int | None = None) -> dict[str, Any]:
+    """Evaluation side: what the real Reproducer node leaves in the graph's state (``repro``) when
+    the test it writes is the stand-in, the instance's own test file (:func:`test_file_from_test_patch`),
+    drafted by a scripted model: accepted only if it runs and fails at the base, by the Reproducer's
+    own rules, in ``tries`` tries (default: the config's ``repro.max_tries``; the stand-in is the same
+    draft each time). ``standin`` says what the test patch held besides the file (``other_files``,
+    ``support_files``), and is empty when it has no Python test file; ``wt`` is left at the base."""
+    own_test = test_file_from_test_patch(inst, wt)
+    if own_test is None:
+        return {"status": "none", "reason": "the test patch has no Python test file", "standin": {}}
+    draft = oracle_script(inst, own_test)["ReproTestDraft"]
+    model = ScriptedChatModel(script={"ReproTestDraft": draft})
+    cfg_n = cfg.model_copy(update={"repro": cfg.repro.model_copy(update={"max_tries": tries or cfg.repro.max_tries})})
+    llm = LLM(lambda role: model, Meter(cfg_n.budget, cfg_n.llm.prices, RunMeter(None)), 0)
+    ctx = TaskContext(cfg=cfg_n, task=inst.task(), worktree=wt, llm=llm, publisher=DiffPublisher(store),
+                      cache_dir=cfg_n.cache_dir.resolve())
+    state = TaskState(instance_id=inst.instance_id, problem=ctx.task.issue, files_read=[], exploration={})
+    out = reproducer(state, Runtime(context=ctx))
+    repro = dict(out.get("repro") or {"status": "none", "reason": out.get("stop_reason") or "no reply"})
+    wt.reset()
+    repro["standin"] = {"other_files": own_test.get("other_files", []),
+                        "support_files": [f["path"] for f in own_test.get("files", [])]}
+    return repro
 
 
 def keep_tests(content: str, changed: set[int]) -> str:

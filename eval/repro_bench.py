@@ -31,21 +31,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from langgraph.runtime import Runtime
-
-from agents.context import TaskContext
-from agents.reproducer import reproducer
-from eval.fixtures.oracle import oracle_script
-from eval.hidden import test_file_from_test_patch
+from eval.hidden import standin_repro
 from eval.rows import instance_key, previous_rows, write_row
 from fixgraph.config import ConfigError, load_config
 from fixgraph.dataset import DatasetError, Instance, load_jsonl
-from fixgraph.models.llm import LLM, Meter, RunMeter
-from fixgraph.models.scripted import ScriptedChatModel
-from fixgraph.publish import DiffPublisher
 from fixgraph.records import RunStore
 from fixgraph.repo.workspace import RepoCache, WorkspaceError, find_mirror
-from fixgraph.state import TaskState
 from scoring.execution.runner import make_runner
 from scoring.execution.testenv import PASSING
 from scoring.execution.tests import ReproTest, own_outcome
@@ -78,19 +69,13 @@ def run_one(inst: Instance, cfg: Any, repos: RepoCache, store: RunStore) -> dict
     except WorkspaceError as exc:
         return row | {"status": "no_checkout", "reason": str(exc)}
     try:
-        own_test = test_file_from_test_patch(inst, wt)  # evaluation side: the benchmark's stand-in
-        if own_test is None:
-            return row | {"status": "no_test_file", "reason": "the test patch has no Python test file"}
-        row["test_patch_other_files"] = own_test.get("other_files", [])
-        row["support_files"] = [f["path"] for f in own_test.get("files", [])]
-        task = inst.task()
-        model = ScriptedChatModel(script=oracle_script(inst, own_test))
-        llm = LLM(lambda role: model, Meter(cfg.budget, cfg.llm.prices, RunMeter(None)), 0)
-        ctx = TaskContext(cfg=cfg, task=task, worktree=wt, llm=llm, publisher=DiffPublisher(store),
-                          cache_dir=cfg.cache_dir.resolve())
-        state = TaskState(instance_id=task.instance_id, problem=task.issue, files_read=[], exploration={})
         t_repro = time.monotonic()
-        repro = reproducer(state, Runtime(context=ctx)).get("repro") or {}
+        repro = standin_repro(inst, wt, cfg, store)  # evaluation side: the benchmark's stand-in
+        if not repro["standin"]:
+            return row | {"status": "no_test_file", "reason": repro["reason"]}
+        row["test_patch_other_files"] = repro["standin"]["other_files"]
+        row["support_files"] = repro["standin"]["support_files"]
+        task = inst.task()
         row["repro_seconds"] = round(time.monotonic() - t_repro, 1)
         row["repro_status"] = repro.get("status")
         row["repro_reason"] = repro.get("reason", "")
