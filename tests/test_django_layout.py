@@ -19,7 +19,8 @@ from scoring.execution import django_layout
 from scoring.execution.runner import make_runner
 from scoring.execution.selection import select_tests
 from scoring.execution.testenv import Suite
-from scoring.execution.tests import ReproTest, baseline
+from scoring.execution.tests import ReproTest, baseline, own_outcome
+from scoring.runtime.findings import runtime_findings
 from scoring.runtime.issue_run import DJANGO_PRELUDE, prelude_for
 from tests.testrun_helpers import apply_to, diff_for, local_settings, make_repo
 
@@ -118,3 +119,22 @@ def test_the_replay_configures_django_unless_the_snippet_does() -> None:
     assert prelude_for(DJANGO, ["from django.conf import settings\nsettings.configure()\n"]) == ""
     assert prelude_for(DJANGO, ["print(1)\n"]) == ""
     assert "settings.configure(" in DJANGO_PRELUDE and "sqlite3" in DJANGO_PRELUDE
+
+
+def test_a_django_test_s_error_is_a_runtime_finding_though_another_s_traceback_comes_last(
+        django_wt, tmp_path: Path) -> None:
+    """The patch makes capfirst raise and wrap return a wrong result: unittest prints the ERROR
+    blocks first and the FAIL's assertion last; the errors are still read, each under its test."""
+    wt, task = django_wt
+    broken = (TEXT.replace("value[0].upper() + value[1:]", "value[0].upper() + value[1:] + 1")
+              .replace("for i in range(0, len(text), width)]", "for i in range(0, len(text), width)][:1]"))
+    patch = apply_to(wt, diff_for(tmp_path, "django/utils/text.py", TEXT, broken))
+    runner = make_runner(local_settings(run_root=tmp_path / "runs"), tmp_path / "cache")
+    outcome = own_outcome(runner, task, wt, patch, [], RegressionSettings(base_runs=1))
+    # "test_x (app.module.Class)", or "...Class.test_x)" from Python 3.11
+    types = {r["test"].split(" (")[0]: r["type"] for r in outcome.regression_crashes}
+    assert types == {"test_capfirst": "TypeError", "test_cap": "TypeError", "test_wrap": "AssertionError"}
+    [found] = runtime_findings(outcome, patch)
+    finding: dict[str, Any] = dict(found)
+    assert (finding["rule"], finding["file"], finding["symbol"]) == ("TypeError", "django/utils/text.py", "capfirst")
+    assert "(and 1 more tests)" in finding["message"]

@@ -258,7 +258,8 @@ def _baseline_path(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, 
     # A new tag whenever what a run does or what is parsed from it changes ("user-name": test
     # processes have USER and LOGNAME; "django-full-ids": a
     # django test whose subTest failed, or that has a docstring, is read under its full id too;
-    # other repositories' runs unchanged).
+    # other repositories' runs unchanged). Crash records read from a log (django's ERROR:/FAIL:
+    # blocks, sympy's) come from the patched run's log when a test breaks, not from this cache: no tag.
     parsed = ("django-full-ids",) if task.repo == "django/django" else ()
     key = content_key(task.base_commit, *suite.key_parts(), env_key, runner.backend, str(runs), "unrooted",
                       "crash-records", "sympy-last-test", "loopback-up", "user-name", *parsed)

@@ -1,8 +1,9 @@
 """Crash context for the Coder, after HealBench: exception, repository frames, crashing locals.
 
 Under pytest the ``fixgraph_crash`` plugin (``pytest_crash_plugin.py``) records each failing test
-as JSON; for other runners (sympy's ``bin/test``, django's ``runtests.py``) the last Python
-traceback in the log is read instead, which gives the frames but no locals.
+as JSON; for other runners the log is read instead, which gives the frames but no locals: sympy's
+``bin/test`` and django's ``runtests.py`` (unittest) by their blocks per failing test, anything else
+by its last Python traceback.
 """
 
 from __future__ import annotations
@@ -150,8 +151,9 @@ _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warn
 
 def records_from_log(log: str, repo_root: Path, wanted: list[str] | None = None) -> list[dict[str, Any]]:
     """The failures a runner's text output shows, as records shaped like the plugin's (no locals):
-    sympy's failure blocks (``nodeid`` ``file:test``), or else the last Python traceback
-    (``nodeid`` ""). Blocks of tests in ``wanted`` only, when names are known."""
+    sympy's failure blocks (``nodeid`` ``file:test``), django's (unittest's) ``ERROR:``/``FAIL:``
+    blocks (``nodeid`` the runner's ``test_x (app.tests.Class)``), or else the last Python
+    traceback (``nodeid`` ""). Blocks of tests in ``wanted`` only, when names are known."""
     blocks: list[tuple[str, str]] = []  # (test name, text after the header)
     headers = list(_SYMPY_HEADER.finditer(log))
     for i, m in enumerate(headers):
@@ -160,6 +162,10 @@ def records_from_log(log: str, repo_root: Path, wanted: list[str] | None = None)
             blocks.append((f"{m.group(1)}:{m.group(2)}", log[m.end():end]))
     if not headers and "= FAILURES =" in log:
         found = _pytest_records(log, str(repo_root), wanted)
+        if found:
+            return found
+    if not headers and _DJANGO_HEADER.search(log):
+        found = _django_records(log, str(repo_root), wanted)
         if found:
             return found
     if not headers and _CONFTEST in log:
@@ -182,6 +188,44 @@ def records_from_log(log: str, repo_root: Path, wanted: list[str] | None = None)
             blocks.insert(0, ("", log[prev + len(_TB_START):start]))
             start = prev
     return [r for r in (_parse_block(name, text, str(repo_root)) for name, text in blocks) if r]
+
+
+# unittest's report (django's runtests.py): per failing test a line of "=", "ERROR: test_x
+# (app.tests.Class)" (a subTest's parameters after it; "...Class.test_x)" from Python 3.11), the first
+# line of the test's docstring if it has one, a line of "-", then the traceback.
+_DJANGO_HEADER = re.compile(r"^={20,}\n(ERROR|FAIL): ([\w.]+ \([\w.]+\))[^\n]*\n(?:(?!-{20,}\n)([^\n]*)\n)?-{20,}$",
+                            re.M)
+# Where the last block ends: the next one, or the run's summary.
+_UNITTEST_END = re.compile(r"^(?:={20,}|-{20,}\nRan \d+ tests?)", re.M)
+MAX_LOG_BLOCKS = 500
+
+
+def _django_records(log: str, root: str, wanted: list[str] | None) -> list[dict[str, Any]]:
+    """One record per ``ERROR:``/``FAIL:`` block of a test in ``wanted`` (its full id, or the first
+    line of its docstring, which swebench's parser names it by): the block's last traceback (the
+    exception the test ended with; a chain's causes come before it), with the innermost repository
+    frame. A label the runner could not import (``app.tests (unittest.loader._FailedTest)``) is no
+    test's: its record (``nodeid`` "") explains the tests the run never reached, as a runner's own
+    traceback does. A block cut short, or with no traceback, gives nothing."""
+    chosen = set(wanted) if wanted is not None else None
+    out: list[dict[str, Any]] = []
+    for n, m in enumerate(_DJANGO_HEADER.finditer(log)):
+        if n >= MAX_LOG_BLOCKS:
+            break
+        test, doc = m.group(2), (m.group(3) or "").strip()
+        if test.endswith("(unittest.loader._FailedTest)"):
+            test = doc = ""
+        elif chosen is not None and test not in chosen and doc not in chosen:
+            continue
+        end_m = _UNITTEST_END.search(log, m.end())
+        text = log[m.end():end_m.start() if end_m else len(log)]
+        start = text.rfind(_TB_START)
+        if start < 0:
+            continue
+        rec = _parse_block(test, text[start + len(_TB_START):], root)
+        if rec is not None:
+            out.append({**rec, "doc": doc} if doc else rec)
+    return out
 
 
 # pytest's long report, for runs where the plugin cannot be loaded (tox, which passes the test
@@ -322,7 +366,8 @@ def failures_of(records: list[dict[str, Any]], log: str, repo_root: str, wanted:
         if not node:
             out += [{**rec, "test": t} for t in unreported]
             continue
-        test = next((t for t in wanted if node == t or node.endswith(":" + t)), "")
+        test = next((t for t in wanted if node == t or node.endswith(":" + t)), "") or (
+            rec["doc"] if rec.get("doc") in wanted else "")
         if test:
             out.append({**rec, "test": test})
     return out
