@@ -11,7 +11,9 @@ FAIL_TO_PASS/PASS_TO_PASS rules). Every report says it is ``GRADER``'s, not the 
 The same tests also run without the prediction (cached per instance): the listed tests that run
 shows failing for want of the internet (``scoring.execution.offline_tests``) are left out of
 FAIL_TO_PASS and PASS_TO_PASS before grading, for every prediction of the instance alike, and
-named with the reason in ``grade.json`` and ``report.json`` (``not_runnable_here``).
+named with the reason in ``grade.json`` and ``report.json`` (``not_runnable_here``); so are
+matplotlib's image comparisons against baselines rendered with another FreeType
+(``scoring.execution.image_tests``), as the loop's own runs set them aside.
 
 A grade is one of ``RESOLVED``, ``UNRESOLVED``, ``PATCH_FAILED`` (as the harness counts them) or
 ``NOT_RUNNABLE``: the tests could not run here (no environment, no copy of the commit, the test
@@ -35,10 +37,11 @@ from fixgraph.config import TestSettings
 from fixgraph.dataset import Instance
 from fixgraph.repo.workspace import RepoCache, WorkspaceError, Worktree
 from scoring.execution.harness import harness_apply_error, pre_install_for
+from scoring.execution.image_tests import unmatched_tests
 from scoring.execution.offline_tests import needs_internet
 from scoring.execution.specs import NON_TEST_EXTS, log_parser, patch_files
 from scoring.execution.testenv import Suite, SuiteRun, SuiteRunner, git_apply
-from scoring.execution.tests import baseline, not_runnable_reason, set_aside_notes
+from scoring.execution.tests import baseline, not_runnable_reason, set_aside_notes, test_file_reader
 
 RESOLVED, UNRESOLVED, PATCH_FAILED, NOT_RUNNABLE = "resolved", "unresolved", "patch_failed", "not_runnable"
 HARNESS_TIMEOUT_S = 1800.0  # swebench's run_evaluation default --timeout
@@ -176,6 +179,11 @@ def _grade_in(inst: Instance, pred: Prediction, wt: Worktree, runner: SuiteRunne
     base = baseline(runner, task, wt, suite)
     notes = list(run.notes)
     aside = needs_internet(base, [*inst.FAIL_TO_PASS, *inst.PASS_TO_PASS]) if not base.error else {}
+    # Image comparisons against baselines rendered with another FreeType (matplotlib on this
+    # project's builds: scoring.execution.image_tests): set aside too, as the loop's runs set them aside.
+    with tempfile.TemporaryDirectory(prefix="fixgraph-grade-") as tmp:
+        aside = {**unmatched_tests(inst.repo, run.backend, [*inst.FAIL_TO_PASS, *inst.PASS_TO_PASS],
+                                   test_file_reader(wt.path, inst.test_patch, Path(tmp))), **aside}
     if base.error:
         notes.append(f"the run without the patch could not run ({base.error[:200]}): no test set aside")
     notes += set_aside_notes(aside)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from eval import grade
-from eval.fixtures.repos import BUGGY_LINE, FIXED_LINE, OPS_BUGGY, _diff, make_calc_repo, write_dataset
+from eval.fixtures.repos import BUGGY_LINE, FIXED_LINE, OPS_BUGGY, _diff, git_commit_all, make_calc_repo, write_dataset
 
 BREAKS_ADD = OPS_BUGGY.replace(BUGGY_LINE, FIXED_LINE).replace("return a + b", "return a - b")
 NOT_APPLYING = _diff(OPS_BUGGY.replace("Sum of two", "Total of two"), OPS_BUGGY, "calc/ops.py")
@@ -154,3 +154,32 @@ def test_imported_run_reuses_another_runs_grades(tmp_path: Path, capsys: pytest.
     assert import_predictions.main([str(tmp_path / "none.jsonl")]) == 2
     assert capsys.readouterr().err.strip() == \
         f"eval.import_predictions: error: predictions file not found: {tmp_path / 'none.jsonl'}"
+
+
+IMAGE_TEST = '''def image_comparison(*args, **kwargs):  # matplotlib.testing.decorators' name
+    return lambda fn: fn
+
+
+@image_comparison(["drawn.png"])
+def test_drawn():
+    assert False, "the pixels differ"  # as a baseline rendered with another FreeType does here
+'''
+
+
+def test_matplotlib_image_comparisons_are_set_aside_not_graded(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    mirrors = tmp_path / "mirrors"
+    inst = make_calc_repo(mirrors, owner="matplotlib", name="matplotlib")
+    repo = mirrors / "matplotlib+matplotlib"
+    (repo / "tests" / "test_img.py").write_text(IMAGE_TEST)
+    inst["base_commit"] = git_commit_all(repo, "an image comparison")
+    inst["PASS_TO_PASS"] = json.dumps([*json.loads(inst["PASS_TO_PASS"]), "tests/test_img.py::test_drawn"])
+    dataset = write_dataset(tmp_path / "data.jsonl", [inst])
+    preds = _preds(tmp_path / "p.jsonl", [(inst["instance_id"], inst["patch"])])
+    assert grade.main(_args(tmp_path, mirrors, dataset, preds)) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == \
+        "resolved=1 unresolved=0 patch_failed=0 not_runnable=0 empty=0 of=1"
+    report = json.loads((tmp_path / "logs" / "r1" / "m__x" / inst["instance_id"] / "report.json").read_text())
+    entry = report[inst["instance_id"]]
+    assert "image comparison" in entry["not_runnable_here"]["tests/test_img.py::test_drawn"]
+    assert "tests/test_img.py::test_drawn" not in entry["tests_status"]["PASS_TO_PASS"]["failure"]
