@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from eval import grade
-from eval.fixtures.repos import BUGGY_LINE, FIXED_LINE, OPS_BUGGY, _diff, git_commit_all, make_calc_repo, write_dataset
+from eval.fixtures.repos import (
+    BUGGY_LINE,
+    FIXED_LINE,
+    OPS_BUGGY,
+    _diff,
+    git_commit_all,
+    make_calc_repo,
+    write_dataset,
+)
 
 BREAKS_ADD = OPS_BUGGY.replace(BUGGY_LINE, FIXED_LINE).replace("return a + b", "return a - b")
 NOT_APPLYING = _diff(OPS_BUGGY.replace("Sum of two", "Total of two"), OPS_BUGGY, "calc/ops.py")
