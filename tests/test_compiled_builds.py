@@ -262,6 +262,12 @@ def test_image_comparisons_are_set_aside_with_the_reason_never_passes_or_regress
     from scoring.execution.tests import TestOutcome, _set_aside_unmatched
 
     assert decorated_tests(IMAGE_TESTS, "image_comparison") == {"test_drawn", "TestK::test_in_class"}
+    # an alias made with functools.partial (test_mplot3d.py's mpl3d_image_comparison) is one too
+    mplot3d = ("import functools\nfrom matplotlib.testing.decorators import image_comparison\n"
+               "mpl3d_image_comparison = functools.partial(image_comparison, remove_text=True, style='default')\n"
+               "@mpl3d_image_comparison(['aspects.png'])\ndef test_aspects():\n    pass\n"
+               "def test_plain():\n    pass\n")
+    assert decorated_tests(mplot3d, "image_comparison") == {"test_aspects"}
     f = "lib/matplotlib/tests/test_x.py"
     (tmp_path / f).parent.mkdir(parents=True)
     (tmp_path / f).write_text(IMAGE_TESTS)

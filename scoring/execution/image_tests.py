@@ -32,12 +32,20 @@ def decorated_tests(source: str, decorator: str) -> set[str]:
         tree = ast.parse(source)
     except SyntaxError:
         return set()
+    # Module-level aliases of the decorator count as it: matplotlib's test_mplot3d.py has
+    # ``mpl3d_image_comparison = functools.partial(image_comparison, remove_text=True, ...)``.
+    names = {decorator}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                (isinstance(n, ast.Name) and n.id == decorator) or (isinstance(n, ast.Attribute) and n.attr == decorator)
+                for n in ast.walk(node.value)):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
 
     def marked(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         for dec in fn.decorator_list:
             target = dec.func if isinstance(dec, ast.Call) else dec
             name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
-            if name == decorator:
+            if name in names:
                 return True
         return False
 
