@@ -37,11 +37,9 @@ from fixgraph.config import TestSettings
 from fixgraph.dataset import Instance
 from fixgraph.repo.workspace import RepoCache, WorkspaceError, Worktree
 from scoring.execution.harness import harness_apply_error, pre_install_for
-from scoring.execution.image_tests import unmatched_tests
-from scoring.execution.offline_tests import needs_internet
 from scoring.execution.specs import NON_TEST_EXTS, log_parser, patch_files
 from scoring.execution.testenv import Suite, SuiteRun, SuiteRunner, git_apply
-from scoring.execution.tests import baseline, not_runnable_reason, set_aside_notes, test_file_reader
+from scoring.execution.tests import baseline, not_runnable_here, not_runnable_reason, set_aside_notes
 
 RESOLVED, UNRESOLVED, PATCH_FAILED, NOT_RUNNABLE = "resolved", "unresolved", "patch_failed", "not_runnable"
 HARNESS_TIMEOUT_S = 1800.0  # swebench's run_evaluation default --timeout
@@ -178,12 +176,9 @@ def _grade_in(inst: Instance, pred: Prediction, wt: Worktree, runner: SuiteRunne
     # shows failing for want of the internet is set aside, whatever the prediction does.
     base = baseline(runner, task, wt, suite)
     notes = list(run.notes)
-    aside = needs_internet(base, [*inst.FAIL_TO_PASS, *inst.PASS_TO_PASS]) if not base.error else {}
-    # Image comparisons against baselines rendered with another FreeType (matplotlib on this
-    # project's builds: scoring.execution.image_tests): set aside too, as the loop's runs set them aside.
-    with tempfile.TemporaryDirectory(prefix="fixgraph-grade-") as tmp:
-        aside = {**unmatched_tests(inst.repo, run.backend, [*inst.FAIL_TO_PASS, *inst.PASS_TO_PASS],
-                                   test_file_reader(wt.path, inst.test_patch, Path(tmp))), **aside}
+    # So are image comparisons that cannot match this build, as in the loop's own runs.
+    aside = not_runnable_here(inst.repo, run.backend, [*inst.FAIL_TO_PASS, *inst.PASS_TO_PASS], wt.path,
+                              inst.test_patch, None if base.error else base)
     if base.error:
         notes.append(f"the run without the patch could not run ({base.error[:200]}): no test set aside")
     notes += set_aside_notes(aside)

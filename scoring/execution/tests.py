@@ -643,11 +643,8 @@ def _set_aside_unmatched(out: TestOutcome, repo: str, backend: str, wt: Worktree
     (``scoring.execution.offline_tests``). An outcome left with no FAIL_TO_PASS test is not
     runnable, with the reason (unless ``keep_runnable``: the loop's own regression tests, beside
     its reproduction tests)."""
-    ids = [*out.fail_to_pass, *out.pass_to_pass_after]
-    with tempfile.TemporaryDirectory(prefix="fixgraph-tests-") as tmp:
-        unmatched = unmatched_tests(repo, backend, ids, test_file_reader(wt.path, test_patch, Path(tmp)))
-    if base is not None:
-        unmatched |= {t: why for t, why in needs_internet(base, ids).items() if t not in unmatched}
+    unmatched = not_runnable_here(repo, backend, [*out.fail_to_pass, *out.pass_to_pass_after], wt.path,
+                                  test_patch, base)
     if not unmatched:
         return
     out.not_runnable_here = unmatched
@@ -659,6 +656,19 @@ def _set_aside_unmatched(out: TestOutcome, repo: str, backend: str, wt: Worktree
     if not out.fail_to_pass and not keep_runnable:
         out.runnable = False
         out.reason = not_runnable_reason(unmatched, fail_to_pass)
+
+
+def not_runnable_here(repo: str, backend: str, ids: list[str], root: Path, test_patch: str,
+                      base: SuiteRun | None) -> dict[str, str]:
+    """Of ``ids``, the tests that cannot match here, with the reason: image comparisons
+    (``scoring.execution.image_tests``; the test files read at ``root`` with ``test_patch``'s edits)
+    and, when the run without the patch is given (``base``), the tests it shows failing for want of
+    the internet (``scoring.execution.offline_tests``)."""
+    with tempfile.TemporaryDirectory(prefix="fixgraph-tests-") as tmp:
+        unmatched = unmatched_tests(repo, backend, ids, test_file_reader(root, test_patch, Path(tmp)))
+    if base is not None:
+        unmatched |= {t: why for t, why in needs_internet(base, ids).items() if t not in unmatched}
+    return unmatched
 
 
 def set_aside_notes(unmatched: Mapping[str, str]) -> list[str]:
