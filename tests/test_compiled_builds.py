@@ -290,6 +290,18 @@ def test_image_comparisons_are_set_aside_with_the_reason_never_passes_or_regress
     _set_aside_unmatched(only_images, "matplotlib/matplotlib", "venv", wt, NEW_IMAGE_TEST)  # type: ignore[arg-type]
     assert not only_images.runnable and only_images.reason.startswith("every FAIL_TO_PASS test is not runnable here")
 
+    # Given the run without the patch, an image comparison that passes there matches this build: it
+    # stays, and its failing with the patch is a break; one that fails there too is set aside.
+    from scoring.execution.testenv import SuiteRun
+    base = SuiteRun({ids[0]: "PASSED", ids[2]: "FAILED", ids[3]: "PASSED", f"{f}::test_new[png]": "FAILED"},
+                    "log", 1.0)
+    diff = TestOutcome(runnable=True, reason="", fail_to_pass={f"{f}::test_new[png]": "PASSED", ids[1]: "PASSED"},
+                       pass_to_pass_before={i: base.statuses[i] for i in (ids[0], ids[2], ids[3])},
+                       pass_to_pass_after={ids[0]: "FAILED", ids[2]: "PASSED", ids[3]: "PASSED"})
+    _set_aside_unmatched(diff, "matplotlib/matplotlib", "venv", wt, NEW_IMAGE_TEST, base=base)  # type: ignore[arg-type]
+    assert set(diff.not_runnable_here) == {f"{f}::test_new[png]", ids[2]}
+    assert diff.pass_to_pass_after == {ids[0]: "FAILED", ids[3]: "PASSED"} and diff.broken() == [ids[0]]
+
 
 def test_cython_output_is_reused_only_where_every_input_is_the_same(tmp_path: Path) -> None:
     import os
