@@ -31,7 +31,7 @@ from scoring.execution import harness, tests
 from scoring.execution.runner import make_runner
 from scoring.execution.testenv import PASSING
 from scoring.runtime import llm_check, replay
-from scoring.runtime.findings import crash_summaries, explained, findings_of
+from scoring.runtime.findings import crash_summaries, explained, findings_of, repro_summaries
 from scoring.static import differential as static
 from scoring.static import guard
 from scoring.verdict import expected_change, fix_score, quality, select, weigh
@@ -215,10 +215,12 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
                 "source": outcome.source, "repro_ran": outcome.repro_ran, "regression_ran": outcome.regression_ran,
                 "seconds": round(outcome.seconds, 1), "timed_out": outcome.timed_out,
                 "network_isolated": outcome.network_isolated, "selection": outcome.selection}
-            # A selected test that crashed in the patched code is runtime evidence, as strong as a
-            # static finding: the patch is Unsafe, and the Coder gets the place that raised.
+            # A selected test that crashed in the patched code, or a reproduction test still
+            # raising in the repository's code, is runtime evidence, as strong as a static
+            # finding: the patch is Unsafe, and the Coder gets the place that raised.
             scope = ctx.cfg.regression.runtime_scope
-            summaries = crash_summaries(outcome, patch)
+            summaries = crash_summaries(outcome, patch) + (
+                repro_summaries(outcome, patch) if settings.repro_crashes else [])
             crashes = findings_of(summaries, scope)
             if crashes:
                 verdict = "Unsafe"
@@ -265,7 +267,7 @@ def _test_findings(outcome: tests.TestOutcome, skip: set[str] | frozenset[str] =
     if not outcome.runnable:
         return []
     own = outcome.source == "own"
-    failing = [t for t, s in outcome.fail_to_pass.items() if s not in PASSING]
+    failing = [t for t, s in outcome.fail_to_pass.items() if s not in PASSING and t not in skip]
     found = [Finding(source="tests", rule="reproduction" if own else "fail_to_pass", severity="error",
                      message=f"{t}: {outcome.fail_to_pass[t]}" + (" (the reproduction test still fails)" if own else ""))
              for t in failing[:10]]

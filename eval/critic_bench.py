@@ -38,11 +38,13 @@ scripted to draft the instance's own test file as its ``test_patch`` leaves it
 (``eval.hidden.standin_repro``), keeps it only if it runs and fails at the base, and the Critic's
 test phase runs it on the candidate as it runs a Reproducer's test from the graph's state (the
 Critic's code reads no evaluation data; the bench hands it the test). Each row saves the test's
-fate and its statuses with the patch (``runtime.repro``). Two more rows of the table, counted from
-those: ``repro_raises``, the reproduction test still failing with the patch by raising something
-other than an assertion (a status ``ERROR``, or a crash record of another type), which is not a
-rule of the Critic; and ``ours_static+runtime|repro_raises``, either. Every line printed and every
-row says ``oracle-tests``; a rows file is resumed only by a run of the same kind.
+fate, its statuses with the patch and its crashes (``runtime.repro``); a crash in the repository's
+code in the scope flags the runtime column, as in the Critic (``critic.repro_crashes``). Two more
+rows of the table, counted from those: ``repro_raises``, the reproduction test still failing with
+the patch by raising something other than an assertion (a status ``ERROR``, or a crash record of
+another type) wherever it raised, which is not a rule of the Critic; and
+``ours_static+runtime|repro_raises``, either. Every line printed and every row says
+``oracle-tests``; a rows file is resumed only by a run of the same kind.
 
 A patch that does not apply, or that a method cannot analyze, counts as not flagged for it.
 The last line is the headline:
@@ -61,7 +63,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
@@ -92,7 +94,15 @@ from scoring.execution.runner import make_runner
 from scoring.execution.testenv import SuiteRunner
 from scoring.execution.tests import ReproTest, TestOutcome, own_outcome
 from scoring.runtime import llm_check, replay
-from scoring.runtime.findings import NOT_RUNTIME, SCOPES, Scope, crash_summaries, findings_of, unsafe_in
+from scoring.runtime.findings import (
+    NOT_RUNTIME,
+    SCOPES,
+    Scope,
+    crash_summaries,
+    findings_of,
+    repro_summaries,
+    unsafe_in,
+)
 from scoring.static import differential as static
 from scoring.verdict import weigh
 from scoring.verdict.critic import InputError, load_predictions, make_llm
@@ -402,7 +412,7 @@ def _repro_record(made: dict[str, Any], outcome: TestOutcome, patch: str) -> dic
     ids that failed at the base, their statuses with the patch (``after``) and their crashes,
     summarized as a regressed test's are (``scoring.runtime.findings.summarize``)."""
     accepted = made.get("status") == "accepted"
-    crashes = crash_summaries(replace(outcome, regression_crashes=outcome.repro_crashes), patch)
+    crashes = repro_summaries(outcome, patch)
     return {"status": made.get("status"), "reason": str(made.get("reason", ""))[:300],
             "path": made.get("path", ""), "failing": list(made.get("failing") or []),
             "seconds": made.get("seconds"), **(made.get("standin") or {}),
@@ -478,7 +488,7 @@ def _runtime(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, 
     outcome = own_outcome(runner, inst.task(), wt, patch, repro, cfg.regression, cfg.repro.timeout_s,
                           trace=weigh.trace_specs(suspicions, texts))
     crashes = crash_summaries(outcome, patch)
-    found = findings_of(crashes, scope)
+    found = findings_of(crashes + (repro_summaries(outcome, patch) if cfg.critic.repro_crashes else []), scope)
     weighed = weigh.weigh(suspicions, ran=outcome.runnable, lines=outcome.lines,
                           crashes=outcome.regression_crashes + outcome.repro_crashes,
                           texts=texts, why_not=outcome.reason)
@@ -538,6 +548,9 @@ def _runtime_unsafe(rt: dict[str, Any], scope: Scope, replayed: bool = True) -> 
     # The tests' verdict from their saved crashes (none when they could not run); a row saved
     # before the crashes were, or flagged by the static phase (nothing ran), has its saved verdict.
     unsafe = unsafe_in(rt["crashes"], scope) if "crashes" in rt else bool(rt["unsafe"])
+    # A reproduction test raising in the repository's code (critic.repro_crashes; only the
+    # oracle-tests rows have one).
+    unsafe = unsafe or unsafe_in((rt.get("repro") or {}).get("crashes") or [], scope)
     # A suspicion the tests confirmed (or that decided, the tests not running) flags in either scope.
     unsafe = unsafe or any(f.get("status") in ("confirmed", "untested") for f in rt.get("weighed") or [])
     if replayed:

@@ -165,6 +165,10 @@ class CriticSettings(_Strict):
     # there, makes the patch Unsafe. Needs the venv or local backend; off with tests = "off".
     replay_issue: bool = True
     replay_timeout_s: float = Field(default=60.0, gt=0)
+    # A reproduction test that still fails with the patch by raising (not an assertion) in the
+    # repository's code, in regression.runtime_scope, makes the patch Unsafe with a runtime finding,
+    # as a regressed test's crash does (scoring/runtime/findings.py).
+    repro_crashes: bool = True
     # The pyright command (a name on PATH or a path); the static phase fails loudly without it.
     pyright: str = "pyright"
     static_timeout_s: float = Field(default=300.0, gt=0)

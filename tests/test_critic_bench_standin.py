@@ -42,9 +42,10 @@ def test_the_standin_runs_as_the_reproduction_test_and_every_line_and_row_says_o
     assert lines and all(line.startswith("[oracle-tests] ") for line in lines), lines
     table = {line.split()[1]: line.split()[2:7] for line in captured.out.splitlines() if " ours_static" in line
              or " repro_raises" in line}
-    # The Critic's own rules do not read a reproduction test's error (the candidate's TypeError is
-    # in no existing test, and the issue has no code to replay); the extra rows do.
-    assert table["ours_static+runtime"] == ["2", "0", "0", "1", "1"]
+    # The candidate's TypeError is in no existing test and the issue has no code to replay: the
+    # reproduction test raising it in django/utils/text.py (read from the runner's ERROR block)
+    # flags the runtime column, as it makes the Critic's verdict Unsafe (critic.repro_crashes).
+    assert table["ours_static+runtime"] == ["2", "1", "0", "0", "1"]
     assert table["repro_raises"] == ["2", "1", "0", "0", "1"]
     assert table["ours_static+runtime|repro_raises"] == ["2", "1", "0", "0", "1"]
     assert "F1_repro_raises=1.000 P_repro_raises=1.000" in captured.out.strip().splitlines()[-1]
@@ -55,6 +56,9 @@ def test_the_standin_runs_as_the_reproduction_test_and_every_line_and_row_says_o
         assert (repro["status"], repro["path"], repro["ran"]) == ("accepted", REPRO_PATH, True)
         [(test, after)] = repro["after"].items()
         assert test.startswith(FAILING.removesuffix(")")) and after == status
+    [crash] = recs["raises"]["runtime"]["repro"]["crashes"]
+    assert crash["type"] == "TypeError" and crash["frame"]["file"] == "django/utils/text.py" and crash["repro"]
+    assert recs["gold"]["runtime"]["repro"]["crashes"] == []
 
     # Rows of the ablation are never counted as the Critic's own, nor the other way round.
     assert main([*common, "--resume"]) == 2

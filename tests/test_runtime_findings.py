@@ -713,3 +713,42 @@ def test_the_critic_reads_the_runtime_scope_from_the_config(tmp_path: Path, calc
     assert not [m for m in regressions if "test_total_label" in m]
     retry = model.prompts_for("CodeChange")[1]
     assert f"calc/report.py:{finding['line']} in total_label" in retry
+
+
+REPRO_ADD = '''\
+import calc
+
+
+def test_add_three():
+    assert calc.add(1, 2) == 4
+'''
+
+
+@pytest.mark.parametrize("new_add, test, found", [
+    ("return a + b + '1'", REPRO_ADD, "TypeError"),  # raises in calc.py: runtime evidence
+    ("return a + b + 5", REPRO_ADD, None),  # still a wrong result: a failing reproduction test
+    ("return a + b + 1", REPRO_ADD.replace("calc.add(1, 2)", "calc.add(1, 2) + None"), None),  # the test's own crash
+], ids=["raises-in-source", "assertion", "raises-in-test"])
+def test_a_reproduction_test_raising_in_the_repository_s_code_is_a_runtime_finding(
+        tmp_path: Path, new_add: str, test: str, found: str | None) -> None:
+    """Issue 33: a reproduction test that still fails with the patch by raising in the repository's
+    code is runtime evidence, as a regressed test's crash is; an assertion, or a crash in the test's
+    own code, stays a failing reproduction test."""
+    from scoring.execution.tests import ReproTest
+    from scoring.runtime.findings import findings_of, repro_summaries
+
+    mirrors, commit = make_repo(tmp_path, {"calc.py": CALC})  # no existing test: the reproduction test alone
+    wt = RepoCache(tmp_path / "cache", mirrors).worktree(REPO, commit, "rt")
+    task = Task(instance_id="fixture__calc-repro", repo=REPO, base_commit=commit, problem_statement="")
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, CALC.replace("return a + b", new_add)))
+    repro = ReproTest("tests/test_repro_add.py", test, ("tests/test_repro_add.py::test_add_three",))
+    outcome = own_outcome(make_runner(local_settings(), tmp_path / "cache"), task, wt, patch, [repro],
+                          RegressionSettings())
+    assert outcome.fail_to_pass == {"tests/test_repro_add.py::test_add_three": "FAILED"}
+    assert outcome.repro_ran and crash_summaries(outcome, patch) == []
+    for scope in SCOPES:
+        findings = [dict(f) for f in findings_of(repro_summaries(outcome, patch), scope)]
+        assert [f["rule"] for f in findings] == ([found] if found else [])
+        if found:
+            assert (findings[0]["file"], findings[0]["symbol"]) == ("calc.py", "add")
+            assert "the reproduction test, which should pass with the fix" in findings[0]["message"]

@@ -343,8 +343,9 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
         still = [t for t in test.failing if out.fail_to_pass[t] not in PASSING]
         if still:
             failing_runs.append((after, still))
-            out.repro_crashes += [{**r, "test": str(r.get("nodeid", ""))} for r in after.crash_records
-                                  if str(r.get("nodeid", "")) in still]
+            # The plugin's records, else the runner's log (django's ERROR/FAIL blocks, sympy's).
+            out.repro_crashes += crash.failures_of(after.crash_records, after.log, after.root, still,
+                                                   [] if after.timed_out else [t for t in still if t not in after.statuses])
     # Regression tests: what passed at the base should still pass.
     out.regression_ran = False
     # A reproduction test that rewrites an existing test file does not hide that file's base

@@ -11,6 +11,12 @@ error counts is the scope (``regression.runtime_scope``):
   caller). A crash raised in test code (test files, test folders, ``conftest.py``), or with no
   repository frame at all (site-packages, the standard library), stays a regression in both.
 
+A reproduction test that still fails with the patch by raising such an exception in the same
+scope is runtime evidence too (``critic.repro_crashes``, issue 33): the test should pass with the
+fix, and the exception comes from the repository's code, not the test's (a crash in the test's own
+code, or an assertion, stays a failing reproduction test). On django the hidden tests that define
+the ``runtime_error`` label are new tests, which only a reproduction test can stand for.
+
 It is reported like a static finding (source ``runtime``, the exception type as the rule,
 ``file:line in symbol`` and the line of code; in scope ``source`` also the touched frame the
 exception passed through, if any), so the Coder gets REDO §G feedback for it; the Critic's verdict
@@ -76,6 +82,13 @@ def crash_summaries(outcome: TestOutcome, patch: str) -> list[dict[str, Any]]:
     return [summarize(rec, touched) for rec in outcome.regression_crashes]
 
 
+def repro_summaries(outcome: TestOutcome, patch: str) -> list[dict[str, Any]]:
+    """:func:`summarize` for every crash record of a reproduction test still failing with the
+    patch, each marked ``repro``."""
+    touched = {f for f in patch_files(patch) if f.endswith(".py") and not is_test_file(f)}
+    return [summarize(rec, touched) | {"repro": True} for rec in outcome.repro_crashes]
+
+
 def place(summary: dict[str, Any], scope: Scope) -> dict[str, Any] | None:
     """The frame a crash is reported at in ``scope``, None when it is not a runtime finding there."""
     if summary["type"] in NOT_RUNTIME:
@@ -109,10 +122,12 @@ def findings_of(summaries: list[dict[str, Any]], scope: Scope) -> list[Finding]:
         # exception passed through the patched code as well.
         through = (f"; it passed through the patched {via['file']}:{via['line']} in {via['function']}: "
                    f"{via['source']}" if via is not None and via != frame else "")
+        which = ("the reproduction test, which should pass with the fix" if s.get("repro")
+                 else "which passed before the patch")
         found.append(Finding(
             source="runtime", rule=etype, file=file, line=line, symbol=frame["function"],
             severity="error", code=frame["source"],
-            message=f"{etype}: {s['message']} -- raised in {s['test']}, which passed before the patch{more}{through}"))
+            message=f"{etype}: {s['message']} -- raised in {s['test']}, {which}{more}{through}"))
     return found
 
 
