@@ -173,12 +173,13 @@ def _grade_in(inst: Instance, pred: Prediction, wt: Worktree, runner: SuiteRunne
         return Graded(NOT_RUNNABLE, f"the tests timed out after {run.timeout_s:g}s", harness_report(inst, pred, log),
                       log, notes=run.notes, timed_out=True)
     # The run without the patch (cached per instance, the same for every prediction): what it
-    # shows failing for want of the internet is set aside, whatever the prediction does.
+    # shows failing for want of the internet, or PASS_TO_PASS tests not passing at all, is set
+    # aside, whatever the prediction does.
     base = baseline(runner, task, wt, suite)
     notes = list(run.notes)
     # So are image comparisons that cannot match this build, as in the loop's own runs.
     aside = not_runnable_here(inst.repo, run.backend, [*inst.FAIL_TO_PASS, *inst.PASS_TO_PASS], wt.path,
-                              inst.test_patch, None if base.error else base)
+                              inst.test_patch, None if base.error else base, inst.PASS_TO_PASS)
     if base.error:
         notes.append(f"the run without the patch could not run ({base.error[:200]}): no test set aside")
     notes += set_aside_notes(aside)

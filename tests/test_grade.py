@@ -171,6 +171,17 @@ IMAGE_TEST = '''def image_comparison(*args, **kwargs):  # matplotlib.testing.dec
 @image_comparison(["drawn.png"])
 def test_drawn():
     assert False, "the pixels differ"  # as a baseline rendered with another FreeType does here
+
+
+@image_comparison(["plain.png"])
+def test_drawn_the_same():
+    pass  # no text: it matches here, so it runs and is graded
+'''
+TOOL_TEST = '''import shutil
+
+
+def test_needs_latex():
+    assert shutil.which("fixgraph-no-such-latex"), "no LaTeX here"  # the harness's image has it
 '''
 
 
@@ -181,7 +192,13 @@ def test_matplotlib_image_comparisons_are_set_aside_not_graded(tmp_path: Path,
     repo = mirrors / "matplotlib+matplotlib"
     (repo / "tests" / "test_img.py").write_text(IMAGE_TEST)
     inst["base_commit"] = git_commit_all(repo, "an image comparison")
-    inst["PASS_TO_PASS"] = json.dumps([*json.loads(inst["PASS_TO_PASS"]), "tests/test_img.py::test_drawn"])
+    # Tests the grader runs are the test patch's files: these two come with it, as new files do.
+    from tests.testrun_helpers import diff_for
+    inst["test_patch"] += (diff_for(tmp_path, "tests/test_tool.py", None, TOOL_TEST)
+                           + diff_for(tmp_path, "tests/test_img2.py", None, IMAGE_TEST))
+    inst["PASS_TO_PASS"] = json.dumps([*json.loads(inst["PASS_TO_PASS"]), "tests/test_img.py::test_drawn",
+                                       "tests/test_img2.py::test_drawn", "tests/test_img2.py::test_drawn_the_same",
+                                       "tests/test_tool.py::test_needs_latex"])
     dataset = write_dataset(tmp_path / "data.jsonl", [inst])
     preds = _preds(tmp_path / "p.jsonl", [(inst["instance_id"], inst["patch"])])
     assert grade.main(_args(tmp_path, mirrors, dataset, preds)) == 0
@@ -191,3 +208,8 @@ def test_matplotlib_image_comparisons_are_set_aside_not_graded(tmp_path: Path,
     entry = report[inst["instance_id"]]
     assert "image comparison" in entry["not_runnable_here"]["tests/test_img.py::test_drawn"]
     assert "tests/test_img.py::test_drawn" not in entry["tests_status"]["PASS_TO_PASS"]["failure"]
+    # An image comparison that passes without the patch here is graded like any test.
+    assert "image comparison" in entry["not_runnable_here"]["tests/test_img2.py::test_drawn"]
+    assert "tests/test_img2.py::test_drawn_the_same" in entry["tests_status"]["PASS_TO_PASS"]["success"]
+    # A PASS_TO_PASS test that fails here without the patch too meets what this machine lacks.
+    assert "where the harness's image passes it" in entry["not_runnable_here"]["tests/test_tool.py::test_needs_latex"]

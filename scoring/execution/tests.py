@@ -31,7 +31,7 @@ import re
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,7 +40,7 @@ from fixgraph.config import RegressionSettings
 from fixgraph.dataset import EvaluationData, Task
 from fixgraph.records import atomic_write
 from fixgraph.repo.workspace import Worktree, content_key
-from scoring.execution.image_tests import unmatched_tests
+from scoring.execution.image_tests import OWN_BUILD_BACKENDS, unmatched_tests
 from scoring.execution.offline_tests import needs_internet, network_failure
 from scoring.execution.specs import (
     NON_TEST_EXTS,
@@ -627,7 +627,8 @@ def hidden_outcome(runner: SuiteRunner, task: Task, evaluation: EvaluationData, 
     out.runnable = True
     out.fail_to_pass = as_listed(after.statuses, evaluation.FAIL_TO_PASS)
     out.pass_to_pass_after = as_listed(after.statuses, evaluation.PASS_TO_PASS)
-    _set_aside_unmatched(out, task.repo, runner.backend, wt, evaluation.test_patch, base=before)
+    _set_aside_unmatched(out, task.repo, runner.backend, wt, evaluation.test_patch, base=before,
+                         pass_to_pass=evaluation.PASS_TO_PASS)
     if not out.runnable:
         return out
     failing = [t for t, s in out.fail_to_pass.items() if s not in PASSING]
@@ -637,7 +638,8 @@ def hidden_outcome(runner: SuiteRunner, task: Task, evaluation: EvaluationData, 
 
 
 def _set_aside_unmatched(out: TestOutcome, repo: str, backend: str, wt: Worktree, test_patch: str,
-                         keep_runnable: bool = False, base: SuiteRun | None = None) -> None:
+                         keep_runnable: bool = False, base: SuiteRun | None = None,
+                         pass_to_pass: Collection[str] | None = None) -> None:
     """Take the tests that cannot match here out of the outcome's sets, with a note per reason:
     image comparisons (``scoring.execution.image_tests``) and, when the run without the patch is
     given (``base``), the tests it shows failing for want of the internet
@@ -645,7 +647,7 @@ def _set_aside_unmatched(out: TestOutcome, repo: str, backend: str, wt: Worktree
     runnable, with the reason (unless ``keep_runnable``: the loop's own regression tests, beside
     its reproduction tests)."""
     unmatched = not_runnable_here(repo, backend, [*out.fail_to_pass, *out.pass_to_pass_after], wt.path,
-                                  test_patch, base)
+                                  test_patch, base, pass_to_pass if pass_to_pass is not None else ())
     if not unmatched:
         return
     out.not_runnable_here = unmatched
@@ -659,23 +661,37 @@ def _set_aside_unmatched(out: TestOutcome, repo: str, backend: str, wt: Worktree
         out.reason = not_runnable_reason(unmatched, fail_to_pass)
 
 
+# Why a PASS_TO_PASS test that does not pass here even without the patch is set aside.
+FAILS_AT_BASE_HERE = ("does not pass here without the patch either, where the harness's image passes it "
+                      "(a tool, font or service this machine lacks)")
+
+
 def not_runnable_here(repo: str, backend: str, ids: list[str], root: Path, test_patch: str,
-                      base: SuiteRun | None) -> dict[str, str]:
+                      base: SuiteRun | None, pass_to_pass: Collection[str] = ()) -> dict[str, str]:
     """Of ``ids``, the tests that cannot match here, with the reason: image comparisons
     (``scoring.execution.image_tests``; the test files read at ``root`` with ``test_patch``'s edits)
     and, when the run without the patch is given (``base``), the tests it shows failing for want of
-    the internet (``scoring.execution.offline_tests``).
+    the internet (``scoring.execution.offline_tests``), and, on this machine's own builds, the
+    ``pass_to_pass`` tests it shows not passing at all.
 
     With ``base``, an image comparison is set aside only where it does not pass there: one that
     passes without the patch matches this build (no text, or within its tolerance), so it runs,
     and its failing with the patch is a break like any other (matplotlib-23562: the one verdict of
-    the grader's 397 that differed from the harness's, with 53 such tests set aside)."""
+    the grader's 397 that differed from the harness's, with 53 such tests set aside).
+
+    A PASS_TO_PASS test passes without the patch in the harness's image by its definition: one
+    that does not pass here without it (fails, errors, is skipped or not reported) meets something
+    this machine lacks (matplotlib's LaTeX and Ghostscript tests; the specs' ``apt-get`` steps are
+    not run here), and whatever the patch does to it says nothing."""
     with tempfile.TemporaryDirectory(prefix="fixgraph-tests-") as tmp:
         unmatched = unmatched_tests(repo, backend, ids, test_file_reader(root, test_patch, Path(tmp)))
     if base is not None:
         at_base = as_listed(base.statuses, list(unmatched))
         unmatched = {t: why for t, why in unmatched.items() if at_base[t] not in PASSING}
         unmatched |= {t: why for t, why in needs_internet(base, ids).items() if t not in unmatched}
+        if backend in OWN_BUILD_BACKENDS and pass_to_pass:
+            at_base = as_listed(base.statuses, [t for t in pass_to_pass if t not in unmatched])
+            unmatched |= {t: FAILS_AT_BASE_HERE for t, st in at_base.items() if st not in PASSING}
     return unmatched
 
 
