@@ -33,6 +33,7 @@ from scoring.execution.testenv import EnvError
 
 STATS_LOG = "ccache.statslog"
 LINK_STATS_LOG = "linkcache.statslog"
+CYTHON_STATS_LOG = "cython.statslog"
 
 
 def ccache_counts(env_dir: Path) -> dict[str, int]:
@@ -60,6 +61,15 @@ def link_counts(env_dir: Path) -> dict[str, int]:
     return {"link_hits": lines.count("link_hit"), "link_misses": lines.count("link_miss")}
 
 
+def cython_counts(env_dir: Path) -> dict[str, int]:
+    """Modules Cython's cache (scoring/execution/cython_cache.py) had and generated for this env's
+    build steps since the last call (then cleared)."""
+    log = env_dir / CYTHON_STATS_LOG
+    lines = log.read_text(errors="replace").split() if log.is_file() else []
+    log.unlink(missing_ok=True)
+    return {"cython_hits": lines.count("hit"), "cython_misses": lines.count("miss")}
+
+
 def build_step(envs: VenvEnvs, cache: RepoCache, inst: Instance, kind: str) -> dict[str, Any]:
     row: dict[str, Any] = {"repo": inst.repo, "version": inst.version, "kind": kind,
                            "instance_id": inst.instance_id, "base_commit": inst.base_commit}
@@ -84,6 +94,7 @@ def build_step(envs: VenvEnvs, cache: RepoCache, inst: Instance, kind: str) -> d
                               if after.get("installed_commit") == inst.base_commit else 0.0)
     row.update(ccache_counts(path))
     row.update(link_counts(path))
+    row.update(cython_counts(path))
     cache.remove_worktree(inst.repo, wt)
     return row
 
@@ -183,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                 write_row(fh, row)
             print(f"{key[0]} {key[1]} {kind} {inst.instance_id}: ok={row['ok']} {row['seconds']} s "
                   f"(install {row['install_seconds']} s, ccache {row['ccache_hits']}/{row['ccache_misses']}, "
-                  f"links reused/made {row['link_hits']}/{row['link_misses']}) "
+                  f"links reused/made {row['link_hits']}/{row['link_misses']}, "
+                  f"Cython modules reused/made {row['cython_hits']}/{row['cython_misses']}) "
                   f"{row['reason'][:160]}", file=sys.stderr, flush=True)
     print("\n".join(report(rows)))
     return 0

@@ -346,3 +346,68 @@ def test_build_requirements_go_into_the_venv_but_not_what_the_spec_pins(tmp_path
                                              '"setuptools>=64", "wheel"]\n')
     assert build_requires(tmp_path) == ["certifi>=2020.06.20", "pybind11>=2.6", "setuptools_scm>=7"]
     assert build_requires(tmp_path / "none") == []
+
+
+FAKE_DEPENDENCIES = '''\
+import os
+calls = []
+
+
+def cythonize_one(pyx_file, c_file, fingerprint, quiet, options=None):
+    calls.append(("one", os.path.basename(pyx_file), fingerprint))
+    if not fingerprint:  # forced, or no cache: generated, not stored
+        return
+    stem = os.path.join(options["cache"], "%s-%s" % (os.path.basename(c_file), fingerprint))
+    if not os.path.exists(stem + ".gz"):  # as Cython: generate, then store under the fingerprint
+        open(stem + ".gz", "w").close()
+
+
+def cythonize(modules, cache=None, force=False):
+    calls.append(("cythonize", cache, force))
+    for name, fingerprint in modules:
+        cythonize_one(name + ".pyx", name + ".c", None if force or not cache else fingerprint, True, {"cache": cache})
+    return calls
+'''
+
+
+def test_cython_s_cache_is_handed_to_the_build_s_cythonize_and_counted(tmp_path: Path) -> None:
+    """The install's sitecustomize (scoring/execution/cython_cache.py) gives the repository's own
+    cythonize() call the env's cache (Cython then looks each module up by its fingerprint of the
+    .pyx and all it cimports), unless the call passed one or forces; hits and misses are logged.
+    A stand-in for Cython.Build.Dependencies: the test env has no Cython."""
+    import subprocess
+    import sys
+
+    from scoring.execution.compiled import compiled_build
+
+    env_dir = tmp_path / "env"
+    env_dir.mkdir()
+    build = compiled_build("scikit-learn/scikit-learn", "0.21", env_dir)
+    env = {k: v for k, v in build.env.items() if k.startswith(("PYTHON", "FIXGRAPH_CYTHON"))}
+    assert (Path(env["PYTHONPATH"]) / "sitecustomize.py").is_file()
+    assert "FIXGRAPH_CYTHON_CACHE" not in compiled_build("matplotlib/matplotlib", "3.5", tmp_path / "mpl").env
+    fake = tmp_path / "fake" / "Cython" / "Build"
+    fake.mkdir(parents=True)
+    (fake.parent / "__init__.py").write_text("")
+    (fake / "__init__.py").write_text("from .Dependencies import cythonize\n")
+    (fake / "Dependencies.py").write_text(FAKE_DEPENDENCIES)
+    cache = Path(env["FIXGRAPH_CYTHON_CACHE"])
+    cache.mkdir()
+    script = ("import sys; from Cython.Build import cythonize; "
+              "print(cythonize([('a', 'f1'), ('b', 'f2')], force=len(sys.argv) > 1)[0])")
+    run_env = {"PATH": "/usr/bin:/bin", **env, "PYTHONPATH": f"{env['PYTHONPATH']}:{tmp_path / 'fake'}"}
+
+    def run(*extra: str) -> str:
+        done = subprocess.run([sys.executable, "-c", script, *extra], env=run_env, capture_output=True, text=True,
+                              check=True)
+        return done.stdout.strip()
+
+    assert run() == f"('cythonize', '{cache}', False)"  # the env's cache, where the caller gave none
+    assert run() == f"('cythonize', '{cache}', False)"
+    assert (env_dir / "cython.statslog").read_text().split() == ["miss", "miss", "hit", "hit"]
+    assert run("force") == "('cythonize', None, True)"  # a forced build regenerates: no cache
+    assert (env_dir / "cython.statslog").read_text().split()[4:] == ["miss", "miss"]
+    # The hook lives in the env's folder, where an install step can write: each build rewrites it.
+    (Path(env["PYTHONPATH"]) / "sitecustomize.py").write_text("raise SystemExit('planted')\n")
+    compiled_build("scikit-learn/scikit-learn", "0.21", env_dir)
+    assert run() == f"('cythonize', '{cache}', False)"

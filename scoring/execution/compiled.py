@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scoring.execution import linkcache
+from scoring.execution import cython_cache, linkcache
 
 # (repo, version) -> pins for every pip command of the build, the spec's own included.
 COMPILED_CONSTRAINTS: dict[tuple[str, str], list[str]] = {
@@ -68,6 +68,11 @@ CCACHE_MAX_SIZE = "2G"
 LINK_BIN_SUBDIR = "linkbin"
 LINK_CACHE_SUBDIR = "linkcache"
 LINK_CACHE_VERSION = linkcache.VERSION
+# Cython's own cache of generated C (cython_cache.py, the install's sitecustomize): scikit-learn only,
+# the one compiled repo that runs Cython.
+CYTHON_HOOK_SUBDIR = "cyhook"
+CYTHON_CACHE_SUBDIR = "cycache"
+CYTHON_REPOS = frozenset({"scikit-learn/scikit-learn"})
 # ccache looks for the real compiler on PATH after itself: without this folder on it (it would
 # find the wrapper again).
 _LINK_WRAPPER = """#!/bin/sh
@@ -230,6 +235,11 @@ def compiled_build(repo: str, version: str, env_dir: Path) -> CompiledBuild:
                    CCACHE_STATSLOG=str(env_dir / "ccache.statslog"),  # per env: eval.build_bench reads it
                    FIXGRAPH_LINK_CACHE=str(env_dir / LINK_CACHE_SUBDIR),
                    FIXGRAPH_LINK_STATSLOG=str(env_dir / "linkcache.statslog"))
+    if repo in CYTHON_REPOS:
+        # The install's Python processes find cython_cache.py first (PYTHONPATH, build steps only;
+        # test runs never see it): cythonize() gets the env's cache of generated C.
+        env.update(PYTHONPATH=str(cython_hook(env_dir)), FIXGRAPH_CYTHON_CACHE=str(env_dir / CYTHON_CACHE_SUBDIR),
+                   FIXGRAPH_CYTHON_STATSLOG=str(env_dir / "cython.statslog"))
     if repo == "matplotlib/matplotlib":
         cfg = env_dir / "mplsetup.cfg"
         cfg.write_text(MPL_SETUP_CFG)
@@ -250,6 +260,15 @@ def link_wrappers(env_dir: Path) -> Path:
                                     script=shlex.quote(str(script)), name=shlex.quote(name),
                                     folder=shlex.quote(str(folder)))
         _write_if_changed(folder / name, text, 0o755)
+    return folder
+
+
+def cython_hook(env_dir: Path) -> Path:
+    """The folder of the Cython cache's ``sitecustomize.py`` in ``env_dir`` (written when missing or
+    different, so an install step that edited it is undone before the next build step)."""
+    folder = env_dir / CYTHON_HOOK_SUBDIR
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_if_changed(folder / "sitecustomize.py", Path(cython_cache.__file__).read_text(encoding="utf-8"), 0o644)
     return folder
 
 
