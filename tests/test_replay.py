@@ -388,3 +388,43 @@ def test_the_pull_request_delivers_the_llms_test_file_not_the_issues_statements(
     only = {"tests_source": "own", "fail_to_pass": {replay.reproduction_id(1): "PASSED"}}
     assert _repro_to_deliver(TaskState(), AttemptRecord(number=1, score=only)) is None
     assert _repro_to_deliver(state, AttemptRecord(number=1, score=only)) is None
+
+
+GUARD_PATCH = '''diff --git a/pkg/mod.py b/pkg/mod.py
+--- a/pkg/mod.py
++++ b/pkg/mod.py
+@@ -1,2 +1,6 @@
+ def f(n):
++    if isinstance(n, float):
++        raise TypeError(
++            "n does not take a float")
++    x = n + None
+     return range(n)
+'''
+
+
+def test_the_error_the_issue_asks_for_raised_by_the_patch_s_own_raise_is_no_finding() -> None:
+    """scikit-learn-11040: the issue asks for a helpful TypeError when n is a float. The patch's
+    own ``raise`` now stops statement 0, which ran clean at the base; statement 1 then raises the
+    reported error again, from a state the base never had. Neither is a finding, and statement 1
+    is no failing reproduction of the reported crash."""
+    issue = "NearestNeighbors(n_neighbors=3.) gives TypeError: 'float' object cannot be interpreted as an integer"
+    reported = "'float' object cannot be interpreted as an integer"
+    base = _trace(2, _err(1, "TypeError", reported))
+
+    def at(line: int, etype: str = "TypeError", message: str = "n does not take a float") -> TracedError:
+        return TracedError(etype, message, [("pkg/mod.py", line, "f")], 0)
+
+    after = [at(3), _err(1, "TypeError", reported)]
+    for line in (3, 4):  # the raise's first line, or its last (Python before 3.8)
+        after[0] = at(line)
+        assert replay.asked_for(base, _trace(2, *after), issue, GUARD_PATCH) == 0
+        assert replay.compare(base, _trace(2, *after), issue, GUARD_PATCH) == []
+        assert replay.reproductions(base, _trace(2, *after), issue, GUARD_PATCH) == []
+    # Raised elsewhere than by an added raise (a line the patch added, not a raise: line 5), of a
+    # type the issue does not name, or with no patch to read: still the replay's finding.
+    for err, text, patch in ((at(5), issue, GUARD_PATCH), (at(3, "ValueError"), issue, GUARD_PATCH),
+                             (at(3), issue, "")):
+        trace = _trace(2, err, _err(1, "TypeError", reported))
+        assert replay.asked_for(base, trace, text, patch) is None
+        assert [s["kind"] for s in replay.compare(base, trace, text, patch)] == ["introduced", "persists"]

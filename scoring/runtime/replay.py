@@ -48,6 +48,7 @@ from scoring.execution.specs import patch_files
 from scoring.execution.testenv import SuiteRunner
 from scoring.runtime.findings import NOT_RUNTIME, is_test_code
 from scoring.runtime.issue_run import IssueTrace, TracedError, trace_issue
+from scoring.static.patchinfo import added_raises
 
 Kind = Literal["introduced", "changed", "persists"]
 TIMEOUT = "StatementTimeout"
@@ -83,17 +84,38 @@ def _by_statement(trace: IssueTrace) -> dict[int, TracedError]:
     return {e.statement: e for e in trace.errors if e.statement >= 0}
 
 
+def asked_for(base: IssueTrace, patched: IssueTrace, issue_text: str, patch: str) -> int | None:
+    """The first statement that ran clean at the base and, with the patch, raises an exception the
+    issue's text names from a ``raise`` the patch added: the error the issue asks for
+    (scikit-learn-11040: ``TypeError`` for a float ``n_neighbors``, where the base went on to a
+    worse one). None when there is none. From there on the snippet's state is no longer the
+    base's (the object the base went on with was never made), so later statements are not compared."""
+    raises = added_raises(patch)
+    if not raises or base.reason or patched.reason:
+        return None
+    before, after = _by_statement(base), _by_statement(patched)
+    for statement in range(min(base.statements, patched.statements)):
+        new = after.get(statement)
+        if before.get(statement) is not None or new is None or not _is_runtime(new):
+            continue
+        frames = _source_frames(new)
+        if frames and (frames[-1][0], frames[-1][1]) in raises and _named(new.type, issue_text):
+            return statement
+    return None
+
+
 def compare(base: IssueTrace, patched: IssueTrace, issue_text: str, patch: str) -> list[dict[str, Any]]:
     """The statements whose outcome with the patch is a finding: one summary each (statement,
     kind, type, first message line, the innermost non-test repository frame, the innermost frame
     in a file the patch touched, and what the base raised there, if anything). Empty when either
-    run did not run the snippets."""
+    run did not run the snippets. Nothing from the statement :func:`asked_for` names on."""
     if base.reason or patched.reason:
         return []
     touched = {f for f in patch_files(patch) if f.endswith(".py")}
     before, after = _by_statement(base), _by_statement(patched)
     found: list[dict[str, Any]] = []
-    for statement in range(min(base.statements, patched.statements)):
+    stop = asked_for(base, patched, issue_text, patch)
+    for statement in range(min(base.statements, patched.statements) if stop is None else stop):
         old, new = before.get(statement), after.get(statement)
         if new is None or not _is_runtime(new) or not _source_frames(new):
             continue
@@ -149,7 +171,7 @@ def reported_crashes(base: IssueTrace, issue_text: str) -> list[int]:
             and _named(err.type, issue_text)]
 
 
-def reproductions(base: IssueTrace, patched: IssueTrace, issue_text: str) -> list[dict[str, str]]:
+def reproductions(base: IssueTrace, patched: IssueTrace, issue_text: str, patch: str = "") -> list[dict[str, str]]:
     """The issue's code as a reproduction test (module docstring): one entry per statement that
     raised the reported crash at the base and that the patched run reached, in order, each with its
     ``id`` (:func:`reproduction_id`), ``status`` after the patch (PASSED or FAILED) and ``detail``
@@ -159,10 +181,13 @@ def reproductions(base: IssueTrace, patched: IssueTrace, issue_text: str) -> lis
         return []
     before, after = _by_statement(base), _by_statement(patched)
     out: list[dict[str, str]] = []
+    stop = asked_for(base, patched, issue_text, patch)
     for statement in reported_crashes(base, issue_text):
         old, new = before[statement], after.get(statement)
         if statement >= patched.statements or (new is not None and new.type == TIMEOUT):
             continue
+        if stop is not None and statement > stop:
+            break  # after the error the issue asks for: the snippet went on from another state
         if len(out) == MAX_REPRODUCTIONS:
             break
         fixed = new is None or (new.type != old.type and _named(new.type, issue_text))
@@ -216,7 +241,7 @@ def replay_issue(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, *, t
         return Replay(base, None, [], time.monotonic() - start)
     patched = trace_issue(runner, task, wt, task.issue, timeout_s=timeout_s, patch=patch)
     return Replay(base, patched, compare(base, patched, task.issue, patch), time.monotonic() - start,
-                  reproductions(base, patched, task.issue))
+                  reproductions(base, patched, task.issue, patch))
 
 
 _WHY = {

@@ -88,6 +88,33 @@ def parse_patch(patch: str) -> list[FileChange]:
     return out
 
 
+_RAISE = re.compile(r"\s*raise\b")
+
+
+def added_raises(patch: str) -> frozenset[tuple[str, int]]:
+    """(path, line in the new file) of every line of each ``raise`` statement the patch adds (a
+    statement over several lines: each of them, as the tracebacks of Pythons before 3.8 may name its
+    last). Empty for text that is not a diff."""
+    try:
+        files = PatchSet(patch)
+    except UnidiffParseError:
+        return frozenset()
+    out: set[tuple[str, int]] = set()
+    for pf in files:
+        path = _strip(pf.target_file)
+        for hunk in pf:
+            depth = 0  # open brackets of a raise statement still going on
+            for line in hunk:
+                if not (line.is_added and line.target_line_no):
+                    depth = 0
+                    continue
+                if depth > 0 or _RAISE.match(line.value):
+                    out.add((path, line.target_line_no))
+                    depth = max(depth + line.value.count("(") + line.value.count("[")
+                                - line.value.count(")") - line.value.count("]"), 0)
+    return frozenset(out)
+
+
 def base_content(wt: Worktree, path: str) -> str | None:
     """The file as the base commit has it, or None when it did not exist there."""
     proc = subprocess.run(["git", "show", f"{wt.base}:{path}"], cwd=wt.path, capture_output=True)
