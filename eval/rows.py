@@ -142,14 +142,16 @@ def open_rows(path: Path | None, resume: bool) -> TextIO | None:
 
 
 # What a row must not carry of the machine that wrote it (rows are kept in eval/results): a test
-# run's folder (scoring/execution/testenv.py), pyenv's interpreters, the home folder.
+# run's folder (scoring/execution/testenv.py), a venv backend's env (scoring/execution/envs.py:
+# <cache>/envs/<owner>+<name>__<version>/), pyenv's interpreters, the home folder.
 _RUN_FOLDER = re.compile(r"/[\w./-]*?fixgraph-testruns[\w-]*/[0-9a-f]{6,}/")
+_ENV_FOLDER = re.compile(r"(?:/[\w.-]+)*?/envs/[\w.-]+\+[\w.-]+__[\w.]+/")
 _PYENV = re.compile(r"(?:/[\w.-]+)*?/\.pyenv/versions/[\w.-]+/")
 
 
 def machine_neutral(text: str) -> str:
-    """``text`` with this machine's paths as placeholders: ``<run>/``, ``<python>/``, ``~/``."""
-    text = _PYENV.sub("<python>/", _RUN_FOLDER.sub("<run>/", text))
+    """``text`` with this machine's paths as placeholders: ``<run>/``, ``<env>/``, ``<python>/``, ``~/``."""
+    text = _PYENV.sub("<python>/", _ENV_FOLDER.sub("<env>/", _RUN_FOLDER.sub("<run>/", text)))
     home = str(Path.home())
     return text.replace(home + "/", "~/") if home.strip("/") else text
 

@@ -85,10 +85,12 @@ def test_a_row_carries_no_path_of_the_machine_that_wrote_it(tmp_path: Path) -> N
 
     reason = ('File "/opt/builder/.pyenv/versions/3.8.18/lib/python3.8/unittest/loader.py", line 154; '
               "(/tmp/fixgraph-testruns-0/b21aff27a693/repo/sympy/__init__.py) "
-              f"{Path.home()}/notes.txt tests/m2m_through/models.py")
+              f"{Path.home()}/notes.txt tests/m2m_through/models.py "
+              "/srv/x/cache/fixgraph/envs/django+django__3.0/venv/lib/python3.6/site-packages/a.py")
     out = tmp_path / "rows.jsonl"
     with out.open("w") as fh:
         write_row(fh, {"reason": reason})
     row = json.loads(out.read_text())
     assert row["reason"] == ('File "<python>/lib/python3.8/unittest/loader.py", line 154; '
-                             "(<run>/repo/sympy/__init__.py) ~/notes.txt tests/m2m_through/models.py")
+                             "(<run>/repo/sympy/__init__.py) ~/notes.txt tests/m2m_through/models.py "
+                             "<env>/venv/lib/python3.6/site-packages/a.py")

@@ -27,7 +27,12 @@ def test_type_error_in_the_tests_reaches_the_coders_next_prompt(calc, cfg_factor
 
     rec = read_record(cfg, "crash", inst.instance_id)
     first, second = rec["attempts"][:2]
-    assert first["verdict"] == "Safe"  # nothing static saw it: only running the tests does
+    # Nothing static saw it: running the reproduction test does, and its TypeError, raised in the
+    # repository's code, is a runtime finding (critic.repro_crashes).
+    assert first["verdict"] == "Unsafe"
+    [found] = [f for f in first["findings"] if f["source"] == "runtime"]
+    assert found["rule"] == "TypeError" and (found["file"], found["symbol"]) == ("calc/ops.py", "mean")
+    assert "the reproduction test, which should pass with the fix" in found["message"]
     assert first["score"]["kind"] == "tests"
     assert first["score"]["test_pass_rate"] == 0.0
     crash = first["crash_context"]
