@@ -639,15 +639,13 @@ def hidden_outcome(runner: SuiteRunner, task: Task, evaluation: EvaluationData, 
 
 def _set_aside_unmatched(out: TestOutcome, repo: str, backend: str, wt: Worktree, test_patch: str,
                          keep_runnable: bool = False, base: SuiteRun | None = None,
-                         pass_to_pass: Collection[str] | None = None) -> None:
-    """Take the tests that cannot match here out of the outcome's sets, with a note per reason:
-    image comparisons (``scoring.execution.image_tests``) and, when the run without the patch is
-    given (``base``), the tests it shows failing for want of the internet
-    (``scoring.execution.offline_tests``). An outcome left with no FAIL_TO_PASS test is not
-    runnable, with the reason (unless ``keep_runnable``: the loop's own regression tests, beside
-    its reproduction tests)."""
+                         pass_to_pass: Collection[str] = ()) -> None:
+    """Take the tests that cannot match here (:func:`not_runnable_here`; ``pass_to_pass``: the
+    dataset's PASS_TO_PASS, for the hidden outcome) out of the outcome's sets, with a note per
+    reason. An outcome left with no FAIL_TO_PASS test is not runnable, with the reason (unless
+    ``keep_runnable``: the loop's own regression tests, beside its reproduction tests)."""
     unmatched = not_runnable_here(repo, backend, [*out.fail_to_pass, *out.pass_to_pass_after], wt.path,
-                                  test_patch, base, pass_to_pass if pass_to_pass is not None else ())
+                                  test_patch, base, pass_to_pass)
     if not unmatched:
         return
     out.not_runnable_here = unmatched

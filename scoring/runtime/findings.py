@@ -76,16 +76,21 @@ def summarize(rec: dict[str, Any], touched: set[str]) -> dict[str, Any]:
             "touched": _where(in_touched[-1] if in_touched else None)}
 
 
+def _touched(patch: str) -> set[str]:
+    """The non-test Python files ``patch`` touches."""
+    return {f for f in patch_files(patch) if f.endswith(".py") and not is_test_file(f)}
+
+
 def crash_summaries(outcome: TestOutcome, patch: str) -> list[dict[str, Any]]:
     """:func:`summarize` for every crash record of a regressed test."""
-    touched = {f for f in patch_files(patch) if f.endswith(".py") and not is_test_file(f)}
+    touched = _touched(patch)
     return [summarize(rec, touched) for rec in outcome.regression_crashes]
 
 
 def repro_summaries(outcome: TestOutcome, patch: str) -> list[dict[str, Any]]:
     """:func:`summarize` for every crash record of a reproduction test still failing with the
     patch, each marked ``repro``."""
-    touched = {f for f in patch_files(patch) if f.endswith(".py") and not is_test_file(f)}
+    touched = _touched(patch)
     return [summarize(rec, touched) | {"repro": True} for rec in outcome.repro_crashes]
 
 
