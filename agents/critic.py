@@ -31,7 +31,7 @@ from scoring.execution import harness, tests
 from scoring.execution.runner import make_runner
 from scoring.execution.testenv import PASSING
 from scoring.runtime import llm_check, replay
-from scoring.runtime.findings import crash_summaries, explained, findings_of, repro_summaries
+from scoring.runtime.findings import evidence, explained, findings_of
 from scoring.static import differential as static
 from scoring.static import guard
 from scoring.verdict import expected_change, fix_score, quality, select, weigh
@@ -219,8 +219,7 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
             # raising in the repository's code, is runtime evidence, as strong as a static
             # finding: the patch is Unsafe, and the Coder gets the place that raised.
             scope = ctx.cfg.regression.runtime_scope
-            summaries = crash_summaries(outcome, patch) + (
-                repro_summaries(outcome, patch) if settings.repro_crashes else [])
+            summaries = evidence(outcome, patch, settings.repro_crashes)
             crashes = findings_of(summaries, scope)
             if crashes:
                 verdict = "Unsafe"

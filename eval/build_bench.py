@@ -28,23 +28,23 @@ from eval.rows import write_row
 from fixgraph.config import TestSettings
 from fixgraph.dataset import DatasetError, Instance, load_jsonl
 from fixgraph.repo.workspace import RepoCache, find_mirror
+from scoring.execution.compiled import CCACHE_STATS_LOG, CYTHON_STATS_LOG, LINK_STATS_LOG
 from scoring.execution.envs import VenvEnvs
 from scoring.execution.testenv import EnvError
 
-STATS_LOG = "ccache.statslog"
-LINK_STATS_LOG = "linkcache.statslog"
-CYTHON_STATS_LOG = "cython.statslog"
+
+def _logged(env_dir: Path, name: str) -> list[str]:
+    """The lines a build step's cache logged in ``env_dir``'s stats log ``name`` since the last
+    call (the log is then cleared)."""
+    log = env_dir / name
+    lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+    log.unlink(missing_ok=True)
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
 
 
 def ccache_counts(env_dir: Path) -> dict[str, int]:
-    """Hits and misses ccache logged for this env's build steps since the last call (then cleared)."""
-    log = env_dir / STATS_LOG
-    counts: Counter[str] = Counter()
-    if log.is_file():
-        for line in log.read_text(errors="replace").splitlines():
-            if line and not line.startswith("#"):
-                counts[line.strip()] += 1
-        log.unlink()
+    """Hits and misses ccache logged for this env's build steps since the last call."""
+    counts = Counter(_logged(env_dir, CCACHE_STATS_LOG))
     # ccache 4's stats log: one direct_cache_hit or preprocessed_cache_hit per hit, cache_miss per miss
     # (beside storage lines: local_storage_hit, local_storage_read_miss, ...)
     hits = counts.get("direct_cache_hit", 0) + counts.get("preprocessed_cache_hit", 0)
@@ -54,19 +54,15 @@ def ccache_counts(env_dir: Path) -> dict[str, int]:
 
 def link_counts(env_dir: Path) -> dict[str, int]:
     """Links the link cache (scoring/execution/linkcache.py) reused and made for this env's build
-    steps since the last call (then cleared)."""
-    log = env_dir / LINK_STATS_LOG
-    lines = log.read_text(errors="replace").split() if log.is_file() else []
-    log.unlink(missing_ok=True)
+    steps since the last call."""
+    lines = _logged(env_dir, LINK_STATS_LOG)
     return {"link_hits": lines.count("link_hit"), "link_misses": lines.count("link_miss")}
 
 
 def cython_counts(env_dir: Path) -> dict[str, int]:
     """Modules Cython's cache (scoring/execution/cython_cache.py) had and generated for this env's
-    build steps since the last call (then cleared)."""
-    log = env_dir / CYTHON_STATS_LOG
-    lines = log.read_text(errors="replace").split() if log.is_file() else []
-    log.unlink(missing_ok=True)
+    build steps since the last call."""
+    lines = _logged(env_dir, CYTHON_STATS_LOG)
     return {"cython_hits": lines.count("hit"), "cython_misses": lines.count("miss")}
 
 

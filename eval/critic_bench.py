@@ -407,12 +407,11 @@ def _sayer(ablation: str) -> Callable[..., None]:
     return say
 
 
-def _repro_record(made: dict[str, Any], outcome: TestOutcome, patch: str) -> dict[str, Any]:
+def _repro_record(made: dict[str, Any], outcome: TestOutcome, crashes: list[dict[str, Any]]) -> dict[str, Any]:
     """What a row keeps of the stand-in reproduction test: the Reproducer's verdict on it, the
-    ids that failed at the base, their statuses with the patch (``after``) and their crashes,
-    summarized as a regressed test's are (``scoring.runtime.findings.summarize``)."""
+    ids that failed at the base, their statuses with the patch (``after``) and their crashes
+    (``scoring.runtime.findings.repro_summaries``)."""
     accepted = made.get("status") == "accepted"
-    crashes = repro_summaries(outcome, patch)
     return {"status": made.get("status"), "reason": str(made.get("reason", ""))[:300],
             "path": made.get("path", ""), "failing": list(made.get("failing") or []),
             "seconds": made.get("seconds"), **(made.get("standin") or {}),
@@ -487,8 +486,9 @@ def _runtime(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, 
     replayed = _replay(runner, cfg, inst, wt, patch)
     outcome = own_outcome(runner, inst.task(), wt, patch, repro, cfg.regression, cfg.repro.timeout_s,
                           trace=weigh.trace_specs(suspicions, texts))
-    crashes = crash_summaries(outcome, patch)
-    found = findings_of(crashes + (repro_summaries(outcome, patch) if cfg.critic.repro_crashes else []), scope)
+    # The Critic's evidence (scoring.runtime.findings.evidence), saved in two parts for rescoring.
+    crashes, repro_crashes = crash_summaries(outcome, patch), repro_summaries(outcome, patch)
+    found = findings_of(crashes + (repro_crashes if cfg.critic.repro_crashes else []), scope)
     weighed = weigh.weigh(suspicions, ran=outcome.runnable, lines=outcome.lines,
                           crashes=outcome.regression_crashes + outcome.repro_crashes,
                           texts=texts, why_not=outcome.reason)
@@ -497,7 +497,7 @@ def _runtime(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, 
             "findings": [dict(f) for f in found], "crashes": crashes, "broken": outcome.broken(),
             "weighed": [dict(f) for f in weighed], "tests_run": len(outcome.pass_to_pass_before),
             "replay": replayed, "seconds": round(static_rec["seconds"] + time.monotonic() - start, 2)} | (
-                {"repro": _repro_record(made, outcome, patch)} if made is not None else {})
+                {"repro": _repro_record(made, outcome, repro_crashes)} if made is not None else {})
 
 
 def _replay(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, patch: str) -> dict[str, Any] | None:

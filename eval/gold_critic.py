@@ -65,7 +65,7 @@ from scoring.execution.runner import make_runner
 from scoring.execution.testenv import SuiteRunner
 from scoring.execution.tests import own_outcome
 from scoring.runtime import replay
-from scoring.runtime.findings import crash_summaries, findings_of
+from scoring.runtime.findings import evidence, findings_of
 from scoring.static import differential as static
 from scoring.verdict import fix_score, weigh
 from scoring.verdict.critic import InputError
@@ -114,7 +114,7 @@ def _tests(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, pa
     start = time.monotonic()
     texts = {f: wt.read(f) or "" for f in sorted({str(s.get("file", "")) for s in suspicions if s.get("file")})}
     outcome = own_outcome(runner, inst.task(), wt, patch, [], cfg.regression, trace=weigh.trace_specs([Finding(**f) for f in suspicions], texts))
-    crashes = findings_of(crash_summaries(outcome, patch), cfg.regression.runtime_scope)
+    crashes = findings_of(evidence(outcome, patch, cfg.critic.repro_crashes), cfg.regression.runtime_scope)
     weighed = weigh.weigh([Finding(**f) for f in suspicions], ran=outcome.runnable, lines=outcome.lines,
                           crashes=outcome.regression_crashes + outcome.repro_crashes,
                           texts=texts, why_not=outcome.reason)

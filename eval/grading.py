@@ -11,9 +11,11 @@ FAIL_TO_PASS/PASS_TO_PASS rules). Every report says it is ``GRADER``'s, not the 
 The same tests also run without the prediction (cached per instance): the listed tests that run
 shows failing for want of the internet (``scoring.execution.offline_tests``) are left out of
 FAIL_TO_PASS and PASS_TO_PASS before grading, for every prediction of the instance alike, and
-named with the reason in ``grade.json`` and ``report.json`` (``not_runnable_here``); so are
-matplotlib's image comparisons against baselines rendered with another FreeType
-(``scoring.execution.image_tests``), as the loop's own runs set them aside.
+named with the reason in ``grade.json`` and ``report.json`` (``not_runnable_here``); so are, on
+this machine's builds, PASS_TO_PASS tests that do not pass without it (a tool the harness's image
+has and this machine lacks), and matplotlib's image comparisons against baselines rendered with
+another FreeType that do not pass without it (``scoring.execution.image_tests``), as the loop's own
+runs set them aside.
 
 A grade is one of ``RESOLVED``, ``UNRESOLVED``, ``PATCH_FAILED`` (as the harness counts them) or
 ``NOT_RUNNABLE``: the tests could not run here (no environment, no copy of the commit, the test
@@ -172,12 +174,12 @@ def _grade_in(inst: Instance, pred: Prediction, wt: Worktree, runner: SuiteRunne
     if run.timed_out:
         return Graded(NOT_RUNNABLE, f"the tests timed out after {run.timeout_s:g}s", harness_report(inst, pred, log),
                       log, notes=run.notes, timed_out=True)
-    # The run without the patch (cached per instance, the same for every prediction): what it
-    # shows failing for want of the internet, or PASS_TO_PASS tests not passing at all, is set
-    # aside, whatever the prediction does.
+    # The run without the patch (cached per instance, the same for every prediction) says what
+    # cannot match here, whatever the prediction does (tests.not_runnable_here, as in the loop's
+    # own runs): tests failing for want of the internet, PASS_TO_PASS tests not passing at all, and
+    # image comparisons that do not pass against this build's FreeType.
     base = baseline(runner, task, wt, suite)
     notes = list(run.notes)
-    # So are image comparisons that cannot match this build, as in the loop's own runs.
     aside = not_runnable_here(inst.repo, run.backend, [*inst.FAIL_TO_PASS, *inst.PASS_TO_PASS], wt.path,
                               inst.test_patch, None if base.error else base, inst.PASS_TO_PASS)
     if base.error:

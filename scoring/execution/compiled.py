@@ -63,6 +63,8 @@ CCACHE_SUBDIR = "ccache"
 # Debian's ccache package: gcc, g++, cc, c++ there are ccache under the compilers' names.
 CCACHE_COMPILERS = "/usr/lib/ccache"
 CCACHE_MAX_SIZE = "2G"
+# Each cache's stats log, per env, in the env's folder (eval.build_bench counts and clears them).
+CCACHE_STATS_LOG, LINK_STATS_LOG, CYTHON_STATS_LOG = "ccache.statslog", "linkcache.statslog", "cython.statslog"
 # The link cache (linkcache.py): its wrappers and its entries, in the env's folder. LINK_CACHE_VERSION
 # is recorded with each install made through it (env.json's ``link_cache``, part of the env's key).
 LINK_BIN_SUBDIR = "linkbin"
@@ -232,14 +234,14 @@ def compiled_build(repo: str, version: str, env_dir: Path) -> CompiledBuild:
         env.update(CCACHE_DIR=str(env_dir / CCACHE_SUBDIR), CCACHE_BASEDIR=str(env_dir),
                    CCACHE_NOHASHDIR="true", CCACHE_MAXSIZE=CCACHE_MAX_SIZE,
                    CCACHE_SLOPPINESS="time_macros,include_file_mtime,include_file_ctime",
-                   CCACHE_STATSLOG=str(env_dir / "ccache.statslog"),  # per env: eval.build_bench reads it
+                   CCACHE_STATSLOG=str(env_dir / CCACHE_STATS_LOG),
                    FIXGRAPH_LINK_CACHE=str(env_dir / LINK_CACHE_SUBDIR),
-                   FIXGRAPH_LINK_STATSLOG=str(env_dir / "linkcache.statslog"))
+                   FIXGRAPH_LINK_STATSLOG=str(env_dir / LINK_STATS_LOG))
     if repo in CYTHON_REPOS:
         # The install's Python processes find cython_cache.py first (PYTHONPATH, build steps only;
         # test runs never see it): cythonize() gets the env's cache of generated C.
         env.update(PYTHONPATH=str(cython_hook(env_dir)), FIXGRAPH_CYTHON_CACHE=str(env_dir / CYTHON_CACHE_SUBDIR),
-                   FIXGRAPH_CYTHON_STATSLOG=str(env_dir / "cython.statslog"))
+                   FIXGRAPH_CYTHON_STATSLOG=str(env_dir / CYTHON_STATS_LOG))
     if repo == "matplotlib/matplotlib":
         cfg = env_dir / "mplsetup.cfg"
         cfg.write_text(MPL_SETUP_CFG)

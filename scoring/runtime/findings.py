@@ -94,6 +94,13 @@ def repro_summaries(outcome: TestOutcome, patch: str) -> list[dict[str, Any]]:
     return [summarize(rec, touched) | {"repro": True} for rec in outcome.repro_crashes]
 
 
+def evidence(outcome: TestOutcome, patch: str, repro: bool = True) -> list[dict[str, Any]]:
+    """What the Critic reads as runtime evidence from one test outcome: every regressed test's crash
+    (:func:`crash_summaries`) and, with ``repro`` (``critic.repro_crashes``), every crash of a
+    reproduction test still failing (:func:`repro_summaries`); :func:`findings_of` places them."""
+    return crash_summaries(outcome, patch) + (repro_summaries(outcome, patch) if repro else [])
+
+
 def place(summary: dict[str, Any], scope: Scope) -> dict[str, Any] | None:
     """The frame a crash is reported at in ``scope``, None when it is not a runtime finding there."""
     if summary["type"] in NOT_RUNTIME:
