@@ -22,7 +22,7 @@ def build_graph(checkpointer=None):  # noqa: ANN001 - any LangGraph checkpointer
     from agents.critic import critic, should_retry
     from agents.explorer import explorer, needs_replan
     from agents.planner import planner
-    from agents.pr import pr_agent
+    from agents.pr_agent import pr_agent
     from agents.reproducer import reproducer
     from fixgraph.state import TaskState
 
@@ -75,22 +75,9 @@ def make_graph() -> Any:
     return build_graph()
 
 
-def run_tasks(*args: Any, **kwargs: Any) -> Any:
-    """fixgraph.run.runner.run_tasks with this graph: the runner is given the graph, never imports it."""
-    from fixgraph.run import runner
-
-    return runner.run_tasks(*args, build_graph=build_graph, **kwargs)
-
-
-def run_task(*args: Any, **kwargs: Any) -> Any:
-    from fixgraph.run import runner
-
-    return runner.run_task(*args, build_graph=build_graph, **kwargs)
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from fixgraph.models.discover import ROLES
-    from fixgraph.run.cli import OneLineParser
+    from pipeline.cli import OneLineParser
 
     p = OneLineParser(prog="graph.py", description="Turn issues into verified patches.")
     p.add_argument("--tasks", default="stratified50", help="stratified50 | all | ID[,ID...]")
@@ -114,7 +101,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from fixgraph.run.cli import run_cli
+    from pipeline.cli import run_cli
 
     return run_cli(args, build_graph)
 

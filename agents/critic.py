@@ -27,14 +27,14 @@ from agents.common import messages, stops_cleanly
 from agents.context import TaskContext
 from fixgraph.models.llm import BudgetExceeded
 from fixgraph.state import AttemptRecord, Finding, PatchJudgment, ScoreParts, TaskState, Usage, merge_usage
-from scoring.execution import harness, tests
+from scoring.execution import harness, outcomes
 from scoring.execution.runner import make_runner
 from scoring.execution.testenv import PASSING
 from scoring.runtime import llm_check, replay
 from scoring.runtime.findings import evidence, explained, findings_of
 from scoring.static import differential as static
 from scoring.static import guard
-from scoring.verdict import expected_change, fix_score, quality, select, weigh
+from scoring.verdict import choose_patch, expected_change, fix_score, quality, weigh
 
 
 def _fmt(f: Finding) -> str:
@@ -99,7 +99,7 @@ def _judge_candidates(ctx: TaskContext, state: TaskState, pending: list[dict[str
         attempt["sample"] = c.get("sample", {})
         judged.append(attempt)
     everything = list(state.get("attempts", [])) + judged
-    best = select.best_attempt(everything, ctx.cfg.critic.guard == "block") or judged[0]
+    best = choose_patch.best_attempt(everything, ctx.cfg.critic.guard == "block") or judged[0]
     update: dict[str, Any] = {
         "attempts": judged, "candidates": [], "best": best.get("number", 0), "patch": best.get("patch", ""),
         "explanation": best.get("explanation", ""), "verdict": best.get("verdict", ""),
@@ -241,7 +241,7 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
 
 
 def _run_tests(ctx: TaskContext, state: TaskState, patch: str, issue_code: list[dict[str, str]],
-               trace: list[str]) -> tests.TestOutcome | None:
+               trace: list[str]) -> outcomes.TestOutcome | None:
     """The tests' verdict on ``patch``; ``issue_code`` is the replay's reproduction of the issue's
     own code (``scoring.runtime.replay.reproductions``), counted with the reproduction tests when
     ``repro.issue_code`` is on; ``trace``: the files whose executed lines the runs record."""
@@ -251,16 +251,16 @@ def _run_tests(ctx: TaskContext, state: TaskState, patch: str, issue_code: list[
     runner = make_runner(ctx.cfg.tests, ctx.cache_dir)
     if mode == "oracle":
         if ctx.oracle is None:
-            return tests.TestOutcome(runnable=False, reason="oracle-tests ablation run without evaluation data",
+            return outcomes.TestOutcome(runnable=False, reason="oracle-tests ablation run without evaluation data",
                                      source="oracle")
-        return tests.hidden_outcome(runner, ctx.task, ctx.oracle, ctx.worktree, patch)
+        return outcomes.hidden_outcome(runner, ctx.task, ctx.oracle, ctx.worktree, patch)
     repro = state.get("repro") or {}
-    accepted = [tests.ReproTest.from_dict(repro)] if repro.get("status") == "accepted" else []
-    return tests.own_outcome(runner, ctx.task, ctx.worktree, patch, accepted, ctx.cfg.regression,
+    accepted = [outcomes.ReproTest.from_dict(repro)] if repro.get("status") == "accepted" else []
+    return outcomes.own_outcome(runner, ctx.task, ctx.worktree, patch, accepted, ctx.cfg.regression,
                              ctx.cfg.repro.timeout_s, issue_code if ctx.cfg.repro.issue_code else [], trace)
 
 
-def _test_findings(outcome: tests.TestOutcome, skip: set[str] | frozenset[str] = frozenset()) -> list[Finding]:
+def _test_findings(outcome: outcomes.TestOutcome, skip: set[str] | frozenset[str] = frozenset()) -> list[Finding]:
     """Failing reproduction tests and regressions (but those in ``skip``, already reported as
     runtime errors), for the Coder (their output is the crash context)."""
     if not outcome.runnable:

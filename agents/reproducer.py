@@ -22,11 +22,11 @@ from agents.context import TaskContext
 from fixgraph.repo.datafiles import data_file_problem
 from fixgraph.repo.workspace import PatchError
 from fixgraph.state import ReproTestDraft, TaskState, Usage, merge_usage
-from scoring.execution import django_layout, selection
+from scoring.execution import choose_tests, django_layout
+from scoring.execution.outcomes import ReproTest, baseline, internal_error_frames
 from scoring.execution.runner import make_runner
 from scoring.execution.specs import SpecsError, repo_specs
 from scoring.execution.testenv import PASSING, SuiteRun, owned_by
-from scoring.execution.tests import ReproTest, baseline, internal_error_frames
 from scoring.static.guard import check_new_files
 
 # A failure of these kinds raised in the test file itself says the test is broken, not the code.
@@ -61,8 +61,8 @@ def check_draft(draft: ReproTestDraft, ctx: TaskContext) -> str:
         problem = django_layout.check_test_path(draft.path, ctx.worktree.tracked_files())
         if problem:
             return problem
-    elif not selection.is_test_file(draft.path) and not selection.matches_patterns(
-            draft.path, selection.python_files_patterns(ctx.worktree)):
+    elif not choose_tests.is_test_file(draft.path) and not choose_tests.matches_patterns(
+            draft.path, choose_tests.python_files_patterns(ctx.worktree)):
         return (f"{draft.path!r} is not a test file name the test command collects "
                 "(name it test_<something>.py where the repository keeps its tests)")
     try:
@@ -157,7 +157,7 @@ def judge_run(run: SuiteRun, path: str, content: str = "") -> tuple[str, list[st
 def _test_layout(ctx: TaskContext, suspect_files: list[str]) -> tuple[list[str], dict[str, str] | None]:
     """Existing test files for the suspects' modules, and the start of one as a style example."""
     tracked = ctx.worktree.tracked_files()
-    tests = [f for f in tracked if selection.is_test_file(f)]
+    tests = [f for f in tracked if choose_tests.is_test_file(f)]
     stems = {f.rsplit("/", 1)[-1].removesuffix(".py") for f in suspect_files}
     near = [t for t in tests if any(t.rsplit("/", 1)[-1] in (f"test_{s}.py", f"{s}_test.py") for s in stems)]
     shown = (near or tests)[:8]

@@ -91,7 +91,7 @@ def settings(args: argparse.Namespace) -> RunConfig:
 def preflight_fails(cfg: RunConfig) -> bool:
     """The same checks as `graph.py --check`: a bot that cannot call its model or push should say
     so at start, not on the first issue someone labels."""
-    from fixgraph.run.preflight import print_report, run_checks
+    from pipeline.preflight import print_report, run_checks
 
     report: list[str] = []
     if print_report(run_checks(cfg), report.append):

@@ -1,6 +1,6 @@
 """One job: issue -> Task -> the pipeline -> a PR, with a comment when it starts and ends.
 
-The pipeline function is a parameter (default :func:`fixgraph.run.runner.run_task`), so the bot is
+The pipeline function is a parameter (default :func:`pipeline.tasks.run_task`), so the bot is
 tested with the real graph driven by a scripted model, or with a stand-in.
 """
 
@@ -32,9 +32,12 @@ NO_BODY = "(The issue has no description; its title is all there is.)"
 
 
 def default_run_fn() -> RunFn:
-    from graph import run_task
+    import functools
 
-    return run_task
+    from graph import build_graph
+    from pipeline.tasks import run_task
+
+    return functools.partial(run_task, build_graph=build_graph)
 
 
 def problem_statement(title: str, body: str | None, comments: list[tuple[str, str]]) -> str:

@@ -22,7 +22,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from eval.attacks import ATTACKS, Attack, cli, cluster, guard, install, repro, sandbox, sockets, webhook  # noqa: F401 - each registers its attacks
+from eval.attacks import (  # noqa: F401 - each registers its attacks
+    ATTACKS,
+    Attack,
+    cluster,
+    command_line,
+    install,
+    patch_guard,
+    repro,
+    sandbox,
+    sockets,
+    webhook,
+)
 
 # ---- running ---------------------------------------------------------------------------------
 

@@ -30,7 +30,8 @@ from fixgraph.dataset import DatasetError, Instance, load_jsonl
 from fixgraph.localize import RepoIndex
 from fixgraph.models.scripted import ScriptedChatModel
 from fixgraph.repo.workspace import RepoCache, WorkspaceError
-from graph import run_tasks
+from graph import build_graph
+from pipeline.tasks import run_tasks
 
 CANARY = "FIXGRAPH-CANARY-5d1e0c77"
 DEFAULT = "pallets__flask-4992,pytest-dev__pytest-5227,sympy__sympy-20590"
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         completed = 0
         for inst in planted:
             model = ScriptedChatModel(script=task_side_script(inst, repos, cfg.cache_dir))
-            summary = run_tasks([inst], cfg, run_id="canary", repos=args.repos,
+            summary = run_tasks([inst], cfg, build_graph=build_graph, run_id="canary", repos=args.repos,
                                 model_factory=lambda role, m=model: m, progress=False)
             prompts = ["\n".join(str(m.content) for m in msgs) for _, msgs in model.seen]
             seen += prompts

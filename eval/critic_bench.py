@@ -20,7 +20,7 @@ under ``--repos``. Each patch is judged, in the same run and in alternating orde
   (``scoring.verdict.weigh.certain``), then, on the patches they pass, the other findings weighed
   against the tests as the Critic weighs them (issue 36),
   the Critic's replay of the issue's code with the patch (``scoring.runtime.replay``) and the loop's own
-  check (``scoring.execution.tests.own_outcome``: the existing tests selected from the patch, no
+  check (``scoring.execution.outcomes.own_outcome``: the existing tests selected from the patch, no
   reproduction test, no hidden data) turned into runtime findings (``scoring.runtime.findings``). Test
   environments come from the config's backend (venv) under its cache dir (``FIXGRAPH_CACHE_DIR``);
   a row whose tests cannot run counts as not flagged (but for its static suspicions, which then
@@ -90,9 +90,9 @@ from fixgraph.models.llm import RunMeter
 from fixgraph.records import RunStore
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
 from fixgraph.state import Finding
+from scoring.execution.outcomes import ReproTest, TestOutcome, own_outcome
 from scoring.execution.runner import make_runner
 from scoring.execution.testenv import SuiteRunner
-from scoring.execution.tests import ReproTest, TestOutcome, own_outcome
 from scoring.runtime import llm_check, replay
 from scoring.runtime.findings import (
     NOT_RUNTIME,
@@ -105,7 +105,7 @@ from scoring.runtime.findings import (
 )
 from scoring.static import differential as static
 from scoring.verdict import weigh
-from scoring.verdict.critic import InputError, load_predictions, make_llm
+from scoring.verdict.judge import InputError, load_predictions, make_llm
 
 # The ablation that gives the Critic the hidden test's stand-in as its reproduction test.
 ORACLE = "oracle-tests"

@@ -45,9 +45,9 @@ from fixgraph.models.scripted import ScriptedChatModel
 from fixgraph.records import RunStore
 from fixgraph.redaction import redact
 from fixgraph.repo.workspace import RepoCache, WorkspaceError, find_mirror
-from fixgraph.run.runner import model_name
-from graph import run_tasks
-from scoring.verdict.critic import InputError
+from graph import build_graph
+from pipeline.tasks import model_name, run_tasks
+from scoring.verdict.judge import InputError
 
 # The key the config gets: a word no repository's code holds, since records mask it wherever it
 # appears ("oracle" would mask django's oracle backend in its patches and paths).
@@ -157,7 +157,7 @@ class Bench:
             return head | {"outcome": "no_checkout", "kind": "none", "why": detail[-1][:WHY_CHARS],
                            "seconds": round(time.monotonic() - t0, 1)}
         model = ScriptedChatModel(script=oracle_script(inst, own))
-        run_tasks([inst], self.cfg, run_id=self.run_id, repos=self.mirrors,
+        run_tasks([inst], self.cfg, build_graph=build_graph, run_id=self.run_id, repos=self.mirrors,
                   model_factory=lambda role: model, progress=False)
         record = self.store.read_record(inst.instance_id)
         body = row_of(record) if record else {"outcome": "error", "kind": "none", "why": "no record written"}

@@ -29,8 +29,8 @@ from eval.rows import instance_key, previous_rows, write_row
 from fixgraph.config import TestSettings
 from fixgraph.dataset import DatasetError, Instance, load_jsonl, select
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, find_mirror
+from scoring.execution.outcomes import PASSING, TestOutcome
 from scoring.execution.runner import make_runner
-from scoring.execution.tests import PASSING, TestOutcome
 from scoring.verdict import fix_score
 from scoring.verdict.quality import code_quality
 

@@ -61,15 +61,15 @@ from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
 from fixgraph.state import Finding
+from scoring.execution.outcomes import own_outcome
 from scoring.execution.runner import make_runner
 from scoring.execution.testenv import SuiteRunner
-from scoring.execution.tests import own_outcome
 from scoring.runtime import replay
 from scoring.runtime.findings import evidence, findings_of
 from scoring.static import differential as static
 from scoring.verdict import fix_score, weigh
-from scoring.verdict.critic import InputError
 from scoring.verdict.fix_score import W_QUALITY, W_REGRESSION, W_TESTS
+from scoring.verdict.judge import InputError
 
 PHASES = ("static", "replay", "tests")
 

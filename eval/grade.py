@@ -3,7 +3,7 @@
     python -m eval.grade --predictions FILE.jsonl [--dataset PATH] [--repos DIR] [--workers N]
         [--run-id ID] [--resume] [--cache-dir DIR] [--logs DIR] [--report-dir DIR] [--reuse-from DIR]
 
-Each prediction is graded as ``eval.grading`` says (the harness's steps, in this machine's
+Each prediction is graded as ``eval.local_harness`` says (the harness's steps, in this machine's
 per-(repo, version) virtualenvs, graded by swebench's ``get_eval_report``). Per instance, as the
 harness lays them out: ``<logs>/<run_id>/<model>/<instance_id>/report.json`` (the harness's
 shape, plus ``grader``), ``test_output.txt``, ``patch.diff`` and ``grade.json`` (the local
@@ -33,7 +33,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from eval.grading import (
+from eval.local_harness import (
     NOT_RUNNABLE,
     PATCH_FAILED,
     RESOLVED,

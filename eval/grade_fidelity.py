@@ -42,7 +42,7 @@ from tqdm import tqdm
 
 from eval.gold_bench import NETWORK_ERROR
 from eval.grade import instance_dir, read_grade, write_grade
-from eval.grading import NOT_RUNNABLE, PATCH_FAILED, RESOLVED, Graded, Prediction, grade, grader_label
+from eval.local_harness import NOT_RUNNABLE, PATCH_FAILED, RESOLVED, Graded, Prediction, grade, grader_label
 from fixgraph.config import TestSettings
 from fixgraph.dataset import DatasetError, Instance, load_jsonl
 from fixgraph.repo.workspace import RepoCache, find_mirror

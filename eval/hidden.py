@@ -1,7 +1,7 @@
 """The evaluation side's access to an instance's hidden tests, for benchmarks under ``eval/``.
 
 Benchmarks that grade the runner or a Critic against ground truth call these; the pipeline never
-does (its own tests are ``scoring.execution.tests.own_outcome``).
+does (its own tests are ``scoring.execution.outcomes.own_outcome``).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from fixgraph.publish import DiffPublisher
 from fixgraph.records import RunStore
 from fixgraph.repo.workspace import Worktree
 from fixgraph.state import TaskState
+from scoring.execution.outcomes import TestOutcome, as_listed, hidden_outcome, listed_among
 from scoring.execution.specs import NON_TEST_EXTS, patch_files
 from scoring.execution.testenv import PASSING, Suite, SuiteRunner, git, git_apply
-from scoring.execution.tests import TestOutcome, as_listed, hidden_outcome, listed_among
 
 
 def run_hidden(runner: SuiteRunner, inst: Instance, wt: Worktree, patch: str) -> TestOutcome:

@@ -21,7 +21,7 @@ from fixgraph.dataset import DatasetError, load_jsonl
 from fixgraph.repo import gitsafe
 from fixgraph.repo.workspace import find_mirror
 from scoring.execution.image_tests import UNMATCHED_IMAGE_TESTS, unmatched_tests
-from scoring.execution.tests import test_file_reader
+from scoring.execution.outcomes import test_file_reader
 
 
 def _checkout_files(mirror: Path, commit: str, files: set[str], dest: Path) -> None:

@@ -55,7 +55,7 @@ from scoring.execution.runner import make_runner
 from scoring.execution.testenv import SuiteRunner
 from scoring.runtime import replay
 from scoring.runtime.issue_run import IssueTrace, trace_issue
-from scoring.verdict.critic import InputError, load_predictions
+from scoring.verdict.judge import InputError, load_predictions
 
 VERDICTS = ("passes", "fails", "unsafe", "not run")
 GOLD = "gold"

@@ -111,10 +111,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if found:
         print(found, file=sys.stderr)
-    from graph import run_tasks
+    from graph import build_graph
+    from pipeline.tasks import run_tasks
 
     times = CallTimes()
-    summary = run_tasks(instances, cfg, run_id=args.run_id, repos=args.repos, progress=False, event_lines=True,
+    summary = run_tasks(instances, cfg, build_graph=build_graph, run_id=args.run_id, repos=args.repos, progress=False, event_lines=True,
                         on_call=times)
     records = [r for r in (json.loads(f.read_text()) for f in sorted((cfg.runs_dir / args.run_id / "records").glob("*.json")))
                if r["instance_id"] in {i.instance_id for i in instances}]

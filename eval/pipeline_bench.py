@@ -29,8 +29,9 @@ from fixgraph.config import ConfigError, load_config
 from fixgraph.dataset import DatasetError, load_jsonl, select
 from fixgraph.models.scripted import ScriptedChatModel
 from fixgraph.repo.workspace import RepoCache, WorkspaceError, find_mirror
-from fixgraph.run.executors import ExecutorError, RayExecutor
-from graph import run_tasks
+from graph import build_graph
+from pipeline.executors import ExecutorError, RayExecutor
+from pipeline.tasks import run_tasks
 
 DEFAULT_INSTANCES = "pallets__flask-4992,psf__requests-2317"
 
@@ -127,7 +128,7 @@ def _measure(instances, cfg, args, repo_cache, overhead, bare, executor, ray_vs_
             model = TimedModel(script=oracle_script(inst))
             model.clock.clear()
             t0 = time.perf_counter()
-            summary = run_tasks([inst], cfg, run_id=f"bench{run}", repos=args.repos,
+            summary = run_tasks([inst], cfg, build_graph=build_graph, run_id=f"bench{run}", repos=args.repos,
                                 model_factory=lambda role, m=model: m, progress=False)
             total = time.perf_counter() - t0
             llm = sum(model.clock)
@@ -137,7 +138,7 @@ def _measure(instances, cfg, args, repo_cache, overhead, bare, executor, ray_vs_
                   f"tests_runnable={outcome.runnable}{'' if outcome.runnable else ' (' + outcome.reason + ')'}")
             if executor is not None:
                 t0 = time.perf_counter()
-                on_ray = run_tasks([inst], cfg, run_id=f"ray{run}", repos=args.repos,
+                on_ray = run_tasks([inst], cfg, build_graph=build_graph, run_id=f"ray{run}", repos=args.repos,
                                    model_factory=OracleModels(inst), progress=False, executor=executor)
                 t_ray = time.perf_counter() - t0
                 print(f"{'':8s} {'':28s} on ray {t_ray:6.2f}s ({t_ray / total:.2f}x the thread pool) "

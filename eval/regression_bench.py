@@ -8,8 +8,8 @@ For each prediction whose repository has a mirror under DIR, on the evaluation s
 hidden tests run at the base and with the patch (the configured backend, venv by default, with
 ``test_patch`` applied as swebench's harness does: ``eval.hidden.run_hidden``). A patch has a
 *visible regression* when a ``PASS_TO_PASS`` test that passed at the base fails with it. The
-prediction is the loop's own check (``scoring.execution.tests.own_outcome`` with no reproduction test: the
-existing tests ``scoring.execution.selection`` picks from the base tree and the patch, nothing hidden): it
+prediction is the loop's own check (``scoring.execution.outcomes.own_outcome`` with no reproduction test: the
+existing tests ``scoring.execution.choose_tests`` picks from the base tree and the patch, nothing hidden): it
 flags the patch when a selected test that passed at the base fails with it, unless every such test
 is an expected behaviour change (``scoring.verdict.expected_change``: an assertion failure in a test named
 after the issue's title, as the Critic reads it). The figures without that rule are printed too,
@@ -60,12 +60,12 @@ from eval.rows import (
 from fixgraph.config import load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
+from scoring.execution.outcomes import listed_among, own_outcome
 from scoring.execution.runner import make_runner
 from scoring.execution.testenv import PASSING, SuiteRunner
-from scoring.execution.tests import listed_among, own_outcome
 from scoring.runtime.findings import runtime_findings
 from scoring.verdict import expected_change
-from scoring.verdict.critic import InputError, load_predictions
+from scoring.verdict.judge import InputError, load_predictions
 
 
 def parser() -> argparse.ArgumentParser:
@@ -161,7 +161,7 @@ def apply_expected(rec: dict[str, Any], inst: Instance, enabled: bool) -> None:
     rec["expected_change"] = expected_change.expected_changes(
         rec["broken"], rec.get("flag_kinds") or {}, inst.problem_statement, inst.repo)
     rec["flagged"] = [t for t in rec["broken"] if not enabled or t not in rec["expected_change"]]
-    # The loop's ids are whole; the dataset lists some cut at a space (scoring.execution.tests.as_listed).
+    # The loop's ids are whole; the dataset lists some cut at a space (scoring.execution.outcomes.as_listed).
     listed = set(listed_among(rec["flagged"], inst.PASS_TO_PASS))
     rec["extra"] = [t for t in rec["flagged"] if t not in listed]
 

@@ -7,7 +7,7 @@
 For each SWE-bench Lite instance whose repository has a mirror in DIR, the real Reproducer node
 runs with a scripted model whose "reproduction test" is the instance's own test file as its
 ``test_patch`` leaves it (the evaluation side hands it over here, in the benchmark only: the
-pipeline never sees it). Then the Critic's test phase (``scoring.execution.tests.own_outcome``) judges the
+pipeline never sees it). Then the Critic's test phase (``scoring.execution.outcomes.own_outcome``) judges the
 gold patch with that test and the existing tests it selects from the patch. Per repo it prints:
 
 - ``repro_ok``: the share of instances whose test was accepted (it runs, and fails at the base)
@@ -37,9 +37,9 @@ from fixgraph.config import ConfigError, load_config
 from fixgraph.dataset import DatasetError, Instance, load_jsonl
 from fixgraph.records import RunStore
 from fixgraph.repo.workspace import RepoCache, WorkspaceError, find_mirror
+from scoring.execution.outcomes import ReproTest, own_outcome
 from scoring.execution.runner import make_runner
 from scoring.execution.testenv import PASSING
-from scoring.execution.tests import ReproTest, own_outcome
 
 
 def pick(instances: list[Instance], mirrors: Path, only: set[str], limit: int | None,

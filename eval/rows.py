@@ -15,7 +15,7 @@ from typing import Any, TextIO, TypeVar, overload
 
 from fixgraph.dataset import Instance
 from fixgraph.repo.workspace import find_mirror
-from scoring.verdict.critic import InputError, run_reporting_errors
+from scoring.verdict.judge import InputError, run_reporting_errors
 
 T = TypeVar("T")
 K = TypeVar("K")

@@ -40,7 +40,7 @@ from fixgraph.config import ConfigError, RunConfig, load_config
 from fixgraph.dataset import HUB_DATASET, DatasetError, Instance, load_dataset_any, select
 from fixgraph.records import atomic_write
 from fixgraph.repo.workspace import WorkspaceError
-from fixgraph.run.runner import RunSummary
+from pipeline.tasks import RunSummary
 
 SB_CLI_SUBSET = "swe-bench_lite"
 # Settings that say where things are or how to reach a server, not how the pipeline behaves:
@@ -242,14 +242,15 @@ def worker_shares(workers: int, n_configs: int) -> list[int] | None:
 
 def run_configs(plan: list[tuple[str, RunConfig]], instances: list[Instance], *, repos: Path | None,
                 workers: int, progress: bool) -> list[RunSummary]:
-    from graph import run_tasks
+    from graph import build_graph
+    from pipeline.tasks import run_tasks
 
     shares = worker_shares(workers, len(plan))
     if shares is None:
         summaries = []
         for run_id, cfg in plan:
             print(f"{run_id}: config {cfg.name}, {len(instances)} tasks, {workers} at a time", flush=True)
-            summary = run_tasks(instances, cfg, run_id=run_id, repos=repos, workers=workers, progress=progress)
+            summary = run_tasks(instances, cfg, build_graph=build_graph, run_id=run_id, repos=repos, workers=workers, progress=progress)
             print(summary.line(), flush=True)
             summaries.append(summary)
         return summaries
@@ -258,7 +259,7 @@ def run_configs(plan: list[tuple[str, RunConfig]], instances: list[Instance], *,
         print(f"{run_id}: config {cfg.name}, {len(instances)} tasks, {share} at a time", flush=True)
     pool = ThreadPoolExecutor(max_workers=len(plan), thread_name_prefix="config")
     # One progress bar per run would fight over the terminal: count finished records instead.
-    futures = [pool.submit(run_tasks, instances, cfg, run_id=run_id, repos=repos, workers=share, progress=False)
+    futures = [pool.submit(run_tasks, instances, cfg, build_graph=build_graph, run_id=run_id, repos=repos, workers=share, progress=False)
                for (run_id, cfg), share in zip(plan, shares, strict=True)]
     last = ""
     try:

@@ -47,10 +47,10 @@ from typing import Any
 from eval.critic_bench import label
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.repo.workspace import find_mirror
-from scoring.execution.selection import is_test_file
+from scoring.execution.choose_tests import is_test_file
 from scoring.execution.specs import patch_files
 from scoring.runtime.findings import NOT_RUNTIME
-from scoring.verdict.critic import InputError, load_predictions, run_reporting_errors
+from scoring.verdict.judge import InputError, load_predictions, run_reporting_errors
 
 TARGET_F1 = 0.60
 CLASSES = ("p2p_runtime_touched", "unknown_touched", "p2p_runtime_elsewhere", "f2p_only", "unknown_elsewhere")

@@ -1,4 +1,4 @@
-"""How well the selection rule (scoring/verdict/select.py) picks among several agents' patches.
+"""How well the selection rule (scoring/verdict/choose_patch.py) picks among several agents' patches.
 
     python -m eval.select_bench --predictions FILE [FILE ...] --dataset ../shared/data/swebench_lite.jsonl \\
         --repos DIR [--only R,...] [--stride K] [--limit N] [--shard I/N] [--instances FILE] [--resume] \\
@@ -9,8 +9,8 @@ For each instance whose repository has a mirror under ``--repos`` (with ``--unmi
 only the others, from the signals a patch alone gives), the candidates are the given runs' patches
 (an instance missing from some runs uses those it has). Each candidate is applied at the base
 commit and judged with what the loop may know: the guard and the differential static
-phase (scoring.verdict.critic.judge; ``--no-static`` skips the static phase), code quality, and with
-``--tests`` the repository's existing tests selected from the patch (scoring.execution.tests.own_outcome; no
+phase (scoring.verdict.judge.judge; ``--no-static`` skips the static phase), code quality, and with
+``--tests`` the repository's existing tests selected from the patch (scoring.execution.outcomes.own_outcome; no
 reproduction test exists here, since none was written by an LLM). An instance whose test
 environment cannot be built keeps the signals that need no test run, and the row says so. The
 static phase and the tests run once per distinct deliverable change, and with
@@ -57,13 +57,13 @@ from eval.rows import add_row_options, open_rows, row_choice, run_terminable, sa
 from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Instance, load_jsonl
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree, find_mirror
-from scoring.execution import tests
+from scoring.execution import outcomes
 from scoring.execution.runner import make_runner
 from scoring.execution.testenv import PASSING
 from scoring.static import differential as static
 from scoring.static import guard
-from scoring.verdict import fix_score, quality, select
-from scoring.verdict.critic import InputError, judge, load_predictions
+from scoring.verdict import choose_patch, fix_score, quality
+from scoring.verdict.judge import InputError, judge, load_predictions
 
 # The weights tried when tuning: every combination (the test signals' only with --tests).
 GRID: dict[str, tuple[float, ...]] = {
@@ -84,7 +84,7 @@ TEST_GRID: dict[str, tuple[float, ...]] = {"regression": (0.0, 1.0, 2.0), "broke
                                            "same_tests": (0.0, 0.5, 1.0)}
 # The weights before this grid was tuned with the static phase and tests (the previous defaults:
 # README, Choosing among candidates), which ties are resolved towards.
-PRIOR = select.Weights(tests=2.0, regression=2.0, broke=1.0, unsafe=0.5, quality=0.0, size=0.5, exact=0.0, soft=1.0,
+PRIOR = choose_patch.Weights(tests=2.0, regression=2.0, broke=1.0, unsafe=0.5, quality=0.0, size=0.5, exact=0.0, soft=1.0,
                        judged=1.0, medoid=0.0, twin=0.25, files=0.0, same_tests=0.0, tokens=0.0)
 BEHAVIOUR_WHERE = ("all", "distinct", "contested")
 
@@ -156,7 +156,7 @@ def _apply(wt: Worktree, patch: str) -> str:
 
 
 def signals(inst: Instance, wt: Worktree, patch: str, cfg: RunConfig, cache_dir: Path, static_on: bool,
-            runner: tests.SuiteRunner | None) -> dict[str, Any]:
+            runner: outcomes.SuiteRunner | None) -> dict[str, Any]:
     """What the loop would know about one candidate: applies, guard, quality, and when asked the
     static phase and the selected existing tests."""
     if not patch.strip():
@@ -178,7 +178,7 @@ def signals(inst: Instance, wt: Worktree, patch: str, cfg: RunConfig, cache_dir:
         out["code_quality"], detail = quality.code_quality(wt, patch)
         out["changes_code"] = detail["changes_code"]
         if runner is not None:
-            outcome = tests.own_outcome(runner, inst.task(), wt, patch, [], cfg.regression, cfg.repro.timeout_s)
+            outcome = outcomes.own_outcome(runner, inst.task(), wt, patch, [], cfg.regression, cfg.repro.timeout_s)
             if outcome.regression_ran:
                 before, after = outcome.pass_to_pass_before, outcome.pass_to_pass_after
                 out["no_regression"] = fix_score.no_regression(outcome)
@@ -197,9 +197,9 @@ def _groups(cands: list[tuple[str, str, bool]], sig: dict[str, dict[str, Any]]) 
     out: dict[str, list[int]] = {}
     for i, (name, patch, _) in enumerate(cands):
         s = sig[name]
-        if s.get("applies") and not s.get("guard_blocked") and select.changed_lines(patch) \
+        if s.get("applies") and not s.get("guard_blocked") and choose_patch.changed_lines(patch) \
                 and s.get("changes_code") is not False:
-            out.setdefault(select.normalize(patch), []).append(i)
+            out.setdefault(choose_patch.normalize(patch), []).append(i)
     return out
 
 
@@ -227,7 +227,7 @@ def tests_note(sig: dict[str, dict[str, Any]]) -> str:
 
 
 def judge_instance(inst: Instance, cands: list[tuple[str, str, bool]], repos: RepoCache, cfg: RunConfig,
-                   cache_dir: Path, args: argparse.Namespace, runner: tests.SuiteRunner | None) -> dict[str, Any]:
+                   cache_dir: Path, args: argparse.Namespace, runner: outcomes.SuiteRunner | None) -> dict[str, Any]:
     start = time.monotonic()
     row: dict[str, Any] = {"instance_id": inst.instance_id, "repo": inst.repo, "signals": {}}
     wt: Worktree | None = None
@@ -273,13 +273,13 @@ def judge_instance(inst: Instance, cands: list[tuple[str, str, bool]], repos: Re
 UNREACHED = "no existing test exercises the changed code"
 
 
-def to_candidates(cands: list[tuple[str, str, bool]], row: dict[str, Any]) -> list[select.Candidate]:
+def to_candidates(cands: list[tuple[str, str, bool]], row: dict[str, Any]) -> list[choose_patch.Candidate]:
     out = []
     for name, patch, _ in cands:
         s = row["signals"].get(name, {})
         if UNREACHED in s.get("tests_note", "") and "no_regression" not in s:
             s = s | {"no_regression": 1.0, "broke": False}
-        out.append(select.Candidate(
+        out.append(choose_patch.Candidate(
             name=name, patch=patch, applies=bool(s.get("applies", bool(patch.strip()))),
             guard_blocked=bool(s.get("guard_blocked")), static=str(s.get("static", "")),
             code_quality=s.get("code_quality"), no_regression=s.get("no_regression"), broke=s.get("broke"),
@@ -297,28 +297,28 @@ class Prepared:
         self.iid, self.repo = iid, repo
         self.cands = cands
         self.candidates = to_candidates(cands, row)
-        self.feats = select.features(self.candidates)
-        self.signed = select.signed(self.feats)
+        self.feats = choose_patch.features(self.candidates)
+        self.signed = choose_patch.signed(self.feats)
         self.resolved = [r for _, _, r in cands]
         self.row = row
         # The first of each group of equal deliverable candidates: the others are its duplicates.
         seen: set[str] = set()
         self.choices: list[int] = []
         for i, c in enumerate(self.candidates):
-            key = select.normalize(c.patch)
-            if select.deliverable(c) and key not in seen:
+            key = choose_patch.normalize(c.patch)
+            if choose_patch.deliverable(c) and key not in seen:
                 seen.add(key)
                 self.choices.append(i)
 
-    def pick(self, weights: select.Weights) -> int | None:
-        """What select.pick would choose (same order), without recomputing the features."""
+    def pick(self, weights: choose_patch.Weights) -> int | None:
+        """What choose_patch.pick would choose (same order), without recomputing the features."""
         if not self.choices:
             return None
         w = dataclasses.astuple(weights)
         values = [sum(a * b for a, b in zip(row, w, strict=True)) for row in self.signed]
         return min(self.choices, key=lambda i: (-values[i], self.feats[i]["size"] or 0.0, i))
 
-    def resolved_pick(self, weights: select.Weights) -> int:
+    def resolved_pick(self, weights: choose_patch.Weights) -> int:
         i = self.pick(weights)
         return int(i is not None and self.resolved[i])
 
@@ -327,7 +327,7 @@ class Prepared:
         return sum(live) / len(live) if live else 0.0
 
     def vote(self) -> float:
-        live = [(select.normalize(p), r) for (_, p, r) in self.cands if p.strip()]
+        live = [(choose_patch.normalize(p), r) for (_, p, r) in self.cands if p.strip()]
         if not live:
             return 0.0
         count = Counter(k for k, _ in live)
@@ -345,18 +345,18 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 }
 
 
-def grid(with_tests: bool, drop: Sequence[str] = ()) -> list[select.Weights]:
+def grid(with_tests: bool, drop: Sequence[str] = ()) -> list[choose_patch.Weights]:
     space = {k: v for k, v in (dict(GRID) | (TEST_GRID if with_tests else {})).items() if k not in drop}
-    base = select.DEFAULT_WEIGHTS.to_dict() | {name: 0.0 for name in drop}
+    base = choose_patch.DEFAULT_WEIGHTS.to_dict() | {name: 0.0 for name in drop}
     if not with_tests:
         base |= {name: 0.0 for name in ("tests", *TEST_GRID)}
-    return [select.Weights(**(base | dict(zip(space, values, strict=True))))
+    return [choose_patch.Weights(**(base | dict(zip(space, values, strict=True))))
             for values in itertools.product(*space.values())]
 
 
-def resolved_matrix(rows: Sequence[Prepared], weights: Sequence[select.Weights]) -> np.ndarray:
+def resolved_matrix(rows: Sequence[Prepared], weights: Sequence[choose_patch.Weights]) -> np.ndarray:
     """resolved[r, w]: whether row r's pick under weights w resolves; all weights at once. Ties
-    are broken as select.rank does (smaller change, then earlier candidate); scores are rounded
+    are broken as choose_patch.rank does (smaller change, then earlier candidate); scores are rounded
     so that a sum in another order cannot split a tie."""
     w = np.array([dataclasses.astuple(x) for x in weights])
     out = np.zeros((len(rows), len(weights)), dtype=bool)
@@ -369,12 +369,12 @@ def resolved_matrix(rows: Sequence[Prepared], weights: Sequence[select.Weights])
     return out
 
 
-def prior_distance(weights: Sequence[select.Weights]) -> np.ndarray:
+def prior_distance(weights: Sequence[choose_patch.Weights]) -> np.ndarray:
     return np.abs(np.array([dataclasses.astuple(w) for w in weights]) - np.array(dataclasses.astuple(PRIOR))).sum(axis=1)
 
 
-def tune(rows: Sequence[Prepared], weights: Sequence[select.Weights], matrix: np.ndarray | None = None,
-         distance: np.ndarray | None = None) -> tuple[select.Weights, int]:
+def tune(rows: Sequence[Prepared], weights: Sequence[choose_patch.Weights], matrix: np.ndarray | None = None,
+         distance: np.ndarray | None = None) -> tuple[choose_patch.Weights, int]:
     """The weights that resolve the most rows; on ties the nearest to PRIOR (the rows cannot
     tell those apart, so nothing is changed for them), then the first in grid order."""
     counts = (resolved_matrix(rows, weights) if matrix is None else matrix).sum(axis=0)
@@ -383,8 +383,8 @@ def tune(rows: Sequence[Prepared], weights: Sequence[select.Weights], matrix: np
     return weights[best], sum(p.resolved_pick(weights[best]) for p in rows)
 
 
-def cross_validate(prepared: Sequence[Prepared], space: Sequence[select.Weights],
-                   matrix: np.ndarray | None = None) -> tuple[select.Weights, int, dict[str, int]]:
+def cross_validate(prepared: Sequence[Prepared], space: Sequence[choose_patch.Weights],
+                   matrix: np.ndarray | None = None) -> tuple[choose_patch.Weights, int, dict[str, int]]:
     """The weights tuned on all rows and their count (in-sample), and per repository the count
     of the weights tuned on the other repositories (leave one repository out)."""
     matrix = resolved_matrix(prepared, space) if matrix is None else matrix
@@ -393,7 +393,7 @@ def cross_validate(prepared: Sequence[Prepared], space: Sequence[select.Weights]
     return tuned, tuned_n, held_out(prepared, space, matrix, np.ones(len(prepared), dtype=bool), distance)
 
 
-def held_out(prepared: Sequence[Prepared], space: Sequence[select.Weights], matrix: np.ndarray,
+def held_out(prepared: Sequence[Prepared], space: Sequence[choose_patch.Weights], matrix: np.ndarray,
              rows: np.ndarray, distance: np.ndarray) -> dict[str, int]:
     """Among ``rows`` (a mask), per repository: the count of the weights tuned on the others."""
     repos = np.array([p.repo for p in prepared])
@@ -405,7 +405,7 @@ def held_out(prepared: Sequence[Prepared], space: Sequence[select.Weights], matr
     return out
 
 
-def nested_cv(prepared: Sequence[Prepared], spaces: dict[str, list[select.Weights]],
+def nested_cv(prepared: Sequence[Prepared], spaces: dict[str, list[choose_patch.Weights]],
               matrices: dict[str, np.ndarray]) -> tuple[dict[str, int], dict[str, str]]:
     """Leave one repository out with the family of agreement signals chosen on the other
     repositories too (by their own leave-one-repository-out count; ties: the first family): per
@@ -464,7 +464,7 @@ def report(prepared: list[Prepared], runs: dict[str, dict[str, dict[str, Any]]],
     ids = {p.iid for p in prepared}
     single = {name: sum(bool(rows[i]["resolved"]) for i in ids if i in rows) for name, rows in runs.items()}
     best_run = max(single, key=lambda n: (single[n], n))
-    w0 = select.DEFAULT_WEIGHTS
+    w0 = choose_patch.DEFAULT_WEIGHTS
     spaces = {name: grid(with_tests, drop) for name, drop in FAMILIES.items()}
     matrices = {name: resolved_matrix(prepared, space) for name, space in spaces.items()}
     fitted = {name: cross_validate(prepared, spaces[name], matrices[name]) for name in FAMILIES}
@@ -588,7 +588,7 @@ def run(args: argparse.Namespace) -> int:
                     write_row(out, row)
                 p = Prepared(iid, inst.repo, cands, row)
                 prepared.append(p)
-                i = p.pick(select.DEFAULT_WEIGHTS)
+                i = p.pick(choose_patch.DEFAULT_WEIGHTS)
                 print(f"[{n}/{len(ids)}] {iid}: {len(cands)} candidates, picked "
                       f"{p.cands[i][0] if i is not None else 'none'} "
                       f"({'resolved' if i is not None and p.resolved[i] else 'not resolved'}; oracle {any(p.resolved)}) "

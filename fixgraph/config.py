@@ -135,7 +135,7 @@ class CoderSettings(_Strict):
     # Lines of raw context around each suspect when a file is too big to show whole.
     window_lines: int = Field(default=60, ge=5)
     # Patches the Coder writes per round, each judged by the Critic; the delivered one is chosen
-    # by scoring/verdict/select.py. 1 is one patch per round, chosen by fix_score.
+    # by scoring/verdict/choose_patch.py. 1 is one patch per round, chosen by fix_score.
     candidates: int = Field(default=1, ge=1, le=8)
     # Candidates after the first are sampled at this temperature, with the files shown in a
     # rotated order (the first is the usual prompt at llm.temperature).
@@ -198,7 +198,7 @@ class ReproSettings(_Strict):
 
 
 class RegressionSettings(_Strict):
-    """The repository's existing tests that exercise the changed code (scoring/execution/selection.py)."""
+    """The repository's existing tests that exercise the changed code (scoring/execution/choose_tests.py)."""
 
     enabled: bool = True
     # At most this many test files are run; the rest are recorded as left out.
@@ -206,7 +206,7 @@ class RegressionSettings(_Strict):
     # Test files bigger than this are left out (a 10k-line test module is a slow, broad net).
     max_file_bytes: int = Field(default=400_000, ge=1000)
     # Seconds one run of the selection is expected to take, by the files' measured (else
-    # estimated) cost (scoring.execution.selection.CostBook); files that do not fit are left out.
+    # estimated) cost (scoring.execution.choose_tests.CostBook); files that do not fit are left out.
     max_expected_s: float = Field(default=40.0, gt=0)
     # Wall-clock cap for one run of the selection on an idle machine, stretched by the load per
     # core when the run starts (up to tests.timeout_s); tests it did not reach are left out.
@@ -308,7 +308,7 @@ class TaskResources(_Strict):
 
 
 class ExecutorSettings(_Strict):
-    """``--executor ray`` (fixgraph/run/executors.py); the thread pool ignores this block."""
+    """``--executor ray`` (pipeline/executors.py); the thread pool ignores this block."""
 
     cpus: float = Field(default=1.0, gt=0)
     memory_mb: int = Field(default=0, ge=0)

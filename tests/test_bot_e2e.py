@@ -17,8 +17,8 @@ import pytest
 
 from eval.fakes.github_api import FakeGitHub, comment_payload, labeled_payload, make_fixture_repo
 from fixgraph.models.scripted import ScriptedChatModel
-from graph import run_task
 from tests.bot_harness import TOKEN, Bot
+from tests.run_graph import run_task
 
 BRANCH = "fixgraph/7-add-subtracts"
 

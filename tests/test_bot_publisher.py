@@ -243,7 +243,7 @@ def test_guard_blocked_patch_is_never_pushed(fake: FakeGitHub, setup: tuple[Path
 
 
 def test_pr_agent_never_chooses_a_blocked_attempt() -> None:
-    from agents.pr import choose
+    from agents.pr_agent import choose
 
     flagged = {"number": 2, "patch": "x", "score": {"fix_score": 0.9},
                "findings": [{"source": "guard", "rule": "network"}]}

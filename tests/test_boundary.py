@@ -9,9 +9,9 @@ import pytest
 from eval.fixtures.repos import calc_script
 from fixgraph.dataset import EvaluationData, Instance, Task
 from fixgraph.models.scripted import ScriptedChatModel
-from fixgraph.run.runner import model_name, split
-from graph import run_tasks
+from pipeline.tasks import model_name, split
 from tests.conftest import read_record
+from tests.run_graph import run_tasks
 
 ROW = {"instance_id": "a__b-1", "repo": "a/b", "base_commit": "abc", "problem_statement": "it breaks",
        "hints_text": "look at x.py", "patch": "P", "test_patch": "T", "FAIL_TO_PASS": '["t1"]',

@@ -10,8 +10,8 @@ from typing import Any
 from eval.fixtures.repos import BROKEN_LINE, BUGGY_LINE, FIXED_LINE, WRONG_LINE, calc_script, make_calc_repo
 from fixgraph.dataset import Instance
 from fixgraph.models.scripted import ScriptedChatModel
-from graph import run_tasks
 from tests.conftest import read_record
+from tests.run_graph import run_tasks
 
 PRICE = 1000.0  # dollars per million input tokens, so that the scripted calls cost something
 

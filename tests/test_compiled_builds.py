@@ -173,8 +173,8 @@ def test_a_test_that_segfaults_in_compiled_code_is_a_finding_with_the_signal(tmp
     with the signal in its crash record, the tests it finished keep their outcomes, nothing hangs."""
     from fixgraph.dataset import Task
     from fixgraph.repo.workspace import RepoCache
+    from scoring.execution.outcomes import Suite
     from scoring.execution.runner import make_runner
-    from scoring.execution.tests import Suite
     from tests.testrun_helpers import REPO, local_settings, make_repo
 
     tests = ("def test_first():\n    assert True\n\n\n"
@@ -259,7 +259,7 @@ def test_image_comparisons_are_set_aside_with_the_reason_never_passes_or_regress
     from types import SimpleNamespace
 
     from scoring.execution.image_tests import decorated_tests, unmatched_tests
-    from scoring.execution.tests import TestOutcome, _set_aside_unmatched
+    from scoring.execution.outcomes import TestOutcome, _set_aside_unmatched
 
     assert decorated_tests(IMAGE_TESTS, "image_comparison") == {"test_drawn", "TestK::test_in_class"}
     # an alias made with functools.partial (test_mplot3d.py's mpl3d_image_comparison) is one too

@@ -1,4 +1,4 @@
-"""``python -m scoring.verdict.critic`` end to end: a mirror folder, a dataset, predictions, verdicts."""
+"""``python -m scoring.verdict.judge`` end to end: a mirror folder, a dataset, predictions, verdicts."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from fixgraph.dataset import Instance
 from fixgraph.models.llm import LLM, Meter
 from fixgraph.models.scripted import ScriptedChatModel
 from fixgraph.repo.workspace import Worktree
-from scoring.verdict.critic import judge, main
+from scoring.verdict.judge import judge, main
 
 REPO = "demo/shapes"
 
@@ -102,7 +102,7 @@ def test_missing_pyright_exits_non_zero_as_a_process(setup: dict[str, Any], tmp_
     (bin_dir / "git").symlink_to(git)
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "scoring.verdict.critic", "--predictions", str(setup["preds"]),
+    proc = subprocess.run([sys.executable, "-m", "scoring.verdict.judge", "--predictions", str(setup["preds"]),
                            "--dataset", str(setup["dataset"]), "--repos", str(setup["mirrors"]),
                            "-o", str(tmp_path / "o.jsonl")],
                           capture_output=True, text=True, env={"PATH": str(bin_dir)},

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from eval.fixtures.repos import calc_script
 from fixgraph.models.scripted import ScriptedChatModel
-from graph import run_tasks
 from tests.conftest import read_record
+from tests.run_graph import run_tasks
 
 
 def test_errors_go_to_the_coder_with_location_and_the_fix_is_recorded(calc, cfg_factory):

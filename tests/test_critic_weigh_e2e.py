@@ -11,8 +11,8 @@ from typing import Any
 
 from eval.fixtures.repos import BUGGY_LINE, FIXED_LINE, calc_script
 from fixgraph.models.scripted import ScriptedChatModel
-from graph import run_tasks
 from tests.conftest import read_record
+from tests.run_graph import run_tasks
 
 # Correct, yet pyright reports "n" as possibly unbound (mean() of an empty list is undefined anyway).
 FALSE_POSITIVE = "    if values:\n        n = len(values)\n    return sum(values) / n\n"

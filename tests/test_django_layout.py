@@ -16,10 +16,10 @@ from fixgraph.dataset import Task
 from fixgraph.repo.workspace import RepoCache, Worktree
 from fixgraph.state import ReproTestDraft
 from scoring.execution import django_layout
+from scoring.execution.choose_tests import select_tests
+from scoring.execution.outcomes import ReproTest, baseline, own_outcome
 from scoring.execution.runner import make_runner
-from scoring.execution.selection import select_tests
 from scoring.execution.testenv import Suite
-from scoring.execution.tests import ReproTest, baseline, own_outcome
 from scoring.runtime.findings import runtime_findings
 from scoring.runtime.issue_run import DJANGO_PRELUDE, prelude_for
 from tests.testrun_helpers import apply_to, diff_for, local_settings, make_repo

@@ -94,9 +94,9 @@ def _dashboard() -> Any:
 
 
 def _critic() -> Any:
-    from scoring.verdict import critic
+    from scoring.verdict import judge
 
-    return critic.main([])
+    return judge.main([])
 
 
 # Each command, and the heading of its section in docs/configuration.md.
@@ -106,7 +106,7 @@ COMMANDS: list[tuple[str, Callable[[], Any]]] = [
     ("python -m eval.run", _eval_run),
     ("python -m eval.ingest", _ingest),
     ("python -m eval.dashboard", _dashboard),
-    ("python -m scoring.verdict.critic", _critic),
+    ("python -m scoring.verdict.judge", _critic),
 ]
 
 
@@ -183,7 +183,7 @@ def _model(annotation: Any) -> type[BaseModel] | None:
 
 
 def config_keys(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
-    """Every key path (``critic.static``); a table of models (``llm.prices``) is the key itself and
+    """Every key path (``judge.static``); a table of models (``llm.prices``) is the key itself and
     its entries' keys with a placeholder (``llm.prices.<key>.input``)."""
     for name, field in model.model_fields.items():
         path = prefix + name
@@ -225,7 +225,7 @@ def test_a_planted_config_key_is_reported_missing() -> None:
 
     text = CONFIG_PAGE.read_text(encoding="utf-8")
     assert missing_keys(Config, text) == ["critic.hunch_level", "espresso_shots"]
-    # A key must be written whole: `critic.static` is not `static`, nor `critic`.
+    # A key must be written whole: `judge.static` is not `static`, nor `critic`.
     assert not key_documented("critic.static", "`static` under `[critic]`")
 
 

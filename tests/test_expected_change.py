@@ -15,13 +15,13 @@ from fixgraph.config import RegressionSettings
 from fixgraph.dataset import Instance, Task
 from fixgraph.models.scripted import ScriptedChatModel
 from fixgraph.repo.workspace import RepoCache
-from graph import run_tasks
+from scoring.execution.outcomes import TestOutcome, own_outcome
 from scoring.execution.runner import make_runner
-from scoring.execution.tests import TestOutcome, own_outcome
 from scoring.runtime.crash import failures_of
 from scoring.runtime.findings import runtime_findings
 from scoring.verdict import expected_change, fix_score
 from tests.conftest import read_record
+from tests.run_graph import run_tasks
 from tests.test_repro_loop import _PRRecorder
 from tests.testrun_helpers import REPO, apply_to, diff_for, local_config, local_settings, make_repo
 

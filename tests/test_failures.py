@@ -9,8 +9,8 @@ from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
 from eval.fixtures.repos import BUGGY_LINE, calc_script
 from fixgraph.dataset import Instance
 from fixgraph.models.scripted import ScriptedChatModel
-from graph import run_tasks
 from tests.conftest import read_record
+from tests.run_graph import run_tasks
 
 
 def _run(inst, cfg, mirrors, script=None, run_id="f"):

@@ -17,8 +17,8 @@ from eval.fixtures.repos import calc_script
 from fixgraph.dataset import Instance
 from fixgraph.models.scripted import ScriptedChatModel
 from fixgraph.repo.workspace import RepoCache
-from graph import run_tasks
 from tests.conftest import TEST_KEY, make_config, read_record
+from tests.run_graph import run_tasks
 
 RETRIES = 2
 

@@ -8,8 +8,8 @@ import pytest
 
 from eval.hidden import run_hidden
 from fixgraph.state import PatchJudgment
+from scoring.execution.outcomes import TestOutcome
 from scoring.execution.runner import make_runner
-from scoring.execution.tests import TestOutcome
 from scoring.verdict import fix_score
 from scoring.verdict.quality import code_quality
 from tests.testrun_helpers import CALC, apply_to, calc_instance, diff_for, local_settings

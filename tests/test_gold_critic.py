@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from eval import gold_critic
-from scoring.verdict.critic import InputError
+from scoring.verdict.judge import InputError
 
 
 def _row(iid: str, repo: str, certain=(), suspicions=(), redo=False, replay=None, tests=None):

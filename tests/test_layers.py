@@ -1,9 +1,9 @@
 """One-way layers: the import graph of the non-test code has no cycle, and no package imports one
 above it in the order the README states.
 
-A small AST walk: every ``import`` and ``from ... import`` in fixgraph/, agents/, scoring/, eval/,
-bot/ and graph.py, at any depth (a lazy import inside a function is still a dependency), is an
-edge between the project's modules; a strongly connected component of more than one module is a
+A small AST walk: every ``import`` and ``from ... import`` in fixgraph/, scoring/, agents/,
+pipeline/, bot/, eval/ and graph.py, at any depth (a lazy import inside a function is still a
+dependency), is an edge between the project's modules; a strongly connected component of more than one module is a
 cycle.
 """
 
@@ -13,7 +13,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("fixgraph", "agents", "scoring", "eval", "bot")
+PACKAGES = ("fixgraph", "scoring", "agents", "pipeline", "bot", "eval")
 
 
 def modules() -> dict[str, Path]:
@@ -99,7 +99,7 @@ def import_graph() -> dict[str, set[str]]:
 
 def test_the_walk_sees_real_edges() -> None:
     graph = import_graph()
-    assert "fixgraph.config" in graph["fixgraph.run.runner"]
+    assert "fixgraph.config" in graph["pipeline.tasks"]
     assert "fixgraph.github.client" in graph["fixgraph.github.pr"]
     assert "agents.critic" in graph["graph"]  # imported inside build_graph: still an edge
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
@@ -109,25 +109,14 @@ def test_no_import_cycle() -> None:
     assert [sorted(c) for c in cycles(import_graph())] == []
 
 
-# Low to high, as README.md states it. A module belongs to the longest prefix that names it.
-LAYERS: list[tuple[str, ...]] = [
-    ("fixgraph",),
-    ("scoring",),
-    ("agents",),
-    ("fixgraph.run", "graph"),
-    ("bot",),
-    ("eval",),
-]
+# Low to high, as README.md states it: a module's layer is its top-level package.
+LAYERS: list[str] = ["fixgraph", "scoring", "agents", "pipeline", "graph", "bot", "eval"]
 
 
 def layer_of(module: str) -> int:
-    best, rank = -1, -1
-    for i, prefixes in enumerate(LAYERS):
-        for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
-                best, rank = len(prefix), i
-    assert rank >= 0, f"{module} is in no layer: add it to LAYERS and to the README"
-    return rank
+    top = module.split(".")[0]
+    assert top in LAYERS, f"{module} is in no layer: add its package to LAYERS and to the README"
+    return LAYERS.index(top)
 
 
 def upward(graph: dict[str, set[str]]) -> list[str]:
@@ -146,7 +135,7 @@ def test_an_upward_import_is_caught(tmp_path: Path) -> None:
     graph = import_graph()
     graph["fixgraph.planted"] = imports("fixgraph.planted", planted, set(mods))
     assert upward(graph) == ["fixgraph.planted -> scoring.verdict.fix_score"]
-    assert layer_of("fixgraph.run.cli") > layer_of("agents.critic") > layer_of("scoring.execution.tests")
+    assert layer_of("pipeline.cli") > layer_of("agents.critic") > layer_of("scoring.execution.outcomes")
 
 
 def test_the_floor_imports_nothing_above_it() -> None:

@@ -14,9 +14,9 @@ from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
 from eval.fakes.local_llm_server import LocalModelServer
 from eval.fixtures.repos import calc_script
 from fixgraph.models.llm import TIMEOUT_KNOB, CallEvent
-from fixgraph.run.screen import Activity
-from graph import run_tasks
+from pipeline.screen import Activity
 from tests.conftest import read_record
+from tests.run_graph import run_tasks
 
 
 def _run(calc: Any, cfg_factory: Any, srv: FakeLLMServer, overrides: dict[str, Any] | None = None,
@@ -229,7 +229,7 @@ def test_the_screen_shows_each_task_in_flight_with_its_call_retries_and_the_knob
 
 
 def test_the_summary_counts_empty_tasks_and_names_a_predictions_file_only_when_written(tmp_path):
-    from fixgraph.run.runner import RunSummary
+    from pipeline.tasks import RunSummary
 
     summary = RunSummary("r", total=3, predictions=str(tmp_path / "r.jsonl"))
     for status, timeouts in (("patched", 0), ("empty", 2), ("failed", 1)):

@@ -11,9 +11,9 @@ import pytest
 from eval import grade
 from eval.hidden import run_hidden
 from scoring.execution.offline_tests import NEEDS_INTERNET, NETWORK_ERROR, needs_internet
+from scoring.execution.outcomes import BASE_CRASH_RECORDS, _kept_records
 from scoring.execution.runner import make_runner
 from scoring.execution.testenv import SuiteRun
-from scoring.execution.tests import BASE_CRASH_RECORDS, _kept_records
 from tests.testrun_helpers import CALC, calc_instance, diff_for, local_settings
 
 ADD = "tests/test_calc.py::test_add"

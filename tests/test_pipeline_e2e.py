@@ -9,8 +9,8 @@ from pathlib import Path
 
 from eval.fixtures.repos import calc_script
 from fixgraph.models.scripted import ScriptedChatModel
-from graph import run_tasks
 from tests.conftest import read_record
+from tests.run_graph import run_tasks
 
 
 def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,7 @@ from eval.fakes.github_api import FakeGitHub
 from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
 from eval.fakes.local_llm_server import LocalModelServer
 from fixgraph.config import load_config
-from fixgraph.run.preflight import (
+from pipeline.preflight import (
     Check,
     check_github,
     check_pyright,
@@ -163,7 +163,7 @@ def test_github_is_not_checked_in_eval_mode() -> None:
 
 def test_test_backend_docker_without_an_engine_and_venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import scoring.execution.docker  # noqa: F401 - imported (it imports GitPython, which needs git) before PATH goes
-    from fixgraph.run.preflight import check_test_backend
+    from pipeline.preflight import check_test_backend
 
     with monkeypatch.context() as m:
         m.setenv("PATH", str(tmp_path))  # no docker CLI on it

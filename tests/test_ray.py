@@ -27,9 +27,9 @@ from eval.fakes.faulty_llm_server import FaultyLLMServer
 from eval.fault_bench import BenchResponder, came_through, make_bench_repos, task_tag
 from fixgraph.config import RunConfig
 from fixgraph.dataset import Instance
-from fixgraph.run.executors import RayExecutor
-from graph import run_tasks
+from pipeline.executors import RayExecutor
 from tests.conftest import make_config
+from tests.run_graph import run_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every test that starts Ray runs on one xdist worker (--dist loadgroup): two local clusters started

@@ -213,7 +213,7 @@ def test_extra_reads_pass_to_pass_ids_cut_at_a_space(tmp_path: Path) -> None:
     """SWE-bench lists a parametrized id with a space cut there; the loop's flag of the whole id
     is inside PASS_TO_PASS, not an extra regression."""
     from eval.regression_bench import apply_expected
-    from scoring.execution.tests import listed_among
+    from scoring.execution.outcomes import listed_among
 
     inst, _, _ = calc_instance(tmp_path)
     whole, other = "tests/test_calc.py::test_word[a b-c]", "tests/test_calc.py::test_other[x]"

@@ -176,8 +176,8 @@ def test_in_the_graph_the_replay_rejects_a_patch_before_its_tests_and_tells_the_
     Coder's retry prompt has it, and the second patch passes the replay."""
     from eval.fixtures import repos as fixtures
     from fixgraph.models.scripted import ScriptedChatModel
-    from graph import run_tasks
     from tests.conftest import read_record
+    from tests.run_graph import run_tasks
 
     mirrors, inst = calc
     inst = inst.model_copy(update={"problem_statement": fixtures.PROBLEM + (
@@ -334,8 +334,8 @@ def _empty_mean_run(calc, cfg_factory, issue_code: bool) -> tuple[list[dict], Sc
     """The loop on the empty-mean issue with no LLM-written reproduction test (``repro.enabled``
     off): the first patch keeps the crash, the second removes it. The scripted LLM judges both 0.9."""
     from eval.fixtures import repos as fixtures
-    from graph import run_tasks
     from tests.conftest import read_record
+    from tests.run_graph import run_tasks
 
     mirrors, inst = calc
     inst = inst.model_copy(update={"problem_statement": EMPTY_MEAN})
@@ -376,7 +376,7 @@ def test_without_the_issues_code_as_a_test_the_llms_word_lets_the_crash_through(
 
 
 def test_the_pull_request_delivers_the_llms_test_file_not_the_issues_statements() -> None:
-    from agents.pr import _repro_to_deliver
+    from agents.pr_agent import _repro_to_deliver
     from fixgraph.state import AttemptRecord, TaskState
 
     state = TaskState(repro={"status": "accepted", "path": "tests/test_issue.py", "content": "def test_x(): ..."})

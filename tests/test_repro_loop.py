@@ -12,8 +12,8 @@ import pytest
 from eval.fixtures.repos import REPRO_PATH, REPRO_TEST, REPRO_TEST_PASSING, calc_script, make_calc_repo
 from fixgraph.dataset import Instance
 from fixgraph.models.scripted import ScriptedChatModel
-from graph import run_tasks
 from tests.conftest import read_record
+from tests.run_graph import run_tasks
 
 
 def _run(tmp_path: Path, cfg_factory, script: dict[str, Any], run_id: str = "loop", **overrides: Any):
@@ -248,7 +248,7 @@ def test_a_session_that_crashes_in_the_repositorys_code_reproduces_as_a_whole_fi
     """pytest's own bugs can crash the session before any test is reported (pytest-7168): the
     file as a whole is then the failing test, and it passes when every test of it passes."""
     from agents.reproducer import judge_run
-    from scoring.execution.tests import ReproTest
+    from scoring.execution.outcomes import ReproTest
 
     path = "testing/io/test_saferepr.py"
     assert judge_run(_run_of({}, INTERNAL), path) == ("", [path])
@@ -319,7 +319,7 @@ def test_the_repositorys_own_pytest_patterns_name_its_test_files(tmp_path, files
     read from the base commit."""
     from eval.fixtures.repos import git_commit_all
     from fixgraph.repo.workspace import RepoCache
-    from scoring.execution.selection import matches_patterns, python_files_patterns
+    from scoring.execution.choose_tests import matches_patterns, python_files_patterns
 
     repo = tmp_path / "mirrors" / "fixture+patterns"
     (repo / "pkg").mkdir(parents=True)

@@ -15,12 +15,12 @@ from fixgraph.config import RegressionSettings, RunConfig
 from fixgraph.dataset import Instance, Task
 from fixgraph.models.scripted import ScriptedChatModel
 from fixgraph.repo.workspace import RepoCache
-from graph import run_tasks
+from scoring.execution.outcomes import own_outcome
 from scoring.execution.runner import make_runner
-from scoring.execution.tests import own_outcome
 from scoring.runtime.crash import failures_of
 from scoring.runtime.findings import SCOPES, crash_summaries, crashed_tests, runtime_findings
 from tests.conftest import read_record
+from tests.run_graph import run_tasks
 from tests.testrun_helpers import REPO, apply_to, diff_for, git, local_settings, make_repo
 
 CALC = '''\
@@ -254,7 +254,7 @@ def test_a_base_run_cut_by_its_timeout_runs_once_and_prices_its_files_for_the_ne
     """sympy's rubi tests took the 300 s timeout twice per task, and again on every task: nothing
     was learnt from a cut run. Now it is not repeated, and the files it did not finish carry the
     timeout in the cost book, so the next selection leaves them out."""
-    from scoring.execution.selection import CostBook, select_tests
+    from scoring.execution.choose_tests import CostBook, select_tests
 
     slow = "import time\nimport calc\n\n\ndef test_slow_scale():\n    time.sleep(60)\n    assert calc.scale\n"
     change = CALC.replace('return "n=%d" % x', 'return "n=%d!" % x')
@@ -369,7 +369,7 @@ def test_a_runner_that_dies_before_any_test_explains_the_tests_it_never_reached(
     """The patched package no longer imports: every selected test that passed at the base goes
     unreported, and the runner's own traceback, through a patched frame, is their runtime error.
     A test the run did report (here: failed on its own) is not explained by it."""
-    from scoring.execution.tests import TestOutcome
+    from scoring.execution.outcomes import TestOutcome
 
     wanted = ["test_pretty_basic", "test_upretty_greek", "test_reported"]
     recs = failures_of([], RUNNER_DIED, "/tmp/run/repo", wanted, unreported=wanted[:2])
@@ -431,7 +431,7 @@ def test_a_selected_file_that_cannot_run_at_the_base_does_not_silence_the_others
 def test_a_slow_file_still_gives_the_tests_that_name_the_changed_code(tmp_path: Path) -> None:
     """A file measured too slow to run whole is left out, but its tests that name the changed
     function run alone (by node id) and catch the regression; its other tests do not run."""
-    from scoring.execution.selection import CostBook
+    from scoring.execution.choose_tests import CostBook
 
     others = "".join(f"def test_other_{i}():\n    assert calc.add({i}, 0) == {i}\n\n\n" for i in range(30))
     slow = "import calc\n\n\n" + others + "class TestFormats:\n    def test_label(self):\n        assert calc.label(3) == 'n=3'\n"
@@ -496,7 +496,7 @@ tests/test_x.py:3: AssertionError
 def test_without_the_plugin_pytest_s_long_report_gives_the_frames(tmp_path: Path) -> None:
     """tox passes the test process neither PYTHONPATH nor the plugin's variables (sphinx): the
     runtime finding comes from pytest's own report, with the place that raised."""
-    from scoring.execution.tests import TestOutcome
+    from scoring.execution.outcomes import TestOutcome
 
     ids = ["tests/test_ext_autodoc_autoclass.py::test_classes", "tests/test_x.py::TestX::test_y[a.b]"]
     crashes = failures_of([], PYTEST_LONG_REPORT, str(tmp_path), ids)
@@ -515,8 +515,8 @@ def test_without_the_plugin_pytest_s_long_report_gives_the_frames(tmp_path: Path
 def test_a_base_run_that_reports_no_test_is_not_cached(tmp_path: Path) -> None:
     """Nothing reported at all may be the environment's passing trouble (caught mid-reinstall):
     it is run again next time rather than pinned."""
+    from scoring.execution.outcomes import baseline
     from scoring.execution.testenv import Suite
-    from scoring.execution.tests import baseline
 
     mirrors, commit = make_repo(tmp_path, {"calc.py": CALC, "tests/test_calc.py": TESTS,
                                            "tests/test_empty.py": "import calc\n"})
@@ -591,16 +591,16 @@ def test_a_base_run_on_a_busy_machine_is_priced_as_on_an_idle_one(tmp_path: Path
     """Seconds measured while the machine ran four processes per core are a quarter of that on an
     idle one: else a file measured under load is priced out of every later selection, and, never
     selected again, never measured again."""
-    from scoring.execution import selection, testenv
+    from scoring.execution import choose_tests, testenv
 
     monkeypatch.setattr(testenv, "slowdown", lambda: 4.0)
     outcome, _ = _judge(tmp_path, CALC.replace("def label(x):", "def label(x):  # formats x"))
-    [entry] = selection.CostBook(tmp_path / "cache", REPO, "").book.values()
+    [entry] = choose_tests.CostBook(tmp_path / "cache", REPO, "").book.values()
     assert entry["n"] == 2 and abs(entry["s"] - outcome.base_seconds / 4) < 0.02, (entry, outcome.base_seconds)
     # A run cut by its timeout is a lower bound, on the same scale.
     mirrors, commit = make_repo(tmp_path / "cut", {"calc.py": CALC, "tests/test_calc.py": TESTS})
     wt = RepoCache(tmp_path / "cut" / "cache", mirrors).worktree(REPO, commit, "rt")
-    book = selection.CostBook(tmp_path / "cut" / "cache", REPO, "")
+    book = choose_tests.CostBook(tmp_path / "cut" / "cache", REPO, "")
     book.record_timeout(wt, ["tests/test_calc.py"], {}, 300.0, slowed=4.0)
     assert book.book["tests/test_calc.py"] == {"s": 75.0, "n": 0}
 
@@ -608,7 +608,7 @@ def test_a_base_run_on_a_busy_machine_is_priced_as_on_an_idle_one(tmp_path: Path
 def test_a_run_killed_by_its_timeout_still_reports_the_tests_it_finished(tmp_path: Path) -> None:
     """pytest prints its summary at the end: a run killed by its timeout printed none, and every
     test it had finished was lost. The plugin writes each outcome as it comes."""
-    from scoring.execution.tests import Suite
+    from scoring.execution.outcomes import Suite
 
     hang = "import time\n\n\ndef test_hang():\n    time.sleep(120)\n"
     mirrors, commit = make_repo(tmp_path, {"calc.py": CALC, "tests/test_calc.py": TESTS, "tests/test_zz_hang.py": hang})
@@ -662,7 +662,7 @@ diff --git a/sympy/combinatorics/permutations.py b/sympy/combinatorics/permutati
 
 
 def test_a_chained_traceback_is_read_to_the_patched_frame_before_the_runner_s_own_error() -> None:
-    from scoring.execution.tests import TestOutcome
+    from scoring.execution.outcomes import TestOutcome
 
     wanted = ["test_Permutation", "test_josephus"]
     recs = failures_of([], RUNNER_CHAINED, "/tmp/run/repo", wanted, unreported=wanted)
@@ -734,7 +734,7 @@ def test_a_reproduction_test_raising_in_the_repository_s_code_is_a_runtime_findi
     """Issue 33: a reproduction test that still fails with the patch by raising in the repository's
     code is runtime evidence, as a regressed test's crash is; an assertion, or a crash in the test's
     own code, stays a failing reproduction test."""
-    from scoring.execution.tests import ReproTest
+    from scoring.execution.outcomes import ReproTest
     from scoring.runtime.findings import findings_of, repro_summaries
 
     mirrors, commit = make_repo(tmp_path, {"calc.py": CALC})  # no existing test: the reproduction test alone

@@ -121,7 +121,7 @@ def test_a_local_ray_binds_loopback_and_its_workers_hold_no_driver_secret(tmp_pa
 def test_ray_starts_with_no_secret_in_its_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from fixgraph.run.executors import _without_secrets
+    from pipeline.executors import _without_secrets
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0123456789abcdef")
     monkeypatch.setenv("ACME_DEPLOY_TOKEN", "t0ken-0123456789")
@@ -145,7 +145,7 @@ def test_the_reproducers_data_files_are_never_configuration(tmp_path: Path) -> N
                                   "dict-get-lookup", "getattribute-lookup", "builtins-getattr", "path-rename-to-tmp",
                                   "unverified-context"])
 def test_the_guard_sees_issue_35s_bypasses(tmp_path: Path, name: str) -> None:
-    from eval.attacks.guard import _guard_attack
+    from eval.attacks.patch_guard import _guard_attack
     from eval.fixtures.guard_cases import BYPASSES
 
     assert _guard_attack(name, *BYPASSES[name])(tmp_path) == ""
@@ -153,7 +153,9 @@ def test_the_guard_sees_issue_35s_bypasses(tmp_path: Path, name: str) -> None:
 
 @pytest.mark.parametrize("name", ["predictions_dir under /proc", "graph.py --workers abc", "graph.py --frobnicate"])
 def test_bad_command_lines_get_one_line_and_exit_2(tmp_path: Path, name: str) -> None:
-    from eval.attacks import ATTACKS, cli  # noqa: F401 - registers the attacks
+    from eval.attacks import (
+        ATTACKS,  # noqa: F401 - registers the attacks
+        )
 
     (attack,) = [a for a in ATTACKS if a.name == name]
     assert attack.run(tmp_path) == ""

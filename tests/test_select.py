@@ -5,18 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from outcomes.testrun_helpers import local_settings
 
 from eval.fixtures.repos import BUGGY_LINE, FIXED_LINE, OPS_BUGGY, REPRO_PATH, REPRO_TEST, WRONG_LINE, _diff
 from fixgraph.config import RegressionSettings
 from fixgraph.dataset import Instance
 from fixgraph.repo.workspace import PatchError, RepoCache
-from scoring.execution import tests
+from scoring.execution import outcomes
 from scoring.execution.runner import make_runner
 from scoring.static import guard
-from scoring.verdict import fix_score, quality, select
-from tests.testrun_helpers import local_settings
+from scoring.verdict import choose_patch, fix_score, quality
 
-REPRO = tests.ReproTest(REPRO_PATH, REPRO_TEST, ("tests/test_mean_issue.py::test_mean_is_sum_over_count",))
+REPRO = outcomes.ReproTest(REPRO_PATH, REPRO_TEST, ("tests/test_mean_issue.py::test_mean_is_sum_over_count",))
 CLAMP = "    return max(lo, min(x, hi))\n"
 
 
@@ -47,23 +47,23 @@ def judged(calc: tuple[Path, Instance], tmp_path: Path):
     wt = RepoCache(tmp_path / "cache", mirrors=mirrors).worktree(inst.repo, inst.base_commit, "select")
     runner = make_runner(local_settings(), tmp_path / "cache")
 
-    def judge(name: str, patch: str, guard_blocks: bool = True) -> select.Candidate:
+    def judge(name: str, patch: str, guard_blocks: bool = True) -> choose_patch.Candidate:
         wt.reset()
         try:
             wt.apply(patch)
         except PatchError:
-            return select.Candidate(name, patch, applies=False)
+            return choose_patch.Candidate(name, patch, applies=False)
         try:
             found = guard.check_patch(wt, patch)
-            out = tests.own_outcome(runner, inst.task(), wt, patch, [REPRO], RegressionSettings())
+            out = outcomes.own_outcome(runner, inst.task(), wt, patch, [REPRO], RegressionSettings())
         finally:
             wt.reset()
         assert out.repro_ran and out.regression_ran, out.reason
         before = out.pass_to_pass_before
-        return select.Candidate(
+        return choose_patch.Candidate(
             name, patch, guard_blocked=guard_blocks and bool(found), static="Safe",
             test_pass_rate=fix_score.test_pass_rate(out), no_regression=fix_score.no_regression(out),
-            broke=any(s not in tests.PASSING and before.get(t) in tests.PASSING
+            broke=any(s not in outcomes.PASSING and before.get(t) in outcomes.PASSING
                       for t, s in out.pass_to_pass_after.items()),
             behaviour=out.fail_to_pass | out.pass_to_pass_after)
 
@@ -75,23 +75,23 @@ def test_of_three_the_one_that_breaks_an_existing_test_loses(judged):
     cands = [judged("breaks", FIX_BREAKS_CLAMP), judged("fix", FIX), judged("other", FIX_OTHER)]
     assert cands[0].broke and cands[0].no_regression == 0.5 and cands[0].test_pass_rate == 1.0
     assert not cands[1].broke and not cands[2].broke
-    ranked = select.rank(cands)
+    ranked = choose_patch.rank(cands)
     assert [r.candidate.name for r in ranked][-1] == "breaks"
-    picked = select.pick(cands)
+    picked = choose_patch.pick(cands)
     assert picked is not None and picked.candidate.name != "breaks"
 
 
 def test_of_two_that_pass_everything_the_one_the_others_agree_with_wins(judged):
     cands = [judged("other", FIX_OTHER), judged("fix", FIX), judged("fix-again", FIX_AGAIN), judged("wrong", WRONG)]
     assert cands[0].test_pass_rate == cands[1].test_pass_rate == 1.0 and cands[3].test_pass_rate == 0.0
-    assert select.normalize(FIX) == select.normalize(FIX_AGAIN) != select.normalize(FIX_OTHER)
-    picked = select.pick(cands)
+    assert choose_patch.normalize(FIX) == choose_patch.normalize(FIX_AGAIN) != choose_patch.normalize(FIX_OTHER)
+    picked = choose_patch.pick(cands)
     # "other" comes first, so the tie-break alone would take it: agreement decides.
     assert picked is not None and picked.candidate.name == "fix"
     # The duplicate is counted once for the pick, and kept for the vote.
     assert picked.duplicates == ["fix-again"]
-    assert [r.candidate.name for r in select.rank(cands)] == ["fix", "other", "wrong"]
-    assert picked.features["soft"] > select.rank(cands)[1].features["soft"]
+    assert [r.candidate.name for r in choose_patch.rank(cands)] == ["fix", "other", "wrong"]
+    assert picked.features["soft"] > choose_patch.rank(cands)[1].features["soft"]
 
 
 def test_a_candidate_the_guard_blocks_is_never_delivered(judged):
@@ -99,12 +99,12 @@ def test_a_candidate_the_guard_blocks_is_never_delivered(judged):
     assert blocked.guard_blocked and blocked.test_pass_rate == 1.0 and not blocked.broke
     # It has the best tests by far: still not delivered.
     cands = [blocked, judged("wrong", WRONG), judged("wrong-again", WRONG)]
-    picked = select.pick(cands)
+    picked = choose_patch.pick(cands)
     assert picked is not None and picked.candidate.name == "wrong"
-    assert select.pick([blocked]) is None
+    assert choose_patch.pick([blocked]) is None
     # Under the guard's warn policy it is an ordinary candidate, and the best one.
     warned = judged("network", FIX_WITH_NETWORK, guard_blocks=False)
-    picked = select.pick([warned, judged("wrong", WRONG)])
+    picked = choose_patch.pick([warned, judged("wrong", WRONG)])
     assert picked is not None and picked.candidate.name == "network"
 
 
@@ -116,40 +116,40 @@ def scratch_patch() -> str:
 
 def test_empty_and_non_applying_patches_are_never_picked_over_one_that_applies(judged):
     stale = FIX.replace("sum(values) / len(values) - 1", "sum(values) / len(values) - 7")
-    cands = [select.Candidate("empty", ""), judged("stale", stale), judged("wrong", WRONG),
-             select.Candidate("only-a-script", scratch_patch()), select.Candidate("stale-again", stale, applies=False)]
+    cands = [choose_patch.Candidate("empty", ""), judged("stale", stale), judged("wrong", WRONG),
+             choose_patch.Candidate("only-a-script", scratch_patch()), choose_patch.Candidate("stale-again", stale, applies=False)]
     assert not cands[1].applies
     # The two stale patches agree with each other, the wrong one with nobody, and it applies.
-    picked = select.pick(cands)
+    picked = choose_patch.pick(cands)
     assert picked is not None and picked.candidate.name == "wrong"
-    assert select.pick([select.Candidate("empty", ""), cands[1], cands[3]]) is None
+    assert choose_patch.pick([choose_patch.Candidate("empty", ""), cands[1], cands[3]]) is None
 
 
 def test_ties_are_broken_deterministically():
-    a, b = select.Candidate("a", FIX_OTHER), select.Candidate("b", FIX)
+    a, b = choose_patch.Candidate("a", FIX_OTHER), choose_patch.Candidate("b", FIX)
     # Same signals and the same size: the earlier one, every time.
-    assert [select.pick([a, b]).candidate.name for _ in range(3)] == ["a"] * 3  # type: ignore[union-attr]
-    assert select.pick([b, a]).candidate.name == "b"  # type: ignore[union-attr]
+    assert [choose_patch.pick([a, b]).candidate.name for _ in range(3)] == ["a"] * 3  # type: ignore[union-attr]
+    assert choose_patch.pick([b, a]).candidate.name == "b"  # type: ignore[union-attr]
     # The smaller change wins a tie on score, wherever it is.
-    big = select.Candidate("big", ops_patch((BUGGY_LINE, FIXED_LINE), ('"""Sum of two numbers."""', '"""Sum."""')))
-    assert select.pick([big, b], select.Weights(size=0.0)).candidate.name == "b"  # type: ignore[union-attr]
-    c, d = select.Candidate("c", FIX), select.Candidate("d", FIX_AGAIN)
-    picked = select.pick([d, c])
+    big = choose_patch.Candidate("big", ops_patch((BUGGY_LINE, FIXED_LINE), ('"""Sum of two numbers."""', '"""Sum."""')))
+    assert choose_patch.pick([big, b], choose_patch.Weights(size=0.0)).candidate.name == "b"  # type: ignore[union-attr]
+    c, d = choose_patch.Candidate("c", FIX), choose_patch.Candidate("d", FIX_AGAIN)
+    picked = choose_patch.pick([d, c])
     assert picked is not None and picked.candidate.name == "d" and picked.duplicates == ["c"]
 
 
 def test_normalize_ignores_headers_whitespace_comments_and_scratch_files():
     scratch = scratch_patch()
-    assert select.normalize(FIX) == select.normalize(FIX_AGAIN.replace("@@ -9,7", "@@ -12,7"))
-    assert select.normalize(FIX + scratch) == select.normalize(FIX)
-    assert select.changed_lines(scratch) == frozenset()
-    assert select.normalize(FIX) != select.normalize(WRONG)
+    assert choose_patch.normalize(FIX) == choose_patch.normalize(FIX_AGAIN.replace("@@ -9,7", "@@ -12,7"))
+    assert choose_patch.normalize(FIX + scratch) == choose_patch.normalize(FIX)
+    assert choose_patch.changed_lines(scratch) == frozenset()
+    assert choose_patch.normalize(FIX) != choose_patch.normalize(WRONG)
 
 
 def test_copies_of_one_change_do_not_inflate_the_agreement_that_discounts_them():
-    once = [select.Candidate("wrong", WRONG), select.Candidate("fix", FIX), select.Candidate("other", FIX_OTHER)]
-    thrice = once + [select.Candidate("wrong-2", WRONG), select.Candidate("wrong-3", WRONG)]
-    f1, f3 = select.features(once), select.features(thrice)
+    once = [choose_patch.Candidate("wrong", WRONG), choose_patch.Candidate("fix", FIX), choose_patch.Candidate("other", FIX_OTHER)]
+    thrice = once + [choose_patch.Candidate("wrong-2", WRONG), choose_patch.Candidate("wrong-3", WRONG)]
+    f1, f3 = choose_patch.features(once), choose_patch.features(thrice)
     # Soft agreement counts every copy: two more copies of the wrong change raise its share...
     assert (f3[0]["soft"] or 0.0) > (f1[0]["soft"] or 0.0)
     # ...while the medoid counts each distinct change once, and twin only says that a copy exists.
@@ -161,17 +161,17 @@ def test_copies_of_one_change_do_not_inflate_the_agreement_that_discounts_them()
 
 def test_agreement_by_behaviour_counts_the_tests_both_ran():
     passed = {"t::a": "PASSED", "t::b": "PASSED"}
-    cands = [select.Candidate("fix", FIX, behaviour=passed),
-             select.Candidate("other", FIX_OTHER, behaviour=passed | {"t::c": "PASSED"}),
-             select.Candidate("wrong", WRONG, behaviour={"t::a": "PASSED", "t::b": "FAILED"}),
-             select.Candidate("untested", FIX_BREAKS_CLAMP)]
-    f = select.features(cands)
+    cands = [choose_patch.Candidate("fix", FIX, behaviour=passed),
+             choose_patch.Candidate("other", FIX_OTHER, behaviour=passed | {"t::c": "PASSED"}),
+             choose_patch.Candidate("wrong", WRONG, behaviour={"t::a": "PASSED", "t::b": "FAILED"}),
+             choose_patch.Candidate("untested", FIX_BREAKS_CLAMP)]
+    f = choose_patch.features(cands)
     # fix and other agree on a and b (c ran only for other); wrong leaves b failing.
     assert (f[0]["same_tests"], f[1]["same_tests"], f[2]["same_tests"]) == (0.5, 0.5, 0.0)
     # No test ran for it: unknown, so neutral, not a disagreement.
     assert f[3]["same_tests"] is None
-    w = select.Weights(size=0.0, soft=0.0, same_tests=1.0)
-    picked = select.pick(cands[2:3] + cands[:2], w)
+    w = choose_patch.Weights(size=0.0, soft=0.0, same_tests=1.0)
+    picked = choose_patch.pick(cands[2:3] + cands[:2], w)
     assert picked is not None and picked.candidate.name == "fix"
 
 
@@ -194,16 +194,16 @@ def test_a_patch_that_changes_only_docstrings_and_comments_is_never_delivered(ca
         finally:
             wt.reset()
     assert found == {"doc": False, "fix": True}
-    doc = select.Candidate("doc", DOC_ONLY + scratch_patch(), changes_code=found["doc"])
-    fix = select.Candidate("fix", FIX_OTHER, changes_code=found["fix"])
-    assert select.changed_lines(doc.patch) and not select.deliverable(doc)
-    picked = select.pick([doc, fix])
+    doc = choose_patch.Candidate("doc", DOC_ONLY + scratch_patch(), changes_code=found["doc"])
+    fix = choose_patch.Candidate("fix", FIX_OTHER, changes_code=found["fix"])
+    assert choose_patch.changed_lines(doc.patch) and not choose_patch.deliverable(doc)
+    picked = choose_patch.pick([doc, fix])
     assert picked is not None and picked.candidate.name == "fix"
-    assert select.pick([doc]) is None
+    assert choose_patch.pick([doc]) is None
     # From the loop's record: the Critic keeps the figure in the score's quality_detail.
     attempt = {"number": 1, "patch": DOC_ONLY, "verdict": "Safe",
                "score": {"code_quality": 1.0, "quality_detail": {"changes_code": False}}}
-    assert select.best_attempt([attempt], guard_blocks=True) is None  # type: ignore[list-item]
+    assert choose_patch.best_attempt([attempt], guard_blocks=True) is None  # type: ignore[list-item]
 
 
 @pytest.mark.parametrize("after,changes", [
@@ -227,16 +227,16 @@ def test_the_change_whose_vocabulary_the_others_share_wins_when_no_line_is_share
     # Three distinct changes of the buggy line: each shares only the removed line with the
     # others, so line agreement cannot tell them apart; two of them spell the division as the
     # third does, and "float" shares the most tokens with both.
-    capped = select.Candidate("max", ops_patch((BUGGY_LINE, "    return max(sum(values) / len(values) - 1, 0)\n")))
-    fsum = select.Candidate("fsum", ops_patch((BUGGY_LINE, "    return math.fsum(values) / len(values)\n")))
-    floated = select.Candidate("float", ops_patch((BUGGY_LINE, "    return sum(values) / float(len(values))\n")))
-    f = select.features([capped, fsum, floated])
+    capped = choose_patch.Candidate("max", ops_patch((BUGGY_LINE, "    return max(sum(values) / len(values) - 1, 0)\n")))
+    fsum = choose_patch.Candidate("fsum", ops_patch((BUGGY_LINE, "    return math.fsum(values) / len(values)\n")))
+    floated = choose_patch.Candidate("float", ops_patch((BUGGY_LINE, "    return sum(values) / float(len(values))\n")))
+    f = choose_patch.features([capped, fsum, floated])
     assert len({(x["medoid"], x["soft"], x["size"]) for x in f}) == 1
     assert (f[2]["tokens"] or 0.0) > (f[0]["tokens"] or 0.0) == (f[1]["tokens"] or 0.0)
-    assert select.change_tokens(floated.patch) >= {"sum", "values", "/", "float", "len", "-", "1"}
+    assert choose_patch.change_tokens(floated.patch) >= {"sum", "values", "/", "float", "len", "-", "1"}
     # Without the token signal the tie-break takes the first; with it, the consensus.
-    assert select.pick([capped, fsum, floated], select.Weights(tokens=0.0)).candidate.name == "max"  # type: ignore[union-attr]
-    assert select.pick([capped, fsum, floated]).candidate.name == "float"  # type: ignore[union-attr]
+    assert choose_patch.pick([capped, fsum, floated], choose_patch.Weights(tokens=0.0)).candidate.name == "max"  # type: ignore[union-attr]
+    assert choose_patch.pick([capped, fsum, floated]).candidate.name == "float"  # type: ignore[union-attr]
     # Each other distinct change counts once: copies of the capped change move nobody's share.
-    copies = [capped, fsum, floated, select.Candidate("max-2", capped.patch), select.Candidate("max-3", capped.patch)]
-    assert [x["tokens"] for x in select.features(copies)[:3]] == [x["tokens"] for x in f]
+    copies = [capped, fsum, floated, choose_patch.Candidate("max-2", capped.patch), choose_patch.Candidate("max-3", capped.patch)]
+    assert [x["tokens"] for x in choose_patch.features(copies)[:3]] == [x["tokens"] for x in f]

@@ -134,7 +134,7 @@ def test_bench_skips_the_static_phase_where_no_signal_can_change_the_outcome(tmp
 
 
 def test_nested_cross_validation_chooses_the_family_without_the_repository_it_counts():
-    from scoring.verdict import select
+    from scoring.verdict import choose_patch
     from tests.test_select import FIX_BREAKS_CLAMP
 
     def row(repo: str, n: int, large_resolves: bool) -> select_bench.Prepared:
@@ -144,8 +144,8 @@ def test_nested_cross_validation_chooses_the_family_without_the_repository_it_co
 
     # Repository x wants the larger change three times; y and z want the smaller one once each.
     rows = [row("x", n, True) for n in range(3)] + [row("y", 0, False), row("z", 0, False)]
-    spaces = {"small": [select.Weights(size=1.0, twin=0.0, files=0.0, tokens=0.0)],
-              "large": [select.Weights(size=-1.0, twin=0.0, files=0.0, tokens=0.0)]}
+    spaces = {"small": [choose_patch.Weights(size=1.0, twin=0.0, files=0.0, tokens=0.0)],
+              "large": [choose_patch.Weights(size=-1.0, twin=0.0, files=0.0, tokens=0.0)]}
     matrices = {name: select_bench.resolved_matrix(rows, space) for name, space in spaces.items()}
     # Compared on all rows, "large" wins (3 against 2) and would be reported as 3...
     assert {name: int(m.sum()) for name, m in matrices.items()} == {"small": 2, "large": 3}

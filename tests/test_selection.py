@@ -8,7 +8,7 @@ from fixgraph.config import RegressionSettings
 from fixgraph.config import TestSettings as RunnerSettings
 from fixgraph.dataset import Task
 from scoring.execution import harness
-from scoring.execution.selection import is_test_file, module_name, select_tests
+from scoring.execution.choose_tests import is_test_file, module_name, select_tests
 from tests.testrun_helpers import apply_to, diff_for, git, make_repo
 
 UTIL = "def slugify(text):\n    return text.lower()\n\n\ndef shout(text):\n    return text.upper()\n"
@@ -144,7 +144,7 @@ def test_a_root_test_file_importing_a_small_package_tests_its_modules(tmp_path: 
 def test_the_selection_is_bounded_by_expected_seconds_measured_per_file(tmp_path: Path) -> None:
     """A file measured slow at an earlier base run is left out (with the reason) and the budget
     goes to the next; a file never measured is estimated from its test functions."""
-    from scoring.execution.selection import CostBook
+    from scoring.execution.choose_tests import CostBook
 
     many = "import pkg.util\n\n" + "".join(f"def test_{i}():\n    assert 1\n" for i in range(50))
     files = {"pkg/util.py": UTIL, "tests/test_util.py": "import pkg.util\n\ndef test_a():\n    assert 1\n",
@@ -185,7 +185,7 @@ def test_a_book_from_before_the_load_was_counted_is_read_at_a_quarter_until_meas
     processes per core: their files stay priced high (at a quarter), and a new measurement wins."""
     import json
 
-    from scoring.execution.selection import CostBook
+    from scoring.execution.choose_tests import CostBook
 
     files = {"pkg/util.py": UTIL, "tests/test_util.py": "import pkg.util\n\ndef test_a():\n    assert 1\n"}
     wt = _repo(tmp_path, files)
@@ -204,7 +204,7 @@ def test_a_book_from_before_the_load_was_counted_is_read_at_a_quarter_until_meas
 
 
 def test_among_files_with_the_same_evidence_the_cheaper_runs_first(tmp_path: Path) -> None:
-    from scoring.execution.selection import CostBook
+    from scoring.execution.choose_tests import CostBook
 
     files = {"pkg/util.py": UTIL, "tests/test_a_slow.py": "import pkg.util\n\ndef test_a():\n    assert 1\n",
              "tests/test_b_fast.py": "import pkg.util\n\ndef test_b():\n    assert 1\n"}
@@ -218,7 +218,7 @@ def test_among_files_with_the_same_evidence_the_cheaper_runs_first(tmp_path: Pat
 
 
 def test_a_file_over_budget_gives_its_tests_that_name_a_specific_changed_name(tmp_path: Path) -> None:
-    from scoring.execution.selection import MAX_NAME_FILES, CostBook
+    from scoring.execution.choose_tests import MAX_NAME_FILES, CostBook
 
     slow = ("from pkg.util import slugify, shout\n\n\ndef test_slug():\n    assert slugify('A')\n\n\n"
             "class TestShout:\n    def test_shout(self):\n        assert shout('a')\n\n    def test_none(self):\n"

@@ -15,7 +15,7 @@ import pytest
 
 from fixgraph.localize import _BlobCache
 from fixgraph.records import open_wal
-from fixgraph.run.runner import _checkpointer
+from pipeline.tasks import _checkpointer
 
 
 def _race(n: int, open_one) -> list[BaseException]:

@@ -77,7 +77,7 @@ def test_runs_in_the_instance_image_without_network(tmp_path: Path, monkeypatch:
 
 def test_eval_script_resets_tests_after_the_patch() -> None:
     from fixgraph.dataset import Instance
-    from scoring.execution.tests import hidden_suite
+    from scoring.execution.outcomes import hidden_suite
 
     inst = Instance(instance_id="a__b-1", repo="psf/requests", base_commit="abc", problem_statement="",
                     test_patch="diff --git a/test_requests.py b/test_requests.py\n", FAIL_TO_PASS=["x"])
@@ -94,7 +94,7 @@ def test_eval_script_resets_tests_after_the_patch() -> None:
 
 def test_eval_script_writes_the_reproduction_test_and_runs_it_alone() -> None:
     from fixgraph.dataset import Task
-    from scoring.execution.tests import ReproTest
+    from scoring.execution.outcomes import ReproTest
 
     task = Task(instance_id="a__b-1", repo="psf/requests", base_commit="abc", problem_statement="")
     suite = ReproTest("tests/test_issue.py", "def test_x():\n    assert 0\n", ("x",)).suite(60)

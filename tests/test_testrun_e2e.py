@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from eval.fixtures.repos import BUGGY_LINE, calc_script
 from fixgraph.models.scripted import ScriptedChatModel
-from graph import run_tasks
 from tests.conftest import read_record
+from tests.run_graph import run_tasks
 from tests.testrun_helpers import locals_section
 
 # Clean for pyright (``values`` is untyped) and for the scripted runtime check, but a TypeError

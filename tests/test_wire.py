@@ -5,8 +5,8 @@ from __future__ import annotations
 from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
 from eval.fixtures.repos import calc_script
 from fixgraph.config import Price
-from graph import run_tasks
 from tests.conftest import TEST_KEY, read_record
+from tests.run_graph import run_tasks
 
 
 def test_chatopenai_on_the_wire_structured_output_auth_and_usage(calc, cfg_factory):

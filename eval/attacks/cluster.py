@@ -67,7 +67,7 @@ sys.path.insert(0, {root!r})
 os.environ["OPENAI_API_KEY"] = {secret!r}
 os.environ["ACME_DEPLOY_TOKEN"] = {named!r}
 from fixgraph.config import RunConfig
-from fixgraph.run.executors import RayExecutor
+from pipeline.executors import RayExecutor
 from eval.attacks.cluster import listening
 ex = RayExecutor.start(RunConfig.model_validate({{"executor": {{"local_cpus": 1}}}}))
 import ray

@@ -4,7 +4,7 @@
 environment's install step produced, runs the suite in the sandbox (``fixgraph.sandbox``) and parses
 its log; :class:`LocalEnvs` is the ``local`` backend's environment (this interpreter);
 :func:`make_runner` chooses the backend from the config. What is run and reported is
-``scoring.execution.testenv``'s; what the runs mean for a patch is ``scoring.execution.tests``'.
+``scoring.execution.testenv``'s; what the runs mean for a patch is ``scoring.execution.outcomes``'.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What every test backend shares: what a run executes (:class:`Suite`), what it reports
 (:class:`SuiteRun`), where it runs (:class:`TestEnv`) and the working copy it runs in.
 
-This module is the floor of the test-running layer: the backends (``scoring.execution.tests``' subprocess
+This module is the floor of the test-running layer: the backends (``scoring.execution.outcomes``' subprocess
 runner, ``scoring.execution.envs``' virtualenvs, ``scoring.execution.docker``) build on it and not on each other.
 """
 

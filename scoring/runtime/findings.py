@@ -33,9 +33,9 @@ from typing import Any, Literal
 
 from fixgraph.localize import is_test_path
 from fixgraph.state import Finding
-from scoring.execution.selection import is_test_file
+from scoring.execution.choose_tests import is_test_file
+from scoring.execution.outcomes import TestOutcome
 from scoring.execution.specs import patch_files
-from scoring.execution.tests import TestOutcome
 
 Scope = Literal["touched", "source"]
 SCOPES: tuple[Scope, ...] = ("touched", "source")

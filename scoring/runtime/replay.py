@@ -30,7 +30,7 @@ issue's text names is the reported crash, reproduced without an LLM; it failed b
 a reproduction test must. With the patch it passes when it runs clean, or raises another exception
 the issue names (the one it asks for); it fails when it still raises the reported type, or anything
 else. A statement the patched run did not reach, or cut by its timer, says nothing. The Critic adds
-these statuses to the reproduction tests' (``scoring.execution.tests.own_outcome``), so they count in
+these statuses to the reproduction tests' (``scoring.execution.outcomes.own_outcome``), so they count in
 ``test_pass_rate``.
 """
 

@@ -35,7 +35,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from fixgraph.state import Finding
-from scoring.execution.tests import TestOutcome
+from scoring.execution.outcomes import TestOutcome
 
 # What a test raises to say "wrong result" (pytest's fail() and fnmatch_lines raise Failed).
 ASSERTION_KINDS = frozenset({"AssertionError", "Failed"})

@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from fixgraph.state import ScoreParts
+from scoring.execution.outcomes import TestOutcome
 from scoring.execution.testenv import PASSING
-from scoring.execution.tests import TestOutcome
 
 W_TESTS, W_REGRESSION, W_QUALITY = 0.5, 0.3, 0.2
 W_LLM, W_LLM_QUALITY = 0.8, 0.2

@@ -128,7 +128,7 @@ def code_quality(wt: Worktree, patch: str, gold_patch: str = "") -> tuple[float,
         "lint": lint, "new_lint_findings": new_findings, "lint_detail": lint_note,
         "complexity": complexity, "branches_added": added, "branches_allowed": allowed,
         "size": size, "lines_changed": lines, "size_ref": ref,
-        # Only docstrings or comments changed: nothing the interpreter runs (scoring/verdict/select.py).
+        # Only docstrings or comments changed: nothing the interpreter runs (scoring/verdict/choose_patch.py).
         "changes_code": changes_code(patch, before, after),
     }
 

@@ -5,7 +5,7 @@ Two sets of tests judge a patch, and neither comes from the evaluation:
 - **reproduction tests**, written by the pipeline from the issue (``agents/reproducer.py``) and
   accepted only if they fail at the base commit: they should pass after the patch;
 - **regression tests**, the repository's existing tests that exercise the changed code, chosen
-  from the base tree and the patch alone (``scoring.execution.selection``): those that passed at the base
+  from the base tree and the patch alone (``scoring.execution.choose_tests``): those that passed at the base
   should still pass.
 
 Each run builds its own working copy outside any project checkout (``git archive`` of the base
@@ -66,7 +66,7 @@ from scoring.runtime import crash
 from scoring.runtime.lines import Lines
 
 if TYPE_CHECKING:
-    from scoring.execution.selection import Selection
+    from scoring.execution.choose_tests import Selection
 
 __all__ = ["PASSING", "LOG_TAIL_CHARS", "Suite", "SuiteRun", "SuiteRunner", "TestEnv", "EnvError",
            "TestOutcome", "ReproTest", "baseline", "own_outcome", "hidden_outcome"]
@@ -306,7 +306,7 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
     ``issue_code``: the issue's own code as a reproduction test, already run with the patch by the
     Critic's replay (``scoring.runtime.replay.reproductions``: id, status, detail); its statements count
     with the reproduction tests. ``trace``: files whose lines the patched runs record (``out.lines``)."""
-    from scoring.execution import selection
+    from scoring.execution import choose_tests
 
     out = TestOutcome(runnable=False, reason="", source="own", backend=runner.backend)
     why: list[str] = []
@@ -350,13 +350,13 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
     out.regression_ran = False
     # A reproduction test that rewrites an existing test file does not hide that file's base
     # version from the selection: the two run separately.
-    costs = selection.CostBook(runner.cache_dir, task.repo, task.version)
+    costs = choose_tests.CostBook(runner.cache_dir, task.repo, task.version)
     try:
         spec = repo_specs(runner.cache_dir, task.repo, task.version)
         node_ids, labels = takes_node_ids(spec), takes_test_labels(spec)
     except SpecsError:
         node_ids = labels = False
-    chosen = (selection.select_tests(wt, patch, settings, costs=costs, node_ids=labels, repo=task.repo)
+    chosen = (choose_tests.select_tests(wt, patch, settings, costs=costs, node_ids=labels, repo=task.repo)
               if settings.enabled else None)
     beside: _Beside | None = None
     if chosen is not None:

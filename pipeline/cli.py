@@ -19,7 +19,7 @@ from fixgraph.models.discover import ROLES
 
 if TYPE_CHECKING:
     from fixgraph.dataset import Instance, Task
-    from fixgraph.run.runner import GraphFactory
+    from pipeline.tasks import GraphFactory
 
 
 def fail(message: str) -> int:
@@ -71,7 +71,7 @@ def _check_inputs(run_id: str, instances: list[Instance] | list[Task], out_dirs:
 
 def check_ray(cfg: RunConfig) -> None:
     """Ray installed, and the settings it needs: before the dataset is read or anything written."""
-    from fixgraph.run.executors import require_ray
+    from pipeline.executors import require_ray
 
     require_ray()
     if not cfg.eval_mode:
@@ -105,7 +105,7 @@ def configure(args: argparse.Namespace) -> RunConfig:
 
 def check_all(args: argparse.Namespace) -> int:
     """``--check``: every part, the LLM's too when none can be set up (no key and no local server)."""
-    from fixgraph.run.preflight import print_report, run_checks
+    from pipeline.preflight import print_report, run_checks
 
     try:
         cfg, llm_error = configure(args), ""
@@ -157,8 +157,8 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
         from fixgraph.repo.workspace import preflight
 
         preflight(cfg.cache_dir, args.repos, [(i.repo, i.base_commit) for i in instances])
-        from fixgraph.run.executors import RayExecutor
-        from fixgraph.run.runner import run_tasks
+        from pipeline.executors import RayExecutor
+        from pipeline.tasks import run_tasks
 
         executor = None
         if args.executor == "ray":

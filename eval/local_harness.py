@@ -39,9 +39,9 @@ from fixgraph.config import TestSettings
 from fixgraph.dataset import Instance
 from fixgraph.repo.workspace import RepoCache, WorkspaceError, Worktree
 from scoring.execution.harness import harness_apply_error, pre_install_for
+from scoring.execution.outcomes import baseline, not_runnable_here, not_runnable_reason, set_aside_notes
 from scoring.execution.specs import NON_TEST_EXTS, log_parser, patch_files
 from scoring.execution.testenv import Suite, SuiteRun, SuiteRunner, git_apply
-from scoring.execution.tests import baseline, not_runnable_here, not_runnable_reason, set_aside_notes
 
 RESOLVED, UNRESOLVED, PATCH_FAILED, NOT_RUNNABLE = "resolved", "unresolved", "patch_failed", "not_runnable"
 HARNESS_TIMEOUT_S = 1800.0  # swebench's run_evaluation default --timeout

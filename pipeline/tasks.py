@@ -44,8 +44,8 @@ from fixgraph.models.transport import CallPolicy
 from fixgraph.publish import DiffPublisher, Publisher
 from fixgraph.records import RunLock, RunStore, open_wal
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
-from fixgraph.run.screen import Activity, Screen
 from fixgraph.state import TaskState, Usage
+from pipeline.screen import Activity, Screen
 
 
 class GraphFactory(Protocol):
@@ -56,7 +56,7 @@ class GraphFactory(Protocol):
 
 
 class Executor(Protocol):
-    """Where tasks run when not on the runner's own thread pool (fixgraph/run/executors.py implements
+    """Where tasks run when not on the runner's own thread pool (pipeline/executors.py implements
     it for Ray; the runner defines the seam and imports no executor)."""
 
     def run(self, todo: list[Instance | Task], cfg: RunConfig, *, build_graph: GraphFactory, store: RunStore,
@@ -281,8 +281,8 @@ def run_tasks(instances: list[Instance] | list[Task], cfg: RunConfig, *, build_g
               on_call: Callable[[str, CallEvent], None] | None = None) -> RunSummary:
     """Run every task not already done; Ctrl-C keeps what finished and exits for a later resume.
 
-    Tasks run on a thread pool of ``workers``, or on ``executor`` (fixgraph/run/executors.py) when given.
-    ``progress``: the bar and the tasks in flight (fixgraph/run/screen.py); ``event_lines``: one
+    Tasks run on a thread pool of ``workers``, or on ``executor`` (pipeline/executors.py) when given.
+    ``progress``: the bar and the tasks in flight (pipeline/screen.py); ``event_lines``: one
     line per event on stderr instead (``--no-progress``); ``on_call``: told of every LLM call
     event with its task's id (eval/local_model_smoke.py times the calls).
     """

@@ -1,6 +1,6 @@
 """Judge any agent's predictions without running them: one verdict per instance.
 
-    python -m scoring.verdict.critic --predictions PREDS.jsonl --dataset LITE.jsonl --repos DIR [--llm] -o OUT.jsonl
+    python -m scoring.verdict.judge --predictions PREDS.jsonl --dataset LITE.jsonl --repos DIR [--llm] -o OUT.jsonl
 
 Each instance's patch is applied in a worktree at its base commit (from the mirrors in DIR), then
 the unsafe-patch guard, the differential static phase and, with ``--llm``, the LLM runtime-error
@@ -200,7 +200,7 @@ def _judge_row(row: dict[str, Any], instance: Instance | None, repos: RepoCache,
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m scoring.verdict.critic", description=(__doc__ or "").split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m scoring.verdict.judge", description=(__doc__ or "").split("\n")[0])
     p.add_argument("--predictions", type=Path, required=True, help="SWE-bench predictions (JSONL or JSON)")
     p.add_argument("--dataset", type=Path, required=True, help="SWE-bench JSONL with the instances")
     p.add_argument("--repos", type=Path, required=True, help="folder of repository mirrors (owner+name/repo)")

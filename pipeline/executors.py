@@ -40,7 +40,7 @@ from fixgraph.models.llm import ModelFactory, RunMeter
 from fixgraph.records import RunStore
 
 if TYPE_CHECKING:
-    from fixgraph.run.runner import GraphFactory  # the runner's side of the seam; executors stand above it
+    from pipeline.tasks import GraphFactory  # the runner's side of the seam; executors stand above it
 
 RAY_EXTRA = 'pip install -e ".[ray]"'
 
@@ -175,7 +175,7 @@ def execute(instance: Instance | Task, cfg: RunConfig, run_id: str, predictions_
 
     from fixgraph.publish import DiffPublisher
     from fixgraph.repo.workspace import RepoCache
-    from fixgraph.run.runner import run_task
+    from pipeline.tasks import run_task
 
     store = WorkerStore(run_id, predictions_dir, runs_dir, model_name, account)
     # This node's own cache, filled from the mirror (or GitHub) on first use.
@@ -374,7 +374,7 @@ class RayExecutor:
         """Write one finished task: its patch, then its record (the order the thread pool keeps)."""
         from ray import exceptions as rx
 
-        from fixgraph.run.runner import build_record, split
+        from pipeline.tasks import build_record, split
 
         try:
             result = self.ray.get(ref)

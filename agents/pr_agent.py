@@ -15,14 +15,14 @@ from fixgraph.publish import Outcome
 from fixgraph.state import AttemptRecord, TaskState
 from scoring.execution.testenv import PASSING
 from scoring.runtime import replay
-from scoring.verdict import select
+from scoring.verdict import choose_patch
 
 
 def choose(attempts: list[AttemptRecord], guard_blocks: bool, rule: bool = False) -> AttemptRecord | None:
     """The best attempt by fix_score (the later one on ties), or with ``rule`` (coder.candidates > 1)
-    by the selection rule (scoring/verdict/select.py); None when none is deliverable."""
+    by the selection rule (scoring/verdict/choose_patch.py); None when none is deliverable."""
     if rule:
-        return select.best_attempt(attempts, guard_blocks)
+        return choose_patch.best_attempt(attempts, guard_blocks)
     usable = [a for a in attempts if a.get("patch")]
     if guard_blocks:
         usable = [a for a in usable if not any(f.get("source") == "guard" for f in a.get("findings", []))]
@@ -84,5 +84,5 @@ def pr_agent(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
     )
     published = ctx.publisher.publish(outcome) | {"attempt": chosen.get("number")}
     if several:
-        published["selection"] = [r.to_dict() for r in select.rank_attempts(attempts, guard_blocks)]
+        published["selection"] = [r.to_dict() for r in choose_patch.rank_attempts(attempts, guard_blocks)]
     return {"published": published, "stop_reason": state.get("stop_reason") or "done"} | added
