@@ -15,7 +15,7 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OWN = {"fixgraph", "agents", "scoring", "eval", "bot", "tests", "graph"}
+OWN = {"fixgraph", "scoring", "agents", "pipeline", "graph", "bot", "eval", "tests"}
 # Imported only as an alternative when present (fixgraph/models/llm.py falls back to httpx).
 OPTIONAL = {"httpx2"}
 # Modules of the fixture repositories the tests create and import from their checkouts.

@@ -314,7 +314,7 @@ def _visible_text(dom: str) -> str:
     ("benchmarks/", ["Benchmarks: current figures", "eval.localization_bench", "0.893"]),
 ], ids=["configuration", "benchmarks"])
 def test_pages_render_in_chromium(site: Path, tmp_path: Path, page: str, expected: list[str]) -> None:
-    from tests.test_dashboard_browser import CHROMIUM, chromium, console_errors
+    from tests.eval.test_dashboard_browser import CHROMIUM, chromium, console_errors
 
     if CHROMIUM is None:
         pytest.skip("chromium is not installed: apt-get install chromium (Debian, Ubuntu), or put chromium on PATH")

@@ -1,0 +1,129 @@
+"""graph.py's command line: bad input fails fast with one line and writes nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_graph(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 60):
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "FIXGRAPH", "EVAL_MODE"))}
+    # No discovery of this machine's own LLM servers (a llama.cpp on 8080 answered it here).
+    base["FIXGRAPH_LOCAL_SERVERS"] = ""
+    base.update(env or {})
+    return subprocess.run([sys.executable, str(ROOT / "graph.py"), *args], cwd=cwd, env=base,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_no_api_key_fails_in_seconds_naming_the_setting(tmp_path):
+    t0 = time.monotonic()
+    proc = run_graph(["--tasks", "stratified50"], tmp_path, {"EVAL_MODE": "true"})
+    assert time.monotonic() - t0 < 20
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "OPENAI_API_KEY" in lines[0]
+    assert not (tmp_path / "predictions").exists() or not any((tmp_path / "predictions").iterdir())
+
+
+def test_unknown_task_id(tmp_path, calc):
+    from eval.fixtures.repos import make_calc_repo, write_dataset
+
+    ds = write_dataset(tmp_path / "ds.jsonl", [make_calc_repo(tmp_path / "m2")])
+    proc = run_graph(["--tasks", "nope__nope-1", "--dataset", str(ds)], tmp_path, {"OPENAI_API_KEY": "k"})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["fixgraph: error: unknown task id 'nope__nope-1': not in the dataset"]
+    assert not (tmp_path / "predictions").exists() or not any((tmp_path / "predictions").iterdir())
+
+
+def test_malformed_jsonl_line(tmp_path):
+    ds = tmp_path / "bad.jsonl"
+    ds.write_text('{"instance_id": "a__b-1", "repo": "a/b", "base_commit": "x", "problem_statement": "p"}\n{not json\n')
+    proc = run_graph(["--tasks", "all", "--dataset", str(ds)], tmp_path, {"OPENAI_API_KEY": "k"})
+    assert proc.returncode == 2
+    msg = proc.stderr.strip().splitlines()
+    assert len(msg) == 1 and "bad.jsonl:2: malformed JSON line" in msg[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_checkpoint_file_that_is_not_a_database_stops_the_run_with_one_line(tmp_path, calc):
+    from eval.fixtures.repos import make_calc_repo, write_dataset
+
+    ds = write_dataset(tmp_path / "ds.jsonl", [make_calc_repo(tmp_path / "m3")])
+    db = tmp_path / "runs" / "r1" / "checkpoints.sqlite"
+    db.parent.mkdir(parents=True)
+    db.write_bytes(b"this is not a database, it is a text file long enough to have a header" * 20)
+    proc = run_graph(["--tasks", "all", "--dataset", str(ds), "--run-id", "r1", "--no-progress"], tmp_path,
+                     {"OPENAI_API_KEY": "k", "EVAL_MODE": "true"})
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fixgraph: error: checkpoint database ") and "r1" in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_unknown_config_and_bad_eval_mode(tmp_path):
+    proc = run_graph(["--config", "nosuch"], tmp_path, {"OPENAI_API_KEY": "k"})
+    assert proc.returncode == 2 and "unknown config 'nosuch'" in proc.stderr
+    proc = run_graph([], tmp_path, {"OPENAI_API_KEY": "k", "EVAL_MODE": "maybe"})
+    assert proc.returncode == 2 and "EVAL_MODE must be true or false" in proc.stderr
+
+
+def test_ctrl_c_keeps_finished_tasks_and_the_next_run_resumes(tmp_path):
+    import json
+    import signal
+    import threading
+
+    from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
+    from eval.fixtures.repos import calc_script, make_calc_repo, write_dataset
+
+    mirrors = tmp_path / "mirrors"
+    insts = [make_calc_repo(mirrors, name="calc"), make_calc_repo(mirrors, name="calc2")]
+    ds = write_dataset(tmp_path / "ds.jsonl", insts)
+    inner = ScriptResponder(calc_script(False))
+    plans = []
+    release = threading.Event()
+
+    def responder(tool, body):
+        if tool == "Plan":
+            plans.append(1)
+            if len(plans) == 2:  # the second task hangs until the test lets it go
+                release.wait(30)
+        return inner(tool, body)
+
+    args = ["--tasks", "all", "--dataset", str(ds), "--repos", str(mirrors), "--config", "baseline",
+            "--run-id", "cc", "--no-progress"]
+    with FakeLLMServer(responder) as srv:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "FIXGRAPH", "EVAL_MODE"))}
+        env.update(OPENAI_API_KEY="k", OPENAI_BASE_URL=srv.base_url, EVAL_MODE="true",
+                   FIXGRAPH_CACHE_DIR=str(tmp_path / "cache"))
+        # As from a terminal: a test session started in the background (``.ci/run &``) ignores SIGINT,
+        # and a child would inherit that and never see the Ctrl-C.
+        proc = subprocess.Popen([sys.executable, str(ROOT / "graph.py"), *args], cwd=tmp_path, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        records = tmp_path / "runs" / "cc" / "records"
+        deadline = time.monotonic() + 60
+        while len(plans) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(plans) == 2, "the second task never started"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        release.set()
+        assert proc.returncode == 130, err
+        assert "interrupted" in err and "Traceback" not in err
+        done = sorted(p.stem for p in records.glob("*.json"))
+        assert done == ["fixture__calc-1"]
+        first_diff = (tmp_path / "predictions" / "fixture__calc-1.diff").read_bytes()
+
+        again = subprocess.run([sys.executable, str(ROOT / "graph.py"), *args], cwd=tmp_path, env=env,
+                               capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "1 already done" in again.stdout
+    assert sorted(p.stem for p in records.glob("*.json")) == ["fixture__calc-1", "fixture__calc2-1"]
+    assert (tmp_path / "predictions" / "fixture__calc-1.diff").read_bytes() == first_diff
+    lines = (tmp_path / "predictions" / "cc.jsonl").read_text().splitlines()
+    assert sorted(json.loads(ln)["instance_id"] for ln in lines) == ["fixture__calc-1", "fixture__calc2-1"]
