@@ -23,6 +23,7 @@ import json
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -62,6 +63,12 @@ def branch_points(source: str | None) -> int:
     return sum(isinstance(node, _BRANCHES) for node in ast.walk(tree))
 
 
+def _ruff() -> str | None:
+    """ruff installed with this interpreter (a dependency, so the findings, and so code_quality, do
+    not depend on whether a virtualenv was activated), else one on PATH."""
+    return shutil.which("ruff", path=sysconfig.get_path("scripts")) or shutil.which("ruff")
+
+
 def _lint(sources: dict[str, str]) -> Counter[tuple[str, str]] | None:
     """Findings per (rule, message) over ``sources`` (path -> text); None when no linter ran."""
     if not sources:
@@ -72,7 +79,7 @@ def _lint(sources: dict[str, str]) -> Counter[tuple[str, str]] | None:
             p = root / rel
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(text)
-        ruff = shutil.which("ruff")
+        ruff = _ruff()
         if ruff:
             proc = subprocess.run([ruff, "check", "--isolated", "--no-cache", "--select", "F,E9",
                                    "--output-format", "json", "--exit-zero", "."],
