@@ -141,7 +141,7 @@ def open_rows(path: Path | None, resume: bool) -> TextIO | None:
     return path.open("a" if resume else "w", encoding="utf-8") if path is not None else None
 
 
-# What a row must not carry of the machine that wrote it (rows are kept in eval/results): a test
+# What a row must not carry of the machine that wrote it (rows are kept, see docs/results.md): a test
 # run's folder (scoring/execution/testenv.py), a venv backend's env (scoring/execution/envs.py:
 # <cache>/envs/<owner>+<name>__<version>/), pyenv's interpreters, the home folder.
 _RUN_FOLDER = re.compile(r"/[\w./-]*?fixgraph-testruns[\w-]*/[0-9a-f]{6,}/")

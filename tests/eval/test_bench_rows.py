@@ -80,7 +80,7 @@ def test_shards_run_side_by_side_each_in_worktrees_of_their_own() -> None:
 
 
 def test_a_row_carries_no_path_of_the_machine_that_wrote_it(tmp_path: Path) -> None:
-    # Rows are kept in eval/results; a runner's traceback held a pyenv interpreter's path and a run's folder.
+    # Rows are kept (docs/results.md); a runner's traceback held a pyenv interpreter's path and a run's folder.
     from eval.rows import write_row
 
     reason = ('File "/opt/builder/.pyenv/versions/3.8.18/lib/python3.8/unittest/loader.py", line 154; '
