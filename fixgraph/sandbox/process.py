@@ -15,8 +15,12 @@
 - Rights: as root the command runs as a dedicated unprivileged uid (``SANDBOX_UID``) with no
   groups and no capabilities; otherwise as a non-root uid of a nested user namespace. Either
   way with no_new_privs, a process-count limit, every mount read-only except the run's writable
-  folders (``cwd``, ``HOME``, ``TMPDIR``), the repository cache and ``.env`` files hidden, and a
-  ``/proc`` that shows only the sandbox's own processes.
+  folders (``cwd``, ``HOME``, ``TMPDIR``), ``.env`` files hidden, and a ``/proc`` that shows only
+  the sandbox's own processes.
+- View: an allow-list. The system's folders (``/usr``, ``/etc``, ...) are seen whole; every other
+  top-level folder is empty but for the paths the run needs (its copy, its environment and
+  interpreter, its writable folders), so the host's Unix sockets, fixgraph's cache, runs and
+  predictions, and other checkouts are out of sight wherever they are.
 - Lifetime: the jail is PID 1, so when the command ends or is killed every process it left
   (``setsid`` daemons too) dies; when fixgraph itself dies, the kernel's parent-death signal
   takes the sandbox down, and a watchdog outside it removes the scratch folder given to
@@ -230,7 +234,7 @@ def _closed_folders(paths: Sequence[Path]) -> dict[str, list[str]]:
     no permission on the machine is changed."""
     found: dict[str, set[str]] = {}
     for path in paths:
-        path = path.absolute()
+        path = normal(path)
         for parent in path.parents:
             with contextlib.suppress(OSError):
                 if not parent.stat().st_mode & stat.S_IXOTH:
@@ -243,10 +247,10 @@ def _needed(cmd: Sequence[str], env: Mapping[str, str]) -> list[Path]:
     home folder: pyenv) and the PATH and PYTHONPATH entries."""
     # Both the path as named and where its links lead: a venv's python is a link into pyenv, and
     # the venv's own folders (a 0700 temp dir, say) must be walkable too.
-    found = [Path(sys.executable).absolute(), Path(sys.executable).resolve(), Path(sys.base_prefix).resolve()]
+    found = [normal(sys.executable), Path(sys.executable).resolve(), Path(sys.base_prefix).resolve()]
     exe = shutil.which(cmd[0], path=env.get("PATH")) if cmd else None
     if exe:
-        found += [Path(exe).absolute(), Path(exe).resolve()]
+        found += [normal(exe), Path(exe).resolve()]
     for var in ("PATH", "PYTHONPATH", "VIRTUAL_ENV"):
         found += [Path(p).resolve() for p in env.get(var, "").split(os.pathsep) if p.startswith("/")]
     return found
@@ -284,29 +288,48 @@ _PROXY_VARS = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY")
 _NO_PROXY_VARS = ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY", "PIP_PROXY")
 
 
-# World-writable folders where the host's Unix sockets live (a database's, Ray's, a session bus):
-# each run sees them empty but for its own paths. The network namespace cuts abstract sockets.
-MASKED_DIRS = ("/tmp", "/var/tmp", "/run", "/var/run")
+# What a run sees of the machine whole: the system's programs, libraries and settings. Every other
+# top-level folder (homes, /tmp, /run, /var, /srv, /opt, the folders fixgraph's checkout, cache, runs
+# and predictions sit in, wherever they are) is covered with an empty one holding only the paths the
+# run needs (an allow-list): the host's Unix sockets, fixgraph's cached baselines and other tasks'
+# records are not there to reach. The network namespace cuts abstract sockets.
+SYSTEM_DIRS = frozenset({"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/dev",
+                         "/sys"})
+
+
+def normal(path: str | os.PathLike[str]) -> Path:
+    """``path`` made absolute and free of ``.``/``..`` without following links: every path handed to
+    the sandbox goes through here once (a ``../venv/bin/python`` must not reach the jail as is)."""
+    return Path(os.path.abspath(path))
+
+
+def covered_dirs() -> list[str]:
+    """The top-level folders a run sees empty but for what it keeps (links at the top are left: they
+    lead into a system folder or into a covered one)."""
+    with os.scandir("/") as entries:
+        return sorted(e.path for e in entries if e.is_dir(follow_symlinks=False) and e.path not in SYSTEM_DIRS)
+
+
+def _prefixes(paths: Sequence[Path]) -> list[Path]:
+    """An interpreter's installation (``<prefix>/bin/python`` -> ``<prefix>``: its standard library
+    and shared libraries), for each path that is one."""
+    return [p.parent.parent for p in paths if p.parent.name == "bin" and p.name.startswith("python")]
 
 
 def _masks(paths: Sequence[Path], env: Mapping[str, str]) -> tuple[list[str], list[str]]:
-    """The folders of :data:`MASKED_DIRS` here (links resolved), and the paths under them a run
-    must keep: ``paths`` and every absolute path named in ``env``, as named and resolved; a
-    venv's folder keeps its parent too (a shared env's installed checkout sits beside it)."""
-    dirs: list[str] = []
-    for d in MASKED_DIRS:
-        real = Path(d).resolve()
-        if real.is_dir() and len(real.parts) > 1 and str(real) not in dirs:
-            dirs.append(str(real))
+    """The folders of :func:`covered_dirs`, and the paths under them a run must keep: ``paths`` and
+    every absolute path named in ``env``, as named and resolved, with the installations of the
+    interpreters among them; a venv's folder keeps its parent too (a shared env's installed
+    checkout sits beside it)."""
+    dirs = covered_dirs()
     named = [str(p) for p in paths]
     for key, value in env.items():
         named += [v for v in value.split(os.pathsep) if v.startswith("/")]
         if key == "VIRTUAL_ENV" and value.startswith("/"):
             named.append(str(Path(value).parent))
-    wanted: set[str] = set()
-    for name in named:
-        for cand in {Path(name).absolute(), Path(name).resolve()}:
-            wanted.update(str(cand) for d in dirs if cand.is_relative_to(d) and str(cand) != d and cand.exists())
+    found = {c for name in named for c in (normal(name), Path(name).resolve())}
+    found.update(_prefixes(sorted(found)))
+    wanted = {str(c) for c in found if c.exists() and any(c.is_relative_to(d) and str(c) != d for d in dirs)}
     keep: list[str] = []
     for path in sorted(wanted):
         if not any(path.startswith(k + "/") for k in keep):
@@ -348,6 +371,7 @@ def _run_in(prefix: tuple[str, ...], cmd: Sequence[str], cwd: Path, env: Mapping
             writable: Sequence[Path], binds: Sequence[tuple[Path, Path]], index_socket: Path | None) -> Completed:
     """:func:`run_isolated` in the sandbox ``prefix`` names; ``index_socket``: the index proxy's."""
     root = os.geteuid() == 0
+    cwd, writable = normal(cwd), [normal(p) for p in writable]
     dirs = _writable(cwd, env, writable)
     outputs = [Path(env[k]) for k in OUTPUT_FILE_VARS if env.get(k)]
     spec = {
