@@ -1,8 +1,8 @@
 """A virtualenv per (repo, version), built once from swebench's install specs and cached.
 
 The build follows swebench's own recipe where a virtualenv can. Once per (repo, version): the
-spec's Python (the closest interpreter this machine has: the same minor version, else the
-nearest newer, else the nearest older), its ``packages`` (the repo's requirements files read at
+spec's Python (found, provisioned by uv, or a substitute measured safe: scoring.execution.interpreters;
+never silently another minor), its ``packages`` (the repo's requirements files read at
 the ``environment_setup_commit``, or package names) and its ``pip_packages``. Then, as swebench
 does per instance, the spec's ``pre_install`` and ``install`` run in a checkout of the instance's
 ``base_commit`` (dependencies change between commits); that is redone only when an instance with
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import configparser
 import contextlib
-import glob
 import json
 import os
 import re
@@ -59,6 +58,7 @@ from scoring.execution.compiled import (
     reuse_generated,
     with_wheel_pins,
 )
+from scoring.execution.interpreters import resolve
 from scoring.execution.specs import repo_specs, requirements_paths, requirements_text
 from scoring.execution.testenv import EnvError, LocalService, TestEnv, materialize
 
@@ -127,45 +127,6 @@ _LISTED_NAME = re.compile(r"""^\s*(['"][^'"<>=~!]*['"],?\s*)+(#.*)?$|^\s*(#.*)?$
 _METADATA_ARTIFACT = re.compile(r"(\.egg-info|\.dist-info)(/|$)|(^|/)_?version\.py$")
 # Commits reused per env, remembered for the record (the newest ones).
 _MAX_SERVED = 50
-
-
-def _version_tuple(text: str) -> tuple[int, int] | None:
-    m = re.match(r"^(\d+)\.(\d+)", text)
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
-def installed_pythons() -> dict[tuple[int, int], str]:
-    """Interpreters on this machine by (major, minor): pyenv's, uv's, and those on PATH."""
-    found: dict[tuple[int, int], str] = {}
-    pyenv_root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
-    candidates = sorted(glob.glob(f"{pyenv_root}/versions/*/bin/python3.*"))
-    candidates += sorted(glob.glob(os.path.expanduser("~/.local/share/uv/python/*/bin/python3.*")))
-    for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/local/bin", "/usr/bin"]:
-        if "shims" in d:  # pyenv's shims resolve per directory; the real binaries are above
-            continue
-        candidates += sorted(glob.glob(f"{d}/python3.*"))
-    for path in candidates:
-        m = re.search(r"python(\d)\.(\d+)$", path)
-        if m and os.access(path, os.X_OK):
-            found.setdefault((int(m.group(1)), int(m.group(2))), path)
-    return found
-
-
-def best_python(wanted: str, available: dict[tuple[int, int], str] | None = None) -> tuple[str, str] | None:
-    """(path, "X.Y") of the closest interpreter to ``wanted``; None when there is none."""
-    available = installed_pythons() if available is None else available
-    target = _version_tuple(wanted)
-    if not available or target is None:
-        return None
-    if target in available:
-        return available[target], f"{target[0]}.{target[1]}"
-    same_major = [v for v in available if v[0] == target[0]]
-    newer = sorted(v for v in same_major if v > target)
-    older = sorted((v for v in same_major if v < target), reverse=True)
-    pick = (newer or older or [None])[0]
-    if pick is None:
-        return None
-    return available[pick], f"{pick[0]}.{pick[1]}"
 
 
 def build_env(home: Path, venv: Path) -> dict[str, str]:
@@ -344,11 +305,11 @@ class VenvEnvs:
         missing = missing_system_packages(task.repo)
         if missing:
             return fail(missing)
-        picked = best_python(str(spec.get("python", "3")))
-        if picked is None:
-            return fail(f"no Python {spec.get('python')} (or a close version) on this machine")
-        python, version = picked
-        meta.update(python=python, python_version=version)
+        got = resolve(str(spec.get("python", "3")), cache_dir=self.cache_dir, repo=task.repo, version=task.version)
+        if got.path is None:
+            return fail(got.reason)
+        python, version = got.path, got.python
+        meta.update(python=python, python_version=version, python_how=got.how, python_note=got.reason)
         venv, setup = path / "venv", path / "setup"
         # --copies: tools that resolve the interpreter (tox-current-env) must stay in the venv
         if not run([python, "-m", "venv", "--copies", str(venv)], path, "venv"):

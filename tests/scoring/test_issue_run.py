@@ -14,7 +14,7 @@ from fixgraph.dataset import Task
 from fixgraph.localize.snippets import MAX_BLOCKS, MAX_CHARS, issue_snippets
 from fixgraph.repo.workspace import RepoCache, Worktree
 from fixgraph.sandbox.process import sandbox_mode
-from scoring.execution.envs import installed_pythons
+from scoring.execution.interpreters import system_pythons as installed_pythons
 from scoring.execution.runner import SubprocessRunner, make_runner
 from scoring.execution.testenv import EnvError, TestEnv, UnavailableRunner
 from scoring.runtime import issue_run

@@ -1,0 +1,174 @@
+"""Which interpreter runs a task's tests: the spec's Python, found or provisioned, or a substitute
+measured safe, or none with the one-line reason.
+
+A task's tests agree with the official harness only under the Python its spec names: another minor
+can change what the tests print (3.11 renamed unittest's test ids in its output, so a correct patch
+of django 4.2 scored 0) or fail before any test runs (``collections.Mapping`` is gone in 3.10). So
+the closest version is never taken silently: only the pairs in :data:`SAFE_SUBSTITUTES`, where the
+gold patches were run under both and agreed (docs/fresh-machine.md says how).
+
+Provisioning is uv's managed Pythons (python-build-standalone builds), installed into fixgraph's
+cache. uv reads ``UV_PYTHON_INSTALL_MIRROR`` and ``UV_PYTHON_DOWNLOADS_JSON_URL`` from the
+environment, so an organisation's mirror works unchanged; uv checks each archive's sha256 and
+installs through a temporary folder, so a cut or corrupted download leaves nothing to pick up.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+# uv fetches one archive of a few tens of MB; a stalled mirror must not hold a build for ever.
+PROVISION_TIMEOUT_S = 900
+# The folder of fixgraph's cache that holds uv's managed Pythons.
+PYTHONS_DIR = "pythons"
+
+# (repo, version) -> {spec Python: substitutes in order of preference}. A pair is here only when the
+# gold patches of that (repo, version) gave the same verdicts under both interpreters on this machine
+# (eval.gold_bench --python; docs/fresh-machine.md has the rows and the command).
+SAFE_SUBSTITUTES: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {}
+
+How = Literal["found", "provisioned", "substitute", "missing"]
+
+
+@dataclass(frozen=True)
+class Resolution:
+    path: str | None
+    python: str  # the X.Y of ``path``; the wanted X.Y when missing
+    how: How
+    reason: str  # one line; empty when the spec's Python was found
+    # When missing only because provisioning was not asked for: uv would likely provide it.
+    provisionable: bool = False
+
+
+def version_tuple(text: str) -> tuple[int, int] | None:
+    m = re.match(r"^\s*(\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _scan(patterns: list[str]) -> dict[tuple[int, int], str]:
+    found: dict[tuple[int, int], str] = {}
+    for pattern in patterns:
+        for path in sorted(glob.glob(pattern)):
+            m = re.search(r"python(\d)\.(\d+)$", path)
+            if m and os.access(path, os.X_OK):
+                found.setdefault((int(m.group(1)), int(m.group(2))), path)
+    return found
+
+
+def managed_pythons(cache_dir: Path) -> dict[tuple[int, int], str]:
+    """uv's managed Pythons that fixgraph installed into its cache (only complete installs: uv
+    renames a folder into place once it is unpacked)."""
+    return _scan([str(cache_dir / PYTHONS_DIR / "cpython-*" / "bin" / "python3.*")])
+
+
+def system_pythons() -> dict[tuple[int, int], str]:
+    """Interpreters installed outside fixgraph: pyenv's, uv's default folder's, and those on PATH."""
+    pyenv_root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    patterns = [f"{pyenv_root}/versions/*/bin/python3.*",
+                os.path.expanduser("~/.local/share/uv/python/*/bin/python3.*")]
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        if d and "shims" not in d:  # pyenv's shims resolve per directory; the real binaries are above
+            patterns.append(f"{d}/python3.*")
+    return _scan(patterns)
+
+
+def machine_pythons(cache_dir: Path) -> dict[tuple[int, int], str]:
+    return {**system_pythons(), **managed_pythons(cache_dir)}
+
+
+def uv_binary() -> str | None:
+    try:
+        from uv import find_uv_bin
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        return shutil.which("uv")
+
+
+# A failed download is not retried within one process: every task of a repository would wait on it.
+_failed: dict[tuple[str, str], str] = {}
+_lock = threading.Lock()
+
+
+def provision(xy: str, cache_dir: Path) -> tuple[str | None, str]:
+    """(path, "") once uv installed Python ``xy`` into the cache, else (None, why)."""
+    install_dir = cache_dir / PYTHONS_DIR
+    key = (xy, str(install_dir))
+    with _lock:  # uv locks its folder too; this keeps one process from asking twice
+        if key in _failed:
+            return None, _failed[key]
+        have = managed_pythons(cache_dir).get(version_tuple(xy) or (0, 0))
+        if have:
+            return have, ""
+        uv = uv_binary()
+        if uv is None:
+            return None, "uv is not installed (pip install uv)"
+        install_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "UV_PYTHON_INSTALL_DIR": str(install_dir),
+               "UV_CACHE_DIR": str(cache_dir / "uv-cache"), "UV_NO_PROGRESS": "1"}
+        try:
+            proc = subprocess.run([uv, "python", "install", "--no-bin", xy], env=env, capture_output=True,
+                                  text=True, timeout=PROVISION_TIMEOUT_S, stdin=subprocess.DEVNULL)
+            err = "" if proc.returncode == 0 else _uv_error(proc.stderr)
+        except subprocess.TimeoutExpired:
+            err = f"uv python install {xy} took over {PROVISION_TIMEOUT_S} s"
+        except OSError as e:
+            err = f"uv python install {xy} did not start: {e}"
+        have = managed_pythons(cache_dir).get(version_tuple(xy) or (0, 0))
+        if have and not err:
+            return have, ""
+        _failed[key] = err or f"uv python install {xy} left no python{xy} in {install_dir}"
+        return None, _failed[key]
+
+
+def _uv_error(stderr: str) -> str:
+    """uv's error and its first cause on one line ("Failed to install ...: Hash mismatch ...")."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    head = [ln for ln in lines if ln.startswith("error:")][:1]
+    causes = [ln.removeprefix("Caused by:").removeprefix("cause:").strip() for ln in lines
+              if ln.startswith(("Caused by:", "cause:"))][:1]
+    text = " ".join(head + causes) or (lines[-1] if lines else "uv failed without a message")
+    return text.removeprefix("error:").strip()[:300]
+
+
+def _needs(xy: str, repo: str, version: str) -> str:
+    what = f" for {repo.split('/')[-1]} {version}".rstrip() if repo else ""
+    return f"needs Python {xy}{what}"
+
+
+def resolve(wanted: str, *, cache_dir: Path, provision: bool = True, repo: str = "",
+            version: str = "") -> Resolution:
+    """The interpreter for a spec's Python ``wanted``: an exact minor on the machine, else one uv
+    installs into ``cache_dir`` (when ``provision``), else a measured-safe substitute, else none."""
+    target = version_tuple(str(wanted))
+    if target is None:
+        return Resolution(None, str(wanted), "missing", f"the spec's Python {wanted!r} is not a version")
+    xy = f"{target[0]}.{target[1]}"
+    have = machine_pythons(cache_dir)
+    if target in have:
+        return Resolution(have[target], xy, "found", "")
+    why = ""
+    if provision:
+        path, why = _provision(xy, cache_dir)
+        if path:
+            return Resolution(path, xy, "provisioned", f"Python {xy} installed by uv into {cache_dir / PYTHONS_DIR}")
+    for sub in SAFE_SUBSTITUTES.get((repo, version), {}).get(xy, ()):
+        sub_t = version_tuple(sub)
+        if sub_t in have:
+            return Resolution(have[sub_t], sub, "substitute",
+                              f"Python {sub} for {xy} (measured safe for {repo} {version})")
+    hint = f"`uv python install {xy}` or `pyenv install {xy}`"
+    if provision:
+        return Resolution(None, xy, "missing", f"{_needs(xy, repo, version)}: {hint} (uv: {why})")
+    can = uv_binary() is not None and xy not in {k for k, _ in _failed}
+    return Resolution(None, xy, "missing", f"{_needs(xy, repo, version)}: {hint}", provisionable=can)
+
+
+# ``resolve``'s keyword shadows the function inside it.
+_provision = provision

@@ -1,0 +1,149 @@
+"""Interpreter resolution, with uv provisioning from a loopback mirror: a real uv, a real archive in
+the layout uv unpacks (python/bin/pythonX.Y, lib/pythonX.Y with a _sysconfigdata_ file), whose
+python execs this test's interpreter, so what uv installs really runs."""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import subprocess
+import sys
+import tarfile
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from scoring.execution import interpreters
+from scoring.execution.interpreters import resolve
+
+XY = f"{sys.version_info[0]}.{sys.version_info[1]}"
+pytestmark = pytest.mark.skipif(interpreters.uv_binary() is None, reason="uv is not installed: pip install uv")
+
+
+def _archive() -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        def add(name: str, text: str, mode: int = 0o644) -> None:
+            info = tarfile.TarInfo(name)
+            data = text.encode()
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+        add(f"python/bin/python{XY}", f'#!/bin/sh\nexec "{sys.executable}" "$@"\n', 0o755)
+        add(f"python/lib/python{XY}/_sysconfigdata__linux_x86_64-linux-gnu.py",
+            "# system configuration generated and used by the sysconfig module\nbuild_time_vars = {}\n")
+    return buf.getvalue()
+
+
+class Mirror:
+    """A loopback download host: serves the archive whole, cut, or not at all; logs the paths asked."""
+
+    def __init__(self) -> None:
+        self.body = _archive()
+        self.mode = "whole"
+        self.asked: list[str] = []
+        mirror = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                mirror.asked.append(self.path)
+                if not self.path.endswith(".tar.gz") or mirror.mode == "absent":
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(mirror.body)))
+                self.end_headers()
+                self.wfile.write(mirror.body if mirror.mode == "whole" else mirror.body[:len(mirror.body) // 2])
+                if mirror.mode == "cut":
+                    self.close_connection = True
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def downloads_json(self, path: Path, sha256: str | None = None) -> Path:
+        major, minor = sys.version_info[:2]
+        key = f"cpython-{XY}.99-linux-x86_64-gnu"
+        path.write_text(json.dumps({key: {
+            "name": "cpython", "arch": {"family": "x86_64", "variant": None}, "os": "linux", "libc": "gnu",
+            "major": major, "minor": minor, "patch": 99, "prerelease": "", "variant": None, "build": "20990101",
+            "url": f"{self.url}/cpython-{XY}.99.tar.gz",
+            "sha256": sha256 or hashlib.sha256(self.body).hexdigest()}}))
+        return path
+
+
+@pytest.fixture
+def mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Mirror]:
+    m = Mirror()
+    # A machine without this minor: only what fixgraph installs into its cache counts.
+    monkeypatch.setattr(interpreters, "system_pythons", lambda: {})
+    monkeypatch.setattr(interpreters, "_failed", {})
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("UV_PYTHON_INSTALL_MIRROR", raising=False)
+    yield m
+    m.server.shutdown()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the archive is a linux-x86_64 build")
+def test_provisioned_from_a_mirror_runs_and_is_found_next_time(mirror: Mirror, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("UV_PYTHON_DOWNLOADS_JSON_URL", str(mirror.downloads_json(tmp_path / "dl.json")))
+    cache = tmp_path / "cache"
+    got = resolve(XY, cache_dir=cache, repo="django/django", version="4.2")
+    assert got.how == "provisioned" and got.python == XY and got.path
+    assert Path(got.path).is_relative_to(cache / interpreters.PYTHONS_DIR)
+    out = subprocess.run([got.path, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.strip() == str(sys.version_info[:2])
+    again = resolve(XY, cache_dir=cache)
+    assert again.how == "found" and again.path == got.path and len(mirror.asked) == 1
+    assert not (tmp_path / "home" / ".local" / "bin").exists()  # --no-bin: nothing outside the cache
+
+
+@pytest.mark.parametrize("fault", ["bad hash", "cut", "absent"])
+def test_a_failed_download_leaves_nothing_and_says_why(mirror: Mirror, tmp_path: Path, fault: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    mirror.mode = {"cut": "cut", "absent": "absent"}.get(fault, "whole")
+    dl = mirror.downloads_json(tmp_path / "dl.json", sha256="0" * 64 if fault == "bad hash" else None)
+    monkeypatch.setenv("UV_PYTHON_DOWNLOADS_JSON_URL", str(dl))
+    monkeypatch.setenv("UV_HTTP_RETRIES", "0")
+    cache = tmp_path / "cache"
+    got = resolve(XY, cache_dir=cache, repo="django/django", version="3.0")
+    assert got.how == "missing" and got.path is None and "\n" not in got.reason
+    assert got.reason.startswith(f"needs Python {XY} for django 3.0: `uv python install {XY}`")
+    if fault == "bad hash":
+        assert "hash mismatch" in got.reason.lower()
+    assert interpreters.managed_pythons(cache) == {}
+    assert not list((cache / interpreters.PYTHONS_DIR).glob("cpython-*"))
+    # the failure is remembered: the next task of the repository does not wait on it again
+    asked = len(mirror.asked)
+    assert resolve(XY, cache_dir=cache).how == "missing" and len(mirror.asked) == asked
+
+
+def test_the_install_mirror_setting_is_honoured(mirror: Mirror, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # uv's own list of downloads, its host replaced by the organisation's mirror
+    monkeypatch.delenv("UV_PYTHON_DOWNLOADS_JSON_URL", raising=False)
+    monkeypatch.setenv("UV_PYTHON_INSTALL_MIRROR", mirror.url)
+    monkeypatch.setenv("UV_HTTP_RETRIES", "0")
+    mirror.mode = "absent"
+    got = resolve("3.12", cache_dir=tmp_path / "cache")
+    assert got.how == "missing" and mirror.asked and mirror.asked[0].endswith(".tar.gz")
+
+
+def test_substitute_only_where_measured(mirror: Mirror, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(interpreters, "system_pythons", lambda: {(3, 11): "/p/python3.11"})
+    monkeypatch.setattr(interpreters, "SAFE_SUBSTITUTES", {("psf/requests", "2.4"): {"3.9": ("3.11",)}})
+    got = resolve("3.9", cache_dir=tmp_path, provision=False, repo="psf/requests", version="2.4")
+    assert got == interpreters.Resolution("/p/python3.11", "3.11", "substitute", got.reason)
+    assert "measured safe" in got.reason
+    other = resolve("3.9", cache_dir=tmp_path, provision=False, repo="django/django", version="4.2")
+    assert other.how == "missing" and other.path is None and other.provisionable
+    assert other.reason == "needs Python 3.9 for django 4.2: `uv python install 3.9` or `pyenv install 3.9`"
+    assert resolve("3.11", cache_dir=tmp_path, provision=False).how == "found"
+    assert resolve("", cache_dir=tmp_path, provision=False).how == "missing"
