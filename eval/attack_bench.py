@@ -16,6 +16,7 @@ Last line: ``tried=<n> held=<n> failed=<n>``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -48,15 +49,27 @@ def who() -> str:
     return f"running as {name}: {how}"
 
 
-def run(selected: list[Attack], time_limit_s: float = 1500.0) -> list[tuple[Attack, str, float]]:
+def place(placement: str) -> str | None:
+    """The folder the attacks' own folders (their fixgraph cache, runs, sockets) go in: ``tmp`` (the
+    temp folder, which the sandbox hides anyway) or ``outside`` (a folder beside the user's home,
+    where fixgraph's defaults put its cache and runs)."""
+    if placement == "tmp":
+        return None
+    folder = Path.home() / ".cache" / "fixgraph-attack-bench"
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder)
+
+
+def run(selected: list[Attack], time_limit_s: float = 1500.0, placement: str = "tmp") -> list[tuple[Attack, str, float]]:
     results = []
+    where = place(placement)
     start = time.monotonic()
     for a in selected:
         if time.monotonic() - start > time_limit_s:
             results.append((a, "not run: the bench's time limit was reached", 0.0))
             continue
         t0 = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="fixgraph-attack-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="fixgraph-attack-", dir=where) as tmp:
             try:
                 problem = a.run(Path(tmp))
             except Exception as exc:  # an attack that crashes the code under attack is a failure
@@ -70,11 +83,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="only the fast attacks (the test suite's subset)")
     p.add_argument("--only", help="comma-separated attack classes")
     p.add_argument("--time-limit", type=float, default=1500.0, help="seconds for the whole bench")
+    p.add_argument("--placement", choices=["tmp", "outside", "both"], default="both",
+                   help="where the attacks' folders (fixgraph's cache and runs, sockets) sit: under the temp "
+                        "folder, outside it (beside the user's home, as fixgraph's defaults are), or both runs")
     args = p.parse_args(argv)
     selected = [a for a in ATTACKS if (a.quick or not args.quick)
                 and (not args.only or a.cls in args.only.split(","))]
     print(who())
-    results = run(selected, args.time_limit)
+    placements = ["tmp", "outside"] if args.placement == "both" else [args.placement]
+    results = []
+    for placement in placements:
+        # Where the folders sit matters only to what runs in the sandbox: the rest runs once.
+        todo = [a for a in selected if placement == placements[0] or a.sandbox]
+        print(f"placement: {placement} ({place(placement) or tempfile.gettempdir()}), {len(todo)} attacks")
+        results += [(dataclasses.replace(a, name=f"{a.name} [{placement}]") if len(placements) > 1 else a, problem, secs)
+                    for a, problem, secs in run(todo, args.time_limit / len(placements), placement)]
     classes: dict[str, list[tuple[Attack, str, float]]] = {}
     for r in results:
         classes.setdefault(r[0].cls, []).append(r)

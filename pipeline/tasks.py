@@ -44,6 +44,7 @@ from fixgraph.models.transport import CallPolicy
 from fixgraph.publish import DiffPublisher, Publisher
 from fixgraph.records import RunLock, RunStore, open_wal
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
+from fixgraph.sandbox import process as sandbox
 from fixgraph.state import TaskState, Usage
 from pipeline.screen import Activity, Screen
 
@@ -164,6 +165,8 @@ def run_task(item: Instance | Task, cfg: RunConfig, *, build_graph: GraphFactory
              run_meter: RunMeter | None = None, on_event: EventHook | None = None) -> dict[str, Any]:
     """Run the graph on one task and return its record (also written to ``store`` when given)."""
     instance, oracle = split(item, cfg)
+    for folder in (cfg.cache_dir, cfg.runs_dir, cfg.predictions_dir):
+        sandbox.cover(folder)  # no test of this task sees fixgraph's own folders
     started, t0 = _now(), time.monotonic()
     key = f"{store.run_id}__{instance.instance_id}" if store else f"adhoc__{instance.instance_id}"
     wt: Worktree | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import stat
@@ -541,3 +542,50 @@ def _memory(tmp: Path) -> str:
     return "" if "MemoryError" in out else f"allocated: {out.strip()[-200:]}"
 
 
+
+
+def _reads(tmp: Path, files: list[Path]) -> str:
+    """What a test process read of ``files`` (each holds a marker line)."""
+    script = f"""
+        got = []
+        for path in {[str(f) for f in files]!r}:
+            try:
+                got.append(open(path).read().strip())
+            except OSError:
+                pass
+        print("GOT", got)
+    """
+    _, out = _sandboxed(tmp, script)
+    return "" if "GOT []" in out else f"the test read fixgraph's files: {out.strip()[:200]}"
+
+
+@attack("secrets", "test reads fixgraph's cached test baselines and another task's record", sandbox=True)
+def _cache_and_runs(tmp: Path) -> str:
+    from fixgraph.sandbox.process import cover
+
+    baseline = tmp / "fixgraph-cache" / "test-baselines" / "base.json"
+    record = tmp / "fixgraph-runs" / "other-run" / "records" / "other__task-1.json"
+    for f in (baseline, record):
+        f.parent.mkdir(parents=True)
+        f.write_text(f"marker {f.name}\n")
+    cover(tmp / "fixgraph-cache")  # as the runner does for its cache, runs and predictions folders
+    cover(tmp / "fixgraph-runs")
+    return _reads(tmp, [baseline, record])
+
+
+@attack("secrets", "fixgraph's cache is a link into a folder the sandbox shows (the interpreter's)", sandbox=True)
+def _linked_cache(tmp: Path) -> str:
+    from fixgraph.sandbox.process import cover
+
+    real = Path(sys.prefix) / "share" / f"fixgraph-bench-cache-{uuid.uuid4().hex[:6]}"
+    try:
+        (real / "test-baselines").mkdir(parents=True)
+    except OSError:
+        return ""  # the interpreter's folder is not ours to write: nothing to place there
+    try:
+        (real / "test-baselines" / "base.json").write_text("marker base.json\n")
+        (tmp / "linked-cache").symlink_to(real)
+        cover(tmp / "linked-cache")
+        return _reads(tmp, [real / "test-baselines" / "base.json", tmp / "linked-cache" / "test-baselines" / "base.json"])
+    finally:
+        shutil.rmtree(real, ignore_errors=True)

@@ -7,6 +7,9 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import textwrap
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -100,3 +103,34 @@ def _still_works(tmp: Path) -> str:
         print("FINE", sys.executable)
     """)
     return "" if "FINE" in out else f"the run broke: {out.strip()[-200:]}"
+
+
+@attack("unix-socket", "test connects to a host Unix socket in a world-writable folder outside /tmp, /var/tmp and /run",
+        sandbox=True)
+def _world_writable_elsewhere(tmp: Path) -> str:
+    # Beside the bench's own folder, which --placement outside puts outside /tmp.
+    folder = tmp.parent / f"fixgraph-bench-ww-{uuid.uuid4().hex[:6]}"
+    folder.mkdir(mode=0o777)
+    folder.chmod(0o1777)
+    try:
+        address = str(folder / "service.sock")
+        with _unix_listener(address) as hits:
+            _, out = _sandboxed(tmp, _connect_script(address))
+        return f"reached the host's socket {address}" if "CONNECTED" in out or hits else ""
+    finally:
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
+
+
+@attack("unix-socket", "a socket another process creates while the test runs", sandbox=True)
+def _created_during_the_run(tmp: Path) -> str:
+    address = str(tmp.parent / f"fixgraph-bench-late-{uuid.uuid4().hex[:6]}.sock")
+    script = "import time\ntime.sleep(1.5)\n" + textwrap.dedent(_connect_script(address))
+    result: list[str] = []
+    worker = threading.Thread(target=lambda: result.append(_sandboxed(tmp, script)[1]))
+    worker.start()
+    time.sleep(0.5)  # the sandbox is set up by now; the socket appears after it
+    with _unix_listener(address) as hits:
+        worker.join(30)
+    out = result[0] if result else ""
+    return f"reached a socket made during the run: {address}" if "CONNECTED" in out or hits else ""

@@ -10,8 +10,10 @@ real root or as root of a new user namespace. Before the test command runs it:
 - for a build step (``forward``), listens on a port of that loopback and forwards each connection to
   fixgraph's index proxy, a Unix socket outside (``fixgraph/sandbox/indexproxy.py``): the step's
   ``https_proxy`` names the port, and the proxy opens tunnels to the package index only;
-- covers the folders where anyone may leave a Unix socket (``/tmp``, ``/run``) with empty ones
-  holding only the paths the command needs (``mask_dirs``, ``keep``);
+- shows the machine through an allow-list: every top-level folder but the system's (``/usr``,
+  ``/etc``, ...), and fixgraph's own cache, runs and predictions, is covered with an empty one
+  holding only the paths the command needs (``mask_dirs``, ``keep``), so no host Unix socket and
+  none of fixgraph's files are there to reach;
 - reaches what the command needs through folders closed to others (root's home) without opening
   them: each is covered by an empty folder holding only the needed children (``reach``);
 - binds the run's working copy over the shared environment's installed source (``binds``), so
@@ -105,11 +107,14 @@ def _reach(folders: dict) -> None:
 
 
 def _mask(dirs: list, keep: list) -> None:
-    """Cover each of ``dirs`` (``/tmp``, ``/run``: folders anyone may put a Unix socket in) with
-    an empty tmpfs, then bind back only the paths of ``keep`` under it (the run's own folders, its
-    interpreter), each at its place: the host's sockets there (a database's, Ray's, a desktop
-    bus) cannot be reached. Folders made on the way let others pass but not list (0711)."""
+    """Cover each of ``dirs`` (every top-level folder but the system's, and fixgraph's own cache,
+    runs and predictions) with an empty tmpfs, then bind back only the paths of ``keep`` under it
+    (the run's own folders, its environment and interpreter), each at its place: the host's
+    sockets there (a database's, Ray's, a desktop bus) cannot be reached. Folders made on the way
+    let others pass but not list (0711). Shallow folders first."""
     for folder in dirs:
+        if not os.path.isdir(folder):
+            continue  # inside a folder covered before it, and kept by nothing: already out of sight
         mine = [k for k in keep if k.startswith(folder.rstrip("/") + "/")]
         fds = {}
         for path in mine:

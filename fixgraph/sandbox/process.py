@@ -117,6 +117,7 @@ OUTPUT_FILE_VARS = ("FIXGRAPH_CRASH_FILE", "FIXGRAPH_STATUS_FILE")
 WRITABLE_DIR_VARS = ("HOME", "TMPDIR", "FIXGRAPH_TRACE_DIR")
 
 _protected: set[Path] = set()
+_covered: set[Path] = set()
 _watchdogs: list[subprocess.Popen[bytes]] = []
 _registry_lock = threading.Lock()
 
@@ -125,6 +126,14 @@ def protect(path: Path) -> None:
     """Hide ``path`` (a folder: the repository cache) from every later test process."""
     with _registry_lock:
         _protected.add(path.resolve())
+
+
+def cover(path: Path) -> None:
+    """Show ``path`` (fixgraph's cache, runs or predictions folder) to later test processes empty
+    but for the paths a run keeps (its environment in the cache). Resolved first: a link into a
+    folder the sandbox shows is covered where it leads."""
+    with _registry_lock:
+        _covered.add(path.resolve())
 
 
 def prepare_workdir(path: Path) -> None:
@@ -298,9 +307,14 @@ SYSTEM_DIRS = frozenset({"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/
 
 
 def normal(path: str | os.PathLike[str]) -> Path:
-    """``path`` made absolute and free of ``.``/``..`` without following links: every path handed to
-    the sandbox goes through here once (a ``../venv/bin/python`` must not reach the jail as is)."""
-    return Path(os.path.abspath(path))
+    """``path`` made absolute, its folders resolved as the kernel would walk them (``..`` after a
+    link included) and its last part kept (a venv's ``python`` link must stay the venv's): every
+    path handed to the sandbox goes through here once, so a ``../venv/bin/python`` reaches the
+    jail as a path that exists in the run's view."""
+    head, name = os.path.split(os.path.join(os.getcwd(), os.fspath(path)))
+    if name in ("", ".", ".."):
+        return Path(os.path.realpath(os.path.join(head, name)))
+    return Path(os.path.realpath(head)) / name
 
 
 def covered_dirs() -> list[str]:
@@ -317,17 +331,18 @@ def _prefixes(paths: Sequence[Path]) -> list[Path]:
 
 
 def _masks(paths: Sequence[Path], env: Mapping[str, str]) -> tuple[list[str], list[str]]:
-    """The folders of :func:`covered_dirs`, and the paths under them a run must keep: ``paths`` and
+    """The folders of :func:`covered_dirs` and :func:`cover`, and the paths under them a run must keep: ``paths`` and
     every absolute path named in ``env``, as named and resolved, with the installations of the
     interpreters among them; a venv's folder keeps its parent too (a shared env's installed
     checkout sits beside it)."""
     dirs = covered_dirs()
+    dirs += sorted((str(p) for p in _covered if p.is_dir() and str(p) not in dirs), key=lambda d: d.count("/"))
     named = [str(p) for p in paths]
     for key, value in env.items():
         named += [v for v in value.split(os.pathsep) if v.startswith("/")]
         if key == "VIRTUAL_ENV" and value.startswith("/"):
             named.append(str(Path(value).parent))
-    found = {c for name in named for c in (normal(name), Path(name).resolve())}
+    found = {c for name in named for c in (Path(os.path.abspath(name)), normal(name), Path(name).resolve())}
     found.update(_prefixes(sorted(found)))
     wanted = {str(c) for c in found if c.exists() and any(c.is_relative_to(d) and str(c) != d for d in dirs)}
     keep: list[str] = []
@@ -372,6 +387,8 @@ def _run_in(prefix: tuple[str, ...], cmd: Sequence[str], cwd: Path, env: Mapping
     """:func:`run_isolated` in the sandbox ``prefix`` names; ``index_socket``: the index proxy's."""
     root = os.geteuid() == 0
     cwd, writable = normal(cwd), [normal(p) for p in writable]
+    if cmd and os.sep in cmd[0]:
+        cmd = [str(normal(cmd[0])), *cmd[1:]]
     dirs = _writable(cwd, env, writable)
     outputs = [Path(env[k]) for k in OUTPUT_FILE_VARS if env.get(k)]
     spec = {

@@ -1,0 +1,41 @@
+"""Paths enter the sandbox normalised: fixgraph started through a relative interpreter path
+(``../venv/bin/python``) still runs a sandboxed test, and that test sees none of the host's
+folders beyond the system's and its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = """
+import sys
+from pathlib import Path
+from fixgraph.sandbox.process import Limits, run_isolated, sandbox_mode, scrubbed_env
+run = Path(sys.argv[1])
+(run / "repo").mkdir(parents=True)
+(run / "home").mkdir()
+(run / "repo" / "probe.py").write_text("import os, sys\\nprint('RAN', os.path.exists(sys.argv[1]))\\n")
+done = run_isolated([sys.executable, "-I", "probe.py", sys.argv[2]], run / "repo", scrubbed_env(run / "home"),
+                    Limits(30, 30, 1024))
+print(sandbox_mode(), done.returncode, done.output.strip())
+"""
+
+
+def test_a_relative_interpreter_path_runs_a_sandboxed_test(tmp_path: Path) -> None:
+    start = tmp_path / "start"
+    start.mkdir()
+    relative = os.path.relpath(sys.executable, start)
+    assert relative.startswith("..")
+    (tmp_path / "check.py").write_text(SCRIPT)
+    proc = subprocess.run([relative, str(tmp_path / "check.py"), str(tmp_path / "run"), str(tmp_path / "check.py")], cwd=start,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    mode, rc, *rest = proc.stdout.split(maxsplit=2)
+    assert rc == "0", proc.stdout
+    if mode != "none":
+        # A file beside its run folder (fixgraph's own script here) is not there for the test.
+        assert [r.strip() for r in rest] == ["RAN False"], proc.stdout
