@@ -116,6 +116,17 @@ def check_all(args: argparse.Namespace) -> int:
     return 0 if print_report(run_checks(cfg, llm_error=llm_error)) else 1
 
 
+def _outside_checkouts(cfg: RunConfig, repos: Path | None) -> None:
+    """fixgraph's own folders never sit in a repository it checks out: what is there reaches the
+    tests' copies and the repository's own scripts."""
+    if repos is None:
+        return
+    for key in ("cache_dir", "runs_dir", "predictions_dir"):
+        folder = getattr(cfg, key).resolve()
+        if folder.is_relative_to(repos.resolve()):
+            raise ConfigError(f"{key} {getattr(cfg, key)} is inside the repositories folder {repos}: put it elsewhere")
+
+
 def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
     from fixgraph.dataset import DatasetError
     from fixgraph.records import RunLockedError
@@ -132,6 +143,7 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
         if getattr(args, "check", False):
             return check_all(args)
         cfg = configure(args)
+        _outside_checkouts(cfg, args.repos)
         if args.executor == "ray":
             check_ray(cfg)
         from fixgraph.dataset import load_dataset_any, select

@@ -127,3 +127,16 @@ def test_ctrl_c_keeps_finished_tasks_and_the_next_run_resumes(tmp_path):
     assert (tmp_path / "predictions" / "fixture__calc-1.diff").read_bytes() == first_diff
     lines = (tmp_path / "predictions" / "cc.jsonl").read_text().splitlines()
     assert sorted(json.loads(ln)["instance_id"] for ln in lines) == ["fixture__calc-1", "fixture__calc2-1"]
+
+
+def test_a_cache_inside_the_repositories_folder_is_refused_in_one_line(tmp_path, calc):
+    from eval.fixtures.repos import make_calc_repo, write_dataset
+
+    mirrors = tmp_path / "own-mirrors"
+    ds = write_dataset(tmp_path / "ds.jsonl", [make_calc_repo(mirrors)])
+    proc = run_graph(["--tasks", "all", "--dataset", str(ds), "--repos", str(mirrors)], tmp_path,
+                     {"OPENAI_API_KEY": "k", "EVAL_MODE": "true", "FIXGRAPH_CACHE_DIR": str(mirrors / "cache")})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"fixgraph: error: cache_dir {mirrors / 'cache'} is inside the repositories folder {mirrors}: put it elsewhere"]
+    assert not (mirrors / "cache").exists()
