@@ -193,7 +193,10 @@ class Usage(TypedDict, total=False):
     input_tokens: int
     output_tokens: int
     dollars: float
-    calls: int
+    calls: int  # replies received and charged
+    # Requests sent for them: a call's retries and its one unstreamed fallback are requests too,
+    # so a server billing per request bills this many.
+    requests: int
     # What went wrong on the way (fixgraph/models/llm.py): calls that timed out, retries of any
     # kind, replies cut off, empty or otherwise invalid, and re-asks.
     timeouts: int
@@ -222,6 +225,7 @@ def merge_usage(left: Usage | None, right: Usage | None) -> Usage:
         output_tokens=left.get("output_tokens", 0) + right.get("output_tokens", 0),
         dollars=round(left.get("dollars", 0.0) + right.get("dollars", 0.0), 6),
         calls=left.get("calls", 0) + right.get("calls", 0),
+        requests=left.get("requests", 0) + right.get("requests", 0),
         by_node=by_node,
     )
     for key in USAGE_COUNTS:  # present only when something went wrong, so clean records stay as they were

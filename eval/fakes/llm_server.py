@@ -6,7 +6,8 @@ script for that name; ``usage`` is reported on every reply. ``GET /v1/models`` l
 With ``tools=False`` it plays a model without tool calling: it answers in plain text. Every request (headers included) is
 kept in ``requests`` so tests can check what went over the wire (header names lowercased).
 A request with ``"stream": true`` gets the same reply as an event stream of chunks (usage in the
-last one when ``stream_options.include_usage`` asks for it), as the OpenAI API sends it.
+last one when ``stream_options.include_usage`` asks for it), as the OpenAI API sends it; with
+``ignore_stream=True`` it plays a server that ignores ``stream`` and answers a plain JSON completion.
 """
 
 from __future__ import annotations
@@ -136,8 +137,9 @@ class FakeLLMServer:
     """``with FakeLLMServer(responder) as srv: ChatOpenAI(base_url=srv.base_url, ...)``."""
 
     def __init__(self, responder: Responder, usage: tuple[int, int] = (120, 30), port: int = 0,
-                 models: tuple[str, ...] = ("fake",), tools: bool = True):
+                 models: tuple[str, ...] = ("fake",), tools: bool = True, ignore_stream: bool = False):
         self.responder = responder
+        self.ignore_stream = ignore_stream
         self.usage = usage
         self.models = models
         self.tools = tools
@@ -178,7 +180,8 @@ class FakeLLMServer:
             def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None,
                       body: dict[str, Any] | None = None) -> None:
                 """Send ``payload``; a 200 chat completion as an event stream when ``body`` asked to stream."""
-                data, ctype = encode(body or {}, payload) if status == 200 and body else (
+                asked = {} if server.ignore_stream else body
+                data, ctype = encode(asked, payload) if status == 200 and asked else (
                     json.dumps(payload).encode(), "application/json")
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)

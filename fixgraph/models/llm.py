@@ -281,7 +281,7 @@ class LLM:
                 worst_case: float = 0.0, streamed: bool = False,
                 pieces: StreamedArguments | None = None, unstreamed: Any = None) -> tuple[Any, Usage]:
         """One call, budget checked first, retried by the transport rule; returns the answer and
-        the counts of what went wrong on the way (timeouts, retries).
+        the counts of the requests sent and of what went wrong on the way (timeouts, retries).
 
         ``unstreamed``: the same call without streaming, tried once when a stream ends before its
         first chunk. llama-cpp-python's server answers 200 and then fails (a prompt over its
@@ -297,6 +297,7 @@ class LLM:
             hint = ""
             if pieces is not None:
                 pieces.args.clear()  # a try's pieces only, not a failed try's
+            spent = merge_usage(spent, count(node, "requests"))
             try:
                 out = runnable.invoke(_redacted(convo), config={"callbacks": [pieces]} if pieces else None)
                 if streamed and not _finished(out):

@@ -15,10 +15,16 @@ apart from the rest:
 
 ``llm.timeout_s`` bounds a whole try, not only each read: the HTTP client's own timeout is per
 read, so a server that trickles its reply a few bytes at a time would otherwise hold a call forever.
+
+Some OpenAI-compatible servers ignore ``stream`` and answer a streamed request with a plain JSON
+chat completion. The client would read that body as an event stream with no events (an empty
+reply) and ask again; here such a reply is turned into the stream it stands for, so it is read
+once, as the completion it is. Anything else in a JSON body is left as it came.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -40,6 +46,8 @@ TIMEOUTS: tuple[type[Exception], ...] = (openai.APITimeoutError, _http.TimeoutEx
 # A timeout is one of these too: catch TIMEOUTS first.
 CONNECTION: tuple[type[Exception], ...] = (openai.APIConnectionError, _http.TransportError)
 RETRY_AFTER_MAX_S = 60.0
+# A chat completion read whole to turn it into a stream; a larger body is passed on as it came.
+COMPLETION_MAX_BYTES = 32 * 1024 * 1024
 
 
 def backoff_s(retries_taken: int) -> float:
@@ -94,6 +102,73 @@ class _DeadlineStream(_http.SyncByteStream):  # pyright: ignore[reportGeneralTyp
         self.inner.close()
 
 
+def completion_chunks(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """A chat completion as the chunks of a streamed reply: per choice its role, text and whole tool
+    calls, then its finish reason; the usage last, in a chunk of its own, as OpenAI sends it."""
+    base = {k: payload[k] for k in ("id", "created", "model", "system_fingerprint") if k in payload}
+    base["object"] = "chat.completion.chunk"
+    out: list[dict[str, Any]] = []
+    for n, choice in enumerate(payload["choices"]):
+        index = choice.get("index", n)
+        message = choice.get("message") or {}
+        delta: dict[str, Any] = {"role": message.get("role") or "assistant", "content": message.get("content") or ""}
+        calls = message.get("tool_calls")
+        if isinstance(calls, list) and calls:
+            delta["tool_calls"] = [{**call, "index": i} for i, call in enumerate(calls) if isinstance(call, dict)]
+        out.append(base | {"choices": [{"index": index, "delta": delta, "finish_reason": None}]})
+        out.append(base | {"choices": [{"index": index, "delta": {}, "finish_reason": choice.get("finish_reason")}]})
+    if isinstance(payload.get("usage"), dict):
+        out.append(base | {"choices": [], "usage": payload["usage"]})
+    return out
+
+
+def _completion(body: bytes) -> dict[str, Any] | None:
+    """``body`` as a chat completion with choices, or None."""
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list) or not payload["choices"]:
+        return None
+    if not all(isinstance(c, dict) and isinstance(c.get("message"), dict) for c in payload["choices"]):
+        return None
+    return payload
+
+
+class _CompletionAsStream(_http.SyncByteStream):  # pyright: ignore[reportGeneralTypeIssues] - one of two modules
+    """A JSON reply to a streamed request, as the event stream the client reads: a chat completion
+    becomes its chunks; any other body passes unchanged (the client finds no events in it)."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+
+    def __iter__(self) -> Any:
+        body = bytearray()
+        for chunk in self.inner:
+            body += chunk
+            if len(body) > COMPLETION_MAX_BYTES:
+                yield bytes(body)
+                yield from self.inner
+                return
+        payload = _completion(bytes(body))
+        if payload is None:
+            yield bytes(body)
+            return
+        yield b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in completion_chunks(payload))
+        yield b"data: [DONE]\n\n"
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _asks_stream(request: Any) -> bool:
+    try:
+        body = json.loads(request.content or b"{}")
+    except (ValueError, UnicodeDecodeError, _http.RequestNotRead):
+        return False
+    return isinstance(body, dict) and body.get("stream") is True
+
+
 _clients: dict[float, Any] = {}
 _clients_lock = threading.Lock()
 
@@ -111,11 +186,16 @@ def deadline_client(total_s: float) -> Any:
 
             def start(request: Any) -> None:
                 request.extensions["fixgraph_deadline"] = time.monotonic() + total_s
+                request.extensions["fixgraph_stream"] = _asks_stream(request)
 
             def bound(response: Any) -> None:
                 deadline = response.request.extensions.get("fixgraph_deadline")
                 if deadline is not None:
                     response.stream = _DeadlineStream(response.stream, deadline, response.request)
+                ctype = response.headers.get("content-type", "")
+                if (response.request.extensions.get("fixgraph_stream") and response.status_code == 200
+                        and ctype.split(";")[0].strip().lower() == "application/json"):
+                    response.stream = _CompletionAsStream(response.stream)
 
             _clients[total_s] = openai.DefaultHttpxClient(
                 timeout=total_s, event_hooks={"request": [start], "response": [bound]})

@@ -165,6 +165,37 @@ def test_a_prompt_over_the_servers_context_is_asked_once_unstreamed_and_ends_wit
     assert "planner call 1: empty stream after" in err and "asking once without streaming" in err
 
 
+def test_a_server_that_ignores_stream_gets_one_request_per_call(calc, cfg_factory):
+    # Some OpenAI-compatible servers answer a streamed request with a plain JSON completion. Read
+    # as an empty stream, every call was asked again without streaming: twice the requests, twice
+    # the bill on a paid endpoint.
+    with FakeLLMServer(ScriptResponder(calc_script(False)), ignore_stream=True) as srv:
+        summary, rec, _ = _run(calc, cfg_factory, srv, {"llm.stream": True})
+        posts = [r["body"] for r in srv.requests if r["body"] is not None]
+    assert summary.patched == 1 and rec["plan"]["files"] == ["calc/ops.py"]
+    assert posts and all(b.get("stream") is True for b in posts)
+    usage = rec["usage"]
+    assert usage["calls"] == usage["requests"] == len(posts)
+    assert not usage.get("retries") and not usage.get("invalid")
+    assert usage["input_tokens"] == 120 * len(posts)  # the usage block of each JSON reply was read
+
+
+def test_a_json_reply_that_is_no_completion_still_gets_the_one_unstreamed_request(calc, cfg_factory):
+    class Refusing(FakeLLMServer):
+        """Answers a streamed request with a 200 JSON error, a plain request with the 400."""
+
+        def handle(self, handler: Any, body: dict[str, Any]) -> None:
+            error = {"error": {"message": "model is loading", "type": "server_error"}}
+            handler._send(200 if body.get("stream") else 400, error)
+
+    with Refusing(ScriptResponder(calc_script(False))) as srv:
+        summary, rec, _ = _run(calc, cfg_factory, srv, {"llm.stream": True})
+        posts = [r["body"] for r in srv.requests if r["body"] is not None]
+    assert [b.get("stream") for b in posts] == [True, False]
+    assert summary.failed == 1 and "answered 400" in rec["failed"] and "model is loading" in rec["failed"]
+    assert rec["usage"]["requests"] == 2 and not rec["usage"].get("calls")
+
+
 @pytest.mark.parametrize("stream", [True, False])
 def test_cut_tool_arguments_are_named_truncated_not_a_missing_call(calc, cfg_factory, stream):
     # The server cuts every reply's arguments at 30 characters yet says finish_reason: tool_calls.
