@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fixgraph.config import ConfigError, RunConfig, load_config
-from fixgraph.models.discover import ROLES
+from fixgraph.models.discover import ROLES, endpoint_gate
 
 if TYPE_CHECKING:
     from fixgraph.dataset import Instance, Task
@@ -169,13 +169,17 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
         from fixgraph.repo.workspace import preflight
 
         preflight(cfg.cache_dir, args.repos, [(i.repo, i.base_commit) for i in instances])
-        from pipeline.executors import RayExecutor
-        from pipeline.tasks import run_tasks
-
         executor = None
         if args.executor == "ray":
+            from pipeline.executors import RayExecutor
+
             executor = RayExecutor.start(cfg, args.ray_address, max_in_flight=args.workers)
         try:
+            # Before the heavy imports and the first task's localization: a dead endpoint is
+            # answered in seconds, not after every task's index and retries.
+            endpoint_gate(cfg)
+            from pipeline.tasks import run_tasks
+
             summary = run_tasks(instances, cfg, build_graph=build_graph, run_id=run_id,
                                 repos=args.repos, workers=args.workers or 1, progress=not args.no_progress,
                                 event_lines=args.no_progress,
@@ -187,4 +191,8 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
         return fail(str(exc))
     print(summary.line())
     print(summary.predictions_line())
+    if fault := summary.common_fault():
+        print(f"fixgraph: every task failed the same way ({fault}): fix that and run the same command "
+              "again to resume", file=sys.stderr)
+        return 1
     return 0

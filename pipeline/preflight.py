@@ -7,6 +7,7 @@ warning when a task would pass its budget or calls the timeout), pyright runs, g
 backend can build an environment, and (outside EVAL_MODE) the GitHub token reaches GitHub with the
 scopes publishing needs. Without a key or a server every other part is still checked. The bot
 runs the same checks at start.
+A run asks less, once, before its first task: ``fixgraph.models.discover.endpoint_gate``.
 """
 
 from __future__ import annotations
@@ -24,9 +25,8 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from fixgraph.config import Budget, ConfigError, RunConfig
-from fixgraph.models.discover import ROLES, list_models
+from fixgraph.models.discover import OPENAI_URL, ROLES, list_models
 
-OPENAI_URL = "https://api.openai.com/v1"
 # Each model's probe call: a small reply, and a few cents at most even on an expensive model.
 CHECK_BUDGET = Budget(task_tokens=5_000, task_dollars=0.05)
 CHECK_TIMEOUT_S = 30.0

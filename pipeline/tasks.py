@@ -68,6 +68,12 @@ class Executor(Protocol):
         ...
 
 
+# How the failures that come from the endpoint or the machine, not from the task, begin
+# (fixgraph/models/llm.py's LLMFailure lines, the workspace's clone failure).
+INFRASTRUCTURE_FAULTS = ("cannot reach the LLM server", "LLM server answered", "LLM server timed out",
+                         "LLM server sent no readable reply", "cannot clone")
+
+
 def model_name(cfg: RunConfig) -> str:
     return f"fixgraph-{cfg.label}-{cfg.llm.models.coder}"
 
@@ -245,6 +251,7 @@ class RunSummary:
     dollars: float = 0.0
     interrupted: bool = False
     predictions: str = ""
+    failures: list[str] = field(default_factory=list)  # the ``failed`` line of each failed task
 
     @property
     def mean_fix_score(self) -> float | None:
@@ -255,6 +262,8 @@ class RunSummary:
         self.patched += record.get("status") == "patched"
         self.failed += record.get("status") == "failed"
         self.empty += record.get("status") == "empty"
+        if record.get("status") == "failed":
+            self.failures.append(str(record.get("failed") or ""))
         self.timeouts += int((record.get("usage") or {}).get("timeouts", 0))
         score = (record.get("fix_score") or {}).get("fix_score")
         if score is not None:
@@ -269,6 +278,15 @@ class RunSummary:
         return (f"run {self.run_id}: {self.total} tasks, {self.skipped} already done, {self.finished} run now "
                 f"({self.patched} patched, {self.empty} empty, {self.failed} failed); mean fix_score (internal) "
                 f"{mean}; {self.tokens} tokens, ${self.dollars:.4f}{timeouts}")
+
+    def common_fault(self) -> str:
+        """The one fault of the machine or the endpoint that failed every task run now ("" when
+        any task ended otherwise): such a batch says nothing about the tasks, so it exits non-zero."""
+        if not self.finished or len(self.failures) != self.finished:
+            return ""
+        kinds = {f.split(":")[0] for f in self.failures}
+        kind = kinds.pop() if len(kinds) == 1 else ""
+        return kind if kind.startswith(INFRASTRUCTURE_FAULTS) else ""
 
     def predictions_line(self) -> str:
         """Where the predictions are, when a file was written; else that none was."""

@@ -1,16 +1,22 @@
-"""Finding a model without being told: local OpenAI-compatible servers on loopback.
+"""Finding a model without being told (local OpenAI-compatible servers on loopback), and the
+endpoint's gate before a run.
 
 With no ``OPENAI_BASE_URL`` and no key, the usual local servers are asked ``GET /v1/models`` at
 their default ports, all at once, within about a second; the first in this list that answers is
-used. Standard library only, so that ``--help`` and bad-input errors stay fast.
+used. Before a run's first task, ``endpoint_gate`` asks the endpoint once: the three answers no
+retry can change (the connection refused, the key refused, a model the server does not have) end
+the run in seconds, before any repository is indexed. Standard library only, so that ``--help``,
+bad-input errors and a dead endpoint are answered fast.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +34,9 @@ LOCAL_SERVERS: tuple[tuple[str, str], ...] = (
     ("llama.cpp server", "http://127.0.0.1:8080/v1"),
 )
 PROBE_TIMEOUT_S = 1.0
+# The gate's requests: a refusal comes at once; a server that is up lists its models well within this.
+GATE_TIMEOUT_S = 4.0
+OPENAI_URL = "https://api.openai.com/v1"
 # Local servers ignore the key, but the OpenAI client refuses to start without one.
 LOCAL_KEY = "local"
 
@@ -123,3 +132,60 @@ def resolve_llm(cfg: RunConfig, servers: Sequence[tuple[str, str]] = LOCAL_SERVE
     names = sorted({getattr(cfg.llm.models, r) for r in ROLES})
     line = f"fixgraph: using {server.name} at {server.base_url}, model {', '.join(names)}"
     return cfg, line
+
+
+def endpoint_gate(cfg: RunConfig, timeout_s: float = GATE_TIMEOUT_S) -> None:
+    """Raise ConfigError, in one line, when the endpoint refuses the connection, the key or a
+    configured model. Anything else (a 5xx, a server without ``GET /models``) is left to the calls'
+    own retries. A model the server does not list gets one 1-token request, as some servers serve
+    names they do not list (Ollama's ``llama3`` for ``llama3:latest``, llama.cpp any name): only a
+    404 to it is an unknown model."""
+    url = cfg.llm.base_url or OPENAI_URL
+    key = cfg.llm.api_key.get_secret_value() if cfg.llm.api_key else None
+    listed: list[str] | None = None
+    try:
+        listed = list_models(url, key, timeout_s=timeout_s)
+    except urllib.error.HTTPError as exc:
+        _refused_key(url, exc.code, "GET /models")
+    except (OSError, http.client.HTTPException) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise ConfigError(f"cannot reach the LLM server at {url} ({_short(reason)}): check OPENAI_BASE_URL "
+                          "and that the server is running (python graph.py --check says more)") from None
+    except ValueError:
+        pass  # no model list there: the calls will say
+    for model in sorted({getattr(cfg.llm.models, r) for r in ROLES}):
+        if listed is not None and model in listed:
+            continue
+        code = _probe_status(url, key, model, timeout_s)
+        _refused_key(url, code, f"a 1-token call to {model}")
+        if code == 404:
+            have = f" (it lists: {', '.join(listed[:8]) or 'none'})" if listed is not None else ""
+            roles = ", ".join(r for r in ROLES if getattr(cfg.llm.models, r) == model)
+            raise ConfigError(f"the LLM server at {url} has no model {model}{have}: pass --model NAME "
+                              f"or --model-<role> NAME ({roles})")
+
+
+def _refused_key(url: str, code: int | None, asked: str) -> None:
+    if code in (401, 403):
+        raise ConfigError(f"the LLM server at {url} refused the key ({asked} answered {code}): check OPENAI_API_KEY")
+
+
+def _probe_status(url: str, key: str | None, model: str, timeout_s: float) -> int | None:
+    """The HTTP status of a 1-token chat request for ``model``; None when it got no answer."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "ok"}], "max_tokens": 1})
+    req = urllib.request.Request(url.rstrip("/") + "/chat/completions", data=body.encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - a URL the user configured
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (OSError, http.client.HTTPException):
+        return None
+
+
+def _short(exc: object, limit: int = 120) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

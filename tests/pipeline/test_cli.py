@@ -57,8 +57,11 @@ def test_checkpoint_file_that_is_not_a_database_stops_the_run_with_one_line(tmp_
     db = tmp_path / "runs" / "r1" / "checkpoints.sqlite"
     db.parent.mkdir(parents=True)
     db.write_bytes(b"this is not a database, it is a text file long enough to have a header" * 20)
-    proc = run_graph(["--tasks", "all", "--dataset", str(ds), "--run-id", "r1", "--no-progress"], tmp_path,
-                     {"OPENAI_API_KEY": "k", "EVAL_MODE": "true"})
+    from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
+
+    with FakeLLMServer(ScriptResponder({}), models=("gpt-4o-mini",)) as srv:  # an endpoint that passes the gate
+        proc = run_graph(["--tasks", "all", "--dataset", str(ds), "--run-id", "r1", "--no-progress"], tmp_path,
+                         {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": srv.base_url, "EVAL_MODE": "true"})
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("fixgraph: error: checkpoint database ") and "r1" in lines[0]
@@ -140,3 +143,108 @@ def test_a_cache_inside_the_repositories_folder_is_refused_in_one_line(tmp_path,
     assert proc.stderr.strip().splitlines() == [
         f"fixgraph: error: cache_dir {mirrors / 'cache'} is inside the repositories folder {mirrors}: put it elsewhere"]
     assert not (mirrors / "cache").exists()
+
+
+def _gated(tmp_path: Path, base_url: str, *extra: str,
+           timeout: float = 60) -> tuple[subprocess.CompletedProcess[str], float]:
+    from eval.fixtures.repos import make_calc_repo, write_dataset
+
+    mirrors = tmp_path / "mirrors"
+    ds = write_dataset(tmp_path / "ds.jsonl", [make_calc_repo(mirrors), make_calc_repo(mirrors, name="calc2")])
+    t0 = time.monotonic()
+    proc = run_graph(["--tasks", "all", "--dataset", str(ds), "--repos", str(mirrors), "--no-progress", *extra],
+                     tmp_path, {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": base_url, "EVAL_MODE": "true",
+                                "FIXGRAPH_CACHE_DIR": str(tmp_path / "cache")}, timeout=timeout)
+    return proc, time.monotonic() - t0
+
+
+def _one_line_exit_2(proc: subprocess.CompletedProcess[str], seconds: float, tmp_path: Path) -> str:
+    assert proc.returncode == 2, proc.stderr
+    assert seconds < 5, seconds
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fixgraph: error: ") and "Traceback" not in proc.stderr
+    assert not (tmp_path / "predictions").exists() and not (tmp_path / "runs").exists()
+    return lines[0]
+
+
+def test_a_closed_port_ends_the_run_before_any_task_with_one_line(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc, seconds = _gated(tmp_path, f"http://127.0.0.1:{port}/v1")
+    line = _one_line_exit_2(proc, seconds, tmp_path)
+    assert f"cannot reach the LLM server at http://127.0.0.1:{port}/v1" in line and "OPENAI_BASE_URL" in line
+
+
+def test_a_refused_key_ends_the_run_before_any_task_with_one_line(tmp_path):
+    from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
+
+    class Locked(FakeLLMServer):
+        def __init__(self) -> None:
+            super().__init__(ScriptResponder({}))
+            inner = self.handler_cls
+
+            class Handler(inner):  # type: ignore[valid-type,misc]
+                def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                    self._send(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}})
+
+                do_POST = do_GET  # noqa: N815 - http.server's naming
+
+            self.httpd.RequestHandlerClass = Handler
+
+    with Locked() as srv:
+        proc, seconds = _gated(tmp_path, srv.base_url)
+    line = _one_line_exit_2(proc, seconds, tmp_path)
+    assert "refused the key (GET /models answered 401)" in line and "OPENAI_API_KEY" in line
+
+
+def test_an_unknown_model_ends_the_run_before_any_task_with_one_line(tmp_path):
+    from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
+
+    class Strict(FakeLLMServer):
+        """Serves only the models it lists, as vLLM and OpenAI do: 404 for any other."""
+
+        def handle(self, handler: object, body: dict) -> None:
+            if body.get("model") not in self.models:
+                handler._send(404, {"error": {"message": f"The model `{body.get('model')}` does not exist",  # type: ignore[attr-defined]
+                                              "type": "invalid_request_error"}})
+                return
+            super().handle(handler, body)
+
+    with Strict(ScriptResponder({}), models=("qwen2.5-coder",)) as srv:
+        proc, seconds = _gated(tmp_path, srv.base_url, "--model", "no-such-model")
+        probes = [r["body"] for r in srv.requests if r["body"] is not None]
+    line = _one_line_exit_2(proc, seconds, tmp_path)
+    assert "has no model no-such-model (it lists: qwen2.5-coder): pass --model NAME" in line
+    assert [b["max_tokens"] for b in probes] == [1]  # one 1-token request, no task's call
+
+
+def test_a_model_served_but_not_listed_passes_the_gate(tmp_path):
+    # Ollama serves llama3 as llama3:latest; llama.cpp serves any name: not listed is not unknown.
+    from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
+    from fixgraph.config import load_config
+    from fixgraph.models.discover import endpoint_gate
+
+    with FakeLLMServer(ScriptResponder({}), models=("llama3:latest",), tools=False) as srv:
+        cfg = load_config("baseline", overrides={"llm.base_url": srv.base_url, "llm.models.planner": "llama3"})
+        endpoint_gate(cfg)
+
+
+def test_a_batch_where_every_task_failed_on_the_endpoint_exits_non_zero(tmp_path):
+    from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
+
+    class Broken(FakeLLMServer):
+        """Lists its model, then answers every call 503."""
+
+        def handle(self, handler: object, body: dict) -> None:
+            handler._send(503, {"error": {"message": "overloaded", "type": "server_error"}},  # type: ignore[attr-defined]
+                          headers={"Retry-After": "0"})
+
+    with Broken(ScriptResponder({}), models=("fake",)) as srv:
+        proc, _ = _gated(tmp_path, srv.base_url, "--model", "fake", "--config", "baseline", timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "2 failed" in proc.stdout
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "fixgraph: every task failed the same way (LLM server answered 503)")
