@@ -286,6 +286,9 @@ class RunSummary:
             return ""
         kinds = {f.split(":")[0] for f in self.failures}
         kind = kinds.pop() if len(kinds) == 1 else ""
+        # A 400, 413 or 422 refuses that one request (a prompt over the context window), not the run.
+        if kind.removeprefix("LLM server answered ") in ("400", "413", "422"):
+            return ""
         return kind if kind.startswith(INFRASTRUCTURE_FAULTS) else ""
 
     def predictions_line(self) -> str:

@@ -248,3 +248,22 @@ def test_a_batch_where_every_task_failed_on_the_endpoint_exits_non_zero(tmp_path
     assert "2 failed" in proc.stdout
     assert proc.stderr.strip().splitlines()[-1].startswith(
         "fixgraph: every task failed the same way (LLM server answered 503)")
+
+
+def test_only_one_fault_of_the_endpoint_or_machine_on_every_task_makes_the_batch_fail():
+    from pipeline.tasks import RunSummary
+
+    def summary(*failed: str) -> RunSummary:
+        s = RunSummary(run_id="r")
+        for f in failed:
+            s.add({"status": "failed" if f else "patched", "failed": f})
+        return s
+
+    refused = "cannot reach the LLM server: Connection error."
+    assert summary(refused, refused).common_fault() == "cannot reach the LLM server"
+    assert summary("LLM server answered 503: overloaded").common_fault() == "LLM server answered 503"
+    assert summary(refused, "").common_fault() == ""  # a task got through
+    assert summary(refused, "LLM server timed out: 3 call(s) of 120 s each").common_fault() == ""
+    assert summary("LLM server answered 400: over the context window").common_fault() == ""  # that request only
+    assert summary("no valid Plan from the LLM: invalid: ...").common_fault() == ""  # the model, not the machine
+    assert summary().common_fault() == ""
