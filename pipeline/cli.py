@@ -183,7 +183,8 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
             summary = run_tasks(instances, cfg, build_graph=build_graph, run_id=run_id,
                                 repos=args.repos, workers=args.workers or 1, progress=not args.no_progress,
                                 event_lines=args.no_progress,
-                                publisher=publisher, executor=executor)
+                                publisher=publisher, executor=executor,
+                                endpoint_check=lambda: endpoint_gate(cfg))
         finally:
             if executor is not None:
                 executor.close()
@@ -191,6 +192,9 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
         return fail(str(exc))
     print(summary.line())
     print(summary.predictions_line())
+    left = summary.total - summary.skipped - summary.finished
+    if summary.halted and left:
+        return fail(f"{summary.halted}; {left} task(s) not started: run the same command again to resume")
     if fault := summary.common_fault():
         print(f"fixgraph: every task failed the same way ({fault}): fix that and run the same command "
               "again to resume", file=sys.stderr)

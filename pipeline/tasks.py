@@ -28,7 +28,7 @@ from langgraph.errors import GraphRecursionError
 
 from agents.context import TaskContext
 from fixgraph import astlock, redaction
-from fixgraph.config import RunConfig
+from fixgraph.config import ConfigError, RunConfig
 from fixgraph.dataset import EvaluationData, Instance, Task
 from fixgraph.models.llm import (
     LLM,
@@ -252,6 +252,7 @@ class RunSummary:
     interrupted: bool = False
     predictions: str = ""
     failures: list[str] = field(default_factory=list)  # the ``failed`` line of each failed task
+    halted: str = ""  # why no further task was started (the endpoint gone), when so
 
     @property
     def mean_fix_score(self) -> float | None:
@@ -302,13 +303,16 @@ def run_tasks(instances: list[Instance] | list[Task], cfg: RunConfig, *, build_g
               run_id: str, repos: Path | None, workers: int = 1, model_factory: ModelFactory | None = None,
               progress: bool = True, publisher: Publisher | None = None,
               executor: Executor | None = None, event_lines: bool = False,
-              on_call: Callable[[str, CallEvent], None] | None = None) -> RunSummary:
+              on_call: Callable[[str, CallEvent], None] | None = None,
+              endpoint_check: Callable[[], None] | None = None) -> RunSummary:
     """Run every task not already done; Ctrl-C keeps what finished and exits for a later resume.
 
     Tasks run on a thread pool of ``workers``, or on ``executor`` (pipeline/executors.py) when given.
     ``progress``: the bar and the tasks in flight (pipeline/screen.py); ``event_lines``: one
     line per event on stderr instead (``--no-progress``); ``on_call``: told of every LLM call
-    event with its task's id (eval/local_model_smoke.py times the calls).
+    event with its task's id (eval/local_model_smoke.py times the calls); ``endpoint_check``:
+    asked again after a task could not reach the LLM server: when it raises ConfigError, no other
+    task starts (on the thread pool) and ``summary.halted`` says why.
     """
     # Workers are threads, and ast.parse is not thread-safe on CPython 3.11 (see fixgraph/astlock.py).
     astlock.install()
@@ -319,7 +323,7 @@ def run_tasks(instances: list[Instance] | list[Task], cfg: RunConfig, *, build_g
     try:
         return _run_locked(instances, cfg, store, build_graph=build_graph, repos=repos, workers=workers,
                            model_factory=model_factory, progress=progress, publisher=publisher, executor=executor,
-                           event_lines=event_lines, on_call=on_call)
+                           event_lines=event_lines, on_call=on_call, endpoint_check=endpoint_check)
     finally:
         lock.release()
 
@@ -327,7 +331,8 @@ def run_tasks(instances: list[Instance] | list[Task], cfg: RunConfig, *, build_g
 def _run_locked(instances: list[Instance] | list[Task], cfg: RunConfig, store: RunStore, *,
                 build_graph: GraphFactory, repos: Path | None, workers: int, model_factory: ModelFactory | None,
                 progress: bool, publisher: Publisher | None, executor: Executor | None,
-                event_lines: bool = False, on_call: Callable[[str, CallEvent], None] | None = None) -> RunSummary:
+                event_lines: bool = False, on_call: Callable[[str, CallEvent], None] | None = None,
+                endpoint_check: Callable[[], None] | None = None) -> RunSummary:
     run_id = store.run_id
     repo_cache = RepoCache(cfg.cache_dir, repos)
     publisher = publisher or DiffPublisher(store)
@@ -350,6 +355,13 @@ def _run_locked(instances: list[Instance] | list[Task], cfg: RunConfig, store: R
         with lock:
             summary.add(record)
             bar.update(summary.finished, summary.mean_fix_score, summary.tokens, summary.dollars)
+        if endpoint_check is not None and str(record.get("failed", "")).startswith("cannot reach the LLM server"):
+            # The endpoint went away mid-run: every task left would index its repository and
+            # retry before failing the same way.
+            try:
+                endpoint_check()
+            except ConfigError as exc:
+                summary.halted = summary.halted or str(exc)
 
     def one(inst: Instance | Task) -> dict[str, Any]:
         activity.started(inst.instance_id)
@@ -370,7 +382,7 @@ def _run_locked(instances: list[Instance] | list[Task], cfg: RunConfig, store: R
                                      model_factory=model_factory,
                                      run_meter=run_meter, on_record=finished)
             while executor is None and (queue or pending):
-                while queue and len(pending) < workers and not run_meter.exhausted():
+                while queue and len(pending) < workers and not run_meter.exhausted() and not summary.halted:
                     pending.add(pool.submit(one, queue.pop(0)))
                 if not pending:
                     break
@@ -386,6 +398,6 @@ def _run_locked(instances: list[Instance] | list[Task], cfg: RunConfig, store: R
         # Tasks in flight have checkpoints and every write is atomic, so leaving now loses nothing.
         os._exit(130)
     pool.shutdown(wait=True)
-    if queue:
+    if queue and not summary.halted:
         print(f"run budget of ${cfg.budget.run_dollars} spent: {len(queue)} tasks not started", file=sys.stderr)
     return summary

@@ -126,3 +126,29 @@ def test_task_budget_stops_before_overspending(calc, cfg_factory):
     assert len(model.seen) == 2
     assert rec["stop_reason"].startswith("budget: task token budget spent")
     assert rec["status"] == "empty" and rec["final"]
+
+
+def test_an_endpoint_gone_mid_run_starts_no_further_task(tmp_path, cfg_factory):
+    # Past the gate, the server goes away: without asking again, each task left would index its
+    # repository and retry before failing the same way.
+    import socket
+
+    from eval.fixtures.repos import make_calc_repo
+    from fixgraph.config import ConfigError
+
+    mirrors = tmp_path / "mirrors"
+    insts = [Instance.model_validate(make_calc_repo(mirrors, name=n)) for n in ("calc", "calc2", "calc3")]
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = cfg_factory("baseline", **{"llm.base_url": f"http://127.0.0.1:{port}/v1", "llm.max_retries": 1})
+    asked: list[int] = []
+
+    def gone() -> None:
+        asked.append(1)
+        raise ConfigError("cannot reach the LLM server at ... (refused)")
+
+    summary = run_tasks(insts, cfg, run_id="g", repos=mirrors, progress=False, endpoint_check=gone)
+    assert summary.finished == 1 and summary.failed == 1 and asked == [1]
+    assert summary.halted.startswith("cannot reach the LLM server")
+    assert sorted(p.stem for p in (cfg.runs_dir / "g" / "records").glob("*.json")) == [insts[0].instance_id]
