@@ -106,13 +106,17 @@ def _bad_mirrors(tmp: Path) -> str:
 
 @attack("run-lock", "a second graph.py with the same run id")
 def _same_run_id(tmp: Path) -> str:
+    from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
     from fixgraph.records import RunLock
 
     mirrors, sha = _mirror(tmp)
     ds = _dataset(tmp, mirrors, sha)
     lock = RunLock(tmp / "runs" / "shared")  # the first run, in progress
     try:
-        proc = _graph(tmp, "--tasks", "all", "--dataset", str(ds), "--repos", str(mirrors), "--run-id", "shared")
+        # An endpoint that answers, so the second run gets as far as the lock.
+        with FakeLLMServer(ScriptResponder({}), models=("gpt-4o-mini",)) as srv:
+            proc = _graph(tmp, "--tasks", "all", "--dataset", str(ds), "--repos", str(mirrors), "--run-id", "shared",
+                          env={"OPENAI_BASE_URL": srv.base_url})
     finally:
         lock.release()
     records = list((tmp / "runs" / "shared").rglob("*.json"))
