@@ -224,12 +224,12 @@ class RegressionSettings(_Strict):
     patched_beside_base: bool = True
     # Read an assertion failure in a test named after the issue's subject as an expected behaviour
     # change, not a regression (scoring/verdict/expected_change.py). Off: on rows no rule was chosen on it
-    # dropped a true regression and cleared no false positive (docs/benchmarks.md, session 8).
+    # dropped a true regression and cleared no false positive (docs/benchmarks/critic.md).
     expected_changes: bool = False
     # Where a selected test's non-assertion crash counts as a runtime error (scoring/runtime/findings.py):
     # "touched", a frame in a file the patch touched; "source", also when the innermost repository
     # frame is any non-test source file (an untouched caller of a changed helper). "source": on
-    # run 2's sample it added a true positive and no false positive (docs/benchmarks.md, session 10).
+    # run 2's sample it added a true positive and no false positive (docs/benchmarks/critic.md).
     runtime_scope: Literal["touched", "source"] = "source"
 
 

@@ -338,3 +338,30 @@ def test_pages_render_in_chromium(site: Path, tmp_path: Path, page: str, expecte
     for phrase in expected:
         assert phrase in text, (phrase, text[:500])
     assert console_errors(proc.stderr) == []
+
+
+# --- docs paths cited in code ---------------------------------------------------------------------
+
+CODE_DIRS = ["agents", "pipeline", "scoring", "fixgraph", "bot", "eval", "configs"]
+DOCS_PATH = re.compile(r"docs/[A-Za-z0-9_./-]+?\.md")
+
+
+def cited_docs_paths() -> dict[str, list[str]]:
+    """Every ``docs/...md`` path named in the product code, eval and configs, with where it is."""
+    files = [ROOT / "graph.py"] + [
+        path for top in CODE_DIRS for path in sorted((ROOT / top).rglob("*"))
+        if path.suffix in {".py", ".toml", ".md"} and "results" not in path.parts
+    ]
+    cited: dict[str, list[str]] = {}
+    for path in files:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for match in DOCS_PATH.findall(line):
+                cited.setdefault(match, []).append(f"{path.relative_to(ROOT)}:{number}")
+    return cited
+
+
+def test_every_docs_path_cited_in_code_exists() -> None:
+    cited = cited_docs_paths()
+    assert cited, "the scan found no docs path at all: it looks in the wrong place"
+    missing = {path: where for path, where in cited.items() if not (ROOT / path).is_file()}
+    assert not missing, f"docs pages cited but absent: {missing}"

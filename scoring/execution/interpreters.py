@@ -5,7 +5,7 @@ A task's tests agree with the official harness only under the Python its spec na
 can change what the tests print (3.11 renamed unittest's test ids in its output, so a correct patch
 of django 4.2 scored 0) or fail before any test runs (``collections.Mapping`` is gone in 3.10). So
 the closest version is never taken silently: only the pairs in :data:`SAFE_SUBSTITUTES`, where the
-gold patches were run under both and agreed (docs/fresh-machine.md says how).
+gold patches were run under both and agreed (docs/running-tests.md says how).
 
 Provisioning is uv's managed Pythons (python-build-standalone builds), installed into fixgraph's
 cache. uv reads ``UV_PYTHON_INSTALL_MIRROR`` and ``UV_PYTHON_DOWNLOADS_JSON_URL`` from the
@@ -31,7 +31,7 @@ PYTHONS_DIR = "pythons"
 
 # (repo, version) -> {spec Python: substitutes in order of preference}. A pair is here only when the
 # gold patches of that (repo, version) gave the same verdicts under both interpreters on this machine
-# (eval.gold_bench --python; docs/fresh-machine.md has the rows and the command).
+# (eval.gold_bench --python; docs/running-tests.md has the rows and the command).
 SAFE_SUBSTITUTES: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {}
 
 How = Literal["found", "provisioned", "substitute", "missing"]

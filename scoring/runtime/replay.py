@@ -22,7 +22,7 @@ findings (source ``runtime``, the exception type as the rule, the innermost non-
 frame), so the Coder gets REDO §G feedback, and the Critic's verdict becomes ``Unsafe``.
 
 This rule was written before any patched run of a real agent's patch was measured
-(docs/benchmarks.md, issue 16, session 12).
+(docs/benchmarks/critic.md).
 
 The same two runs are also a reproduction test (``repro.issue_code``, :func:`reproductions`): a
 statement that raised, at the base, inside the repository's non-test source, an exception the

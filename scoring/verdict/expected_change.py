@@ -3,7 +3,7 @@ asserting the old one fail, and a developer updates them with the fix.
 
 The loop's regression check flags any selected test that passed at the base and fails with the
 patch. On real agents' patches a third of those flags were tests the fix's own test patch
-rewrites (docs/benchmarks.md, issue 16): xarray-5131's issue asks to drop the trailing space of
+rewrites (docs/benchmarks/critic.md): xarray-5131's issue asks to drop the trailing space of
 the groupby repr, and ``test_groupby_repr`` asserts it; sympy-16503, "Bad centering for Sum
 pretty print", breaks ``test_pretty_sum``. The loop cannot read the test patch, but it has the
 issue: a broken test that
@@ -18,7 +18,7 @@ breaks an unrelated test breaks more than the issue asks: then all stay regressi
 reports each as a warning (update this test with the fix) instead of a regression, and leaves it
 out of ``no_regression``; ``eval.regression_bench`` does not count it as a flag. The conditions
 and the two-term threshold were chosen on the false and true positives of sessions 5-7 of
-``eval.regression_bench`` (AutoCodeRover run 1, docs/benchmarks.md). There, the 12 assertion
+``eval.regression_bench`` (AutoCodeRover run 1, docs/benchmarks/critic.md). There, the 12 assertion
 failures with two shared terms are all tests the fix's test patch rewrites; with one term, 15 of
 16 are, and the 16th is breakage the fix does not intend (sympy-14817's
 ``test_MatrixSymbol_printing`` against "Error pretty printing MatAdd").
