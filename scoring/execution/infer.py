@@ -1,0 +1,267 @@
+"""Infer a test environment from a repository's own files, for repositories swebench has no spec for.
+
+Each part (Python version, install commands, test command, log parser) is read by a small function
+from the files a maintainer already keeps: pyproject.toml, setup.cfg, setup.py, tox.ini, noxfile.py,
+requirements files, CI workflows, Makefile. A committed ``[tool.fixgraph]`` table in pyproject.toml
+or a ``.fixgraph.toml`` overrides any part, so a maintainer fixes what inference gets wrong.
+The key is the content of the files the install reads: a new commit that leaves them alone reuses
+the environment.
+"""
+
+from __future__ import annotations
+
+import configparser
+import hashlib
+import re
+import shlex
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+TEST_EXTRAS = ("test", "tests", "testing", "dev")
+REQUIREMENT_NAMES = ("requirements-test.txt", "requirements-tests.txt", "requirements-dev.txt",
+                     "requirements_test.txt", "requirements_dev.txt", "test-requirements.txt",
+                     "dev-requirements.txt", "requirements/test.txt", "requirements/tests.txt",
+                     "requirements/dev.txt", "tests/requirements.txt")
+DEPENDENCY_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "tox.ini", "noxfile.py",
+                    "requirements.txt", ".fixgraph.toml", *REQUIREMENT_NAMES)
+OVERRIDE_KEYS = frozenset({"python", "setup", "test_cmd", "exclude", "services", "parser"})
+DEFAULT_PYTHON = "3.11"
+KNOWN_MINORS = tuple(f"3.{m}" for m in range(6, 14))
+
+
+class ConfigError(ValueError):
+    """A committed fixgraph table that cannot be used; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class InferredEnv:
+    python: str
+    install: tuple[str, ...]
+    test_cmd: str
+    parser: str  # "pytest" or "unittest"
+    exclude: tuple[str, ...] = ()
+    services: tuple[str, ...] = ()
+    key: str = ""
+    how: dict[str, str] = field(default_factory=dict)  # part -> where it came from, for PR bodies
+
+
+def _read(root: Path, name: str) -> str:
+    path = root / name
+    try:
+        return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+    except OSError:
+        return ""
+
+
+def _pyproject(root: Path) -> dict:
+    text = _read(root, "pyproject.toml")
+    try:
+        return tomllib.loads(text) if text else {}
+    except tomllib.TOMLDecodeError:
+        return {}  # a broken pyproject is the repository's problem; infer from the other files
+
+
+def _setup_cfg(root: Path) -> configparser.ConfigParser:
+    cfg = configparser.ConfigParser(interpolation=None)
+    try:
+        cfg.read_string(_read(root, "setup.cfg"))
+    except configparser.Error:
+        pass
+    return cfg
+
+
+def _minor_sort(minors: set[str]) -> list[str]:
+    return sorted(minors, key=lambda v: tuple(int(p) for p in v.split(".")))
+
+
+def _from_requires_python(spec: str) -> str:
+    """Newest known minor the specifier allows (``>=3.8``, ``>=3.9,<3.13``, ``~=3.10``)."""
+    if not spec:
+        return ""
+    try:
+        specifier = SpecifierSet(spec)
+    except InvalidSpecifier:
+        return ""
+    allowed = [m for m in KNOWN_MINORS if specifier.contains(f"{m}.0", prereleases=True)]
+    newest_safe = [m for m in allowed if m != KNOWN_MINORS[-1]]  # the newest minor often lacks wheels
+    return (newest_safe or allowed or [""])[-1]
+
+
+def _from_classifiers(classifiers: list[str]) -> str:
+    minors = {m.group(1) for c in classifiers
+              if (m := re.fullmatch(r"Programming Language :: Python :: (3\.\d+)", c.strip()))}
+    return _minor_sort(minors)[-1] if minors else ""
+
+
+def _from_tox(root: Path) -> str:
+    found = set(re.findall(r"\bpy3(\d{1,2})\b", _read(root, "tox.ini")))
+    minors = {f"3.{d}" for d in found if f"3.{d}" in KNOWN_MINORS}
+    return _minor_sort(minors)[-1] if minors else ""
+
+
+def _from_ci(root: Path) -> str:
+    minors: set[str] = set()
+    workflows = root / ".github" / "workflows"
+    for path in sorted(workflows.glob("*.y*ml")) if workflows.is_dir() else []:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        minors |= {m for m in re.findall(r"""["']?(3\.\d{1,2})["']?""", text) if m in KNOWN_MINORS}
+    return _minor_sort(minors)[-1] if minors else ""
+
+
+def infer_python(root: Path) -> tuple[str, str]:
+    project = _pyproject(root).get("project", {})
+    cfg = _setup_cfg(root)
+    candidates = (
+        ("requires-python", _from_requires_python(str(project.get("requires-python", "")))),
+        ("setup.cfg python_requires", _from_requires_python(cfg.get("options", "python_requires", fallback=""))),
+        ("classifiers", _from_classifiers([str(c) for c in project.get("classifiers", [])]
+                                          or cfg.get("metadata", "classifiers", fallback="").splitlines())),
+        ("CI matrix", _from_ci(root)),
+        ("tox.ini", _from_tox(root)),
+    )
+    for how, minor in candidates:
+        if minor:
+            return minor, how
+    return DEFAULT_PYTHON, "default"
+
+
+def _extras(root: Path) -> list[str]:
+    data = _pyproject(root)
+    names = set(data.get("project", {}).get("optional-dependencies", {}))
+    cfg = _setup_cfg(root)
+    if cfg.has_section("options.extras_require"):
+        names |= set(cfg.options("options.extras_require"))
+    setup_py = _read(root, "setup.py")
+    names |= {n for n in TEST_EXTRAS if re.search(rf"""["']{n}["']\s*:""", setup_py)}
+    return [n for n in TEST_EXTRAS if n in names]
+
+
+def _dependency_groups(root: Path) -> list[str]:
+    groups = _pyproject(root).get("dependency-groups", {})
+    return [g for g in TEST_EXTRAS if g in groups]
+
+
+def _tox_deps(root: Path) -> list[str]:
+    text = _read(root, "tox.ini")
+    match = re.search(r"^\[testenv\][^\[]*?^deps\s*=\s*(.*?)(?=^\S|\Z)", text, re.M | re.S)
+    if not match:
+        return []
+    lines = [ln.strip() for ln in match.group(1).splitlines()]
+    return [ln for ln in lines if ln and not ln.startswith(("#", "{", "-e", "."))]
+
+
+def infer_install(root: Path) -> tuple[list[str], str]:
+    extras = _extras(root)
+    target = f".[{','.join(extras)}]" if extras else "."
+    commands = [f"pip install -e {target}"] if _installable(root) else []
+    if (root / "requirements.txt").is_file() and not _installable(root):
+        commands.append("pip install -r requirements.txt")
+    commands += [f"pip install -r {n}" for n in REQUIREMENT_NAMES if (root / n).is_file()]
+    groups = _dependency_groups(root)
+    if groups:
+        commands.append("pip install " + " ".join(f"--group {g}" for g in groups))
+    deps = _tox_deps(root)
+    if deps:
+        commands.append("pip install " + " ".join(_quote(d) for d in deps))
+    how = "extras " + ",".join(extras) if extras else "plain install"
+    return commands, how
+
+
+def _installable(root: Path) -> bool:
+    return any((root / n).is_file() for n in ("pyproject.toml", "setup.py", "setup.cfg"))
+
+
+def _quote(requirement: str) -> str:
+    return shlex.quote(requirement)
+
+
+def infer_test_cmd(root: Path) -> tuple[str, str, str]:
+    """(command, parser, where it came from)."""
+    if "pytest" in _pyproject(root).get("tool", {}) or _setup_cfg(root).has_section("tool:pytest"):
+        return "pytest -rA", "pytest", "pytest config"
+    if (root / "pytest.ini").is_file() or "[pytest]" in _read(root, "tox.ini"):
+        return "pytest -rA", "pytest", "pytest config"
+    if re.search(r"^\s*commands\s*=.*\bpytest\b", _read(root, "tox.ini"), re.M):
+        return "pytest -rA", "pytest", "tox commands"
+    if re.search(r"\bpytest\b", _ci_text(root) + _read(root, "Makefile") + _read(root, "noxfile.py")):
+        return "pytest -rA", "pytest", "CI/Makefile/nox test step"
+    if (root / "conftest.py").is_file() or (root / "tests" / "conftest.py").is_file():
+        return "pytest -rA", "pytest", "conftest.py"
+    return "python -m unittest discover -v", "unittest", "no pytest found"
+
+
+def _ci_text(root: Path) -> str:
+    workflows = root / ".github" / "workflows"
+    if not workflows.is_dir():
+        return ""
+    return "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in sorted(workflows.glob("*.y*ml")))
+
+
+def load_overrides(root: Path) -> dict:
+    """The maintainer's committed table: ``.fixgraph.toml`` wins over ``[tool.fixgraph]``."""
+    table: dict = {}
+    text = _read(root, "pyproject.toml")
+    if text:
+        try:
+            table.update(tomllib.loads(text).get("tool", {}).get("fixgraph", {}))
+        except tomllib.TOMLDecodeError:
+            pass
+    own = _read(root, ".fixgraph.toml")
+    if own:
+        try:
+            table.update(tomllib.loads(own))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f".fixgraph.toml is not valid TOML: {exc}") from None
+    return _checked(table)
+
+
+def _checked(table: dict) -> dict:
+    unknown = sorted(set(table) - OVERRIDE_KEYS)
+    if unknown:
+        raise ConfigError(f"fixgraph config: unknown key(s) {', '.join(unknown)}; "
+                          f"known: {', '.join(sorted(OVERRIDE_KEYS))}")
+    if "python" in table and (not isinstance(table["python"], str)
+                              or not re.fullmatch(r"3\.\d{1,2}", table["python"])):
+        raise ConfigError("fixgraph config: python must be a string like \"3.11\"")
+    for key in ("setup", "exclude", "services"):
+        if key in table and not (isinstance(table[key], list)
+                                 and all(isinstance(v, str) for v in table[key])):
+            raise ConfigError(f"fixgraph config: {key} must be a list of strings")
+    if "test_cmd" in table and not (isinstance(table["test_cmd"], str) and table["test_cmd"].strip()):
+        raise ConfigError("fixgraph config: test_cmd must be a non-empty string")
+    if table.get("parser", "pytest") not in ("pytest", "unittest"):
+        raise ConfigError("fixgraph config: parser must be \"pytest\" or \"unittest\"")
+    return table
+
+
+def env_key(root: Path, python: str) -> str:
+    """Same dependency files and Python -> same key -> the environment is reused across issues."""
+    digest = hashlib.sha256(python.encode())
+    for name in DEPENDENCY_FILES:
+        content = _read(root, name)
+        if content:
+            digest.update(f"\0{name}\0".encode() + content.encode())
+    return digest.hexdigest()[:16]
+
+
+def infer(root: Path) -> InferredEnv:
+    """The environment for the checkout at ``root``; raises ConfigError on a bad committed table."""
+    overrides = load_overrides(root)
+    python, py_how = infer_python(root)
+    install, install_how = infer_install(root)
+    test_cmd, parser, test_how = infer_test_cmd(root)
+    how = {"python": py_how, "install": install_how, "test_cmd": test_how}
+    if "python" in overrides:
+        python, how["python"] = overrides["python"], "fixgraph config"
+    if "setup" in overrides:
+        install, how["install"] = list(overrides["setup"]), "fixgraph config"
+    if "test_cmd" in overrides:
+        test_cmd, how["test_cmd"] = overrides["test_cmd"], "fixgraph config"
+        parser = overrides.get("parser", "unittest" if "unittest" in test_cmd else "pytest")
+    return InferredEnv(python=python, install=tuple(install), test_cmd=test_cmd, parser=parser,
+                       exclude=tuple(overrides.get("exclude", ())),
+                       services=tuple(overrides.get("services", ())),
+                       key=env_key(root, python), how=how)

@@ -1,0 +1,95 @@
+"""Environment inference from a repository's own files, and the committed override table."""
+
+from pathlib import Path
+
+import pytest
+
+from scoring.execution.infer import ConfigError, infer
+
+
+def _repo(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+def test_pyproject_with_extras_and_pytest_config(tmp_path):
+    root = _repo(tmp_path, {"pyproject.toml": (
+        '[project]\nname="x"\nrequires-python=">=3.9,<3.13"\n'
+        '[project.optional-dependencies]\ntest=["pytest"]\ndocs=["sphinx"]\n'
+        '[tool.pytest.ini_options]\naddopts="-q"\n')})
+    env = infer(root)
+    assert env.python == "3.12" and env.how["python"] == "requires-python"
+    assert env.install == ("pip install -e .[test]",)
+    assert env.test_cmd.startswith("pytest") and env.parser == "pytest"
+
+
+def test_setup_py_with_requirements_file_and_classifiers(tmp_path):
+    root = _repo(tmp_path, {
+        "setup.py": "from setuptools import setup\nsetup(name='x', classifiers=[])\n",
+        "setup.cfg": "[metadata]\nclassifiers =\n    Programming Language :: Python :: 3.8\n"
+                     "    Programming Language :: Python :: 3.10\n",
+        "requirements-dev.txt": "pytest\n"})
+    env = infer(root)
+    assert env.python == "3.10" and env.how["python"] == "classifiers"
+    assert env.install == ("pip install -e .", "pip install -r requirements-dev.txt")
+
+
+def test_tox_only_and_unittest_fallback(tmp_path):
+    root = _repo(tmp_path, {"setup.py": "", "tox.ini": "[tox]\nenvlist = py38,py311\n"
+                            "[testenv]\ndeps =\n    mock\n    -e .\ncommands = python -m unittest\n"})
+    env = infer(root)
+    assert env.python == "3.11" and env.how["python"] == "tox.ini"
+    assert "pip install mock" in env.install
+    assert env.parser == "unittest"
+
+
+def test_ci_matrix_gives_python_and_pytest(tmp_path):
+    root = _repo(tmp_path, {"setup.py": "", ".github/workflows/ci.yml":
+                            "python-version: ['3.8', '3.10']\nrun: pytest tests\n"})
+    env = infer(root)
+    assert (env.python, env.how["python"], env.parser) == ("3.10", "CI matrix", "pytest")
+
+
+def test_committed_table_overrides_every_part(tmp_path):
+    root = _repo(tmp_path, {"pyproject.toml": (
+        '[project]\nname="x"\nrequires-python=">=3.8"\n'
+        '[tool.fixgraph]\npython="3.9"\nsetup=["pip install -e ."]\n'
+        'test_cmd="python -m unittest discover -v"\nexclude=["tests/test_net.py"]\n'
+        'services=["redis"]\n')})
+    env = infer(root)
+    assert env.python == "3.9" and env.install == ("pip install -e .",)
+    assert env.parser == "unittest" and env.exclude == ("tests/test_net.py",)
+    assert env.services == ("redis",) and env.how["test_cmd"] == "fixgraph config"
+
+
+def test_key_follows_dependency_files_only(tmp_path):
+    root = _repo(tmp_path, {"pyproject.toml": '[project]\nname="x"\n', "src/x/a.py": "A = 1\n"})
+    first = infer(root).key
+    (root / "src/x/a.py").write_text("A = 2\n")
+    assert infer(root).key == first
+    (root / "pyproject.toml").write_text('[project]\nname="x"\ndependencies=["attrs"]\n')
+    assert infer(root).key != first
+
+
+@pytest.mark.parametrize("text, message", [
+    ("python = 3.9\n", "python must be a string"),
+    ("pythn = '3.9'\n", "unknown key(s) pythn"),
+    ("setup = 'pip install .'\n", "setup must be a list of strings"),
+    ("test_cmd = ''\n", "test_cmd must be a non-empty string"),
+    ("python = [\n", "not valid TOML"),
+])
+def test_bad_committed_file_is_one_clear_error(tmp_path, text, message):
+    root = _repo(tmp_path, {".fixgraph.toml": text})
+    with pytest.raises(ConfigError) as caught:
+        infer(root)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_broken_pyproject_and_empty_repo_still_infer(tmp_path):
+    root = _repo(tmp_path, {"pyproject.toml": "[project\n"})
+    env = infer(root)
+    assert env.python == "3.11" and env.how["python"] == "default"
+    assert infer(tmp_path / "missing").install == ()
