@@ -150,7 +150,8 @@ def _tox_deps(root: Path) -> list[str]:
     if not match:
         return []
     lines = [ln.strip() for ln in match.group(1).splitlines()]
-    return [ln for ln in lines if ln and not ln.startswith(("#", "{", "-e", "."))]
+    # "-r"/"-e" lines name files or the project the other install commands already cover.
+    return [ln for ln in lines if ln and not ln.startswith(("#", "{", "-", "."))]
 
 
 def infer_install(root: Path) -> tuple[list[str], str]:
@@ -265,3 +266,37 @@ def infer(root: Path) -> InferredEnv:
                        exclude=tuple(overrides.get("exclude", ())),
                        services=tuple(overrides.get("services", ())),
                        key=env_key(root, python), how=how)
+
+
+def describe(env: InferredEnv) -> str:
+    """How the environment was made, one part a line: for ``--check`` output and PR bodies."""
+    lines = [f"python {env.python} ({env.how.get('python', '')})",
+             f"install ({env.how.get('install', '')}): " + ("; ".join(env.install) or "nothing"),
+             f"tests ({env.how.get('test_cmd', '')}): {env.test_cmd} [{env.parser} log]"]
+    if env.exclude:
+        lines.append("left out: " + ", ".join(env.exclude))
+    if env.services:
+        lines.append("services: " + ", ".join(env.services))
+    return "\n".join(lines + [f"env key {env.key}"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+    parser = argparse.ArgumentParser(prog="python -m scoring.execution.infer",
+                                     description="Print the test environment inferred for a checkout.")
+    parser.add_argument("repo", type=Path, help="a local checkout of a Python repository")
+    args = parser.parse_args(argv)
+    if not args.repo.is_dir():
+        print(f"error: {args.repo} is not a directory", file=sys.stderr)
+        return 2
+    try:
+        print(describe(infer(args.repo)))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -93,3 +93,15 @@ def test_broken_pyproject_and_empty_repo_still_infer(tmp_path):
     env = infer(root)
     assert env.python == "3.11" and env.how["python"] == "default"
     assert infer(tmp_path / "missing").install == ()
+
+
+def test_command_line_prints_env_and_refuses_bad_input(tmp_path, capsys):
+    from scoring.execution.infer import main
+    root = _repo(tmp_path / "ok", {"pyproject.toml": '[project]\nname="x"\nrequires-python=">=3.10"\n'})
+    assert main([str(root)]) == 0
+    assert "python 3.12 (requires-python)" in capsys.readouterr().out
+    assert main([str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    bad = _repo(tmp_path / "bad", {".fixgraph.toml": "python = 3\n"})
+    assert main([str(bad)]) == 2
+    assert "python must be a string" in capsys.readouterr().err
