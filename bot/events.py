@@ -124,3 +124,65 @@ def from_webhook(event: str, payload: Any, gh: GitHubSettings) -> Trigger | Igno
     return comment_trigger(repo, number, body if isinstance(body, str) else None,
                            str(_get(payload, "comment", "user", "login") or sender),
                            association if isinstance(association, str) else None, gh, installation)
+
+
+# A reviewer's words go into a prompt; past this size they are cut (and say so) rather than let one
+# comment crowd out the issue and the diff.
+MAX_REVIEW_CHARS = 8000
+
+
+@dataclass(frozen=True)
+class Revision:
+    """A request to revise the bot's own PR: the reviewer's words, and the lines a line comment is on."""
+
+    repo: str
+    number: int
+    reason: str  # review | review_comment | comment
+    sender: str
+    text: str
+    path: str | None = None
+    line: int | None = None
+
+
+def cut_review(text: str, limit: int = MAX_REVIEW_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[cut: the comment was {len(text)} characters; the first {limit} are kept]"
+
+
+def is_bot_pr(pr: Any, gh: GitHubSettings) -> bool:
+    """The bot opened this PR: its body carries the marker, its branch is one the bot names, and its
+    author is the bot when the bot's login is known."""
+    if not isinstance(pr, dict):
+        return False
+    body, ref, login = pr.get("body"), _get(pr, "head", "ref"), _get(pr, "user", "login")
+    if not (isinstance(body, str) and MARKER in body and isinstance(ref, str) and ref.startswith("fixgraph/")):
+        return False
+    return not gh.bot_login or (isinstance(login, str) and login.lower() == gh.bot_login.lower())
+
+
+def revision_trigger(repo: str, pr: Any, reason: str, text: str | None, login: str,
+                     association: str | None, gh: GitHubSettings,
+                     path: str | None = None, line: int | None = None) -> Revision | Ignored:
+    """Whether a review, a line comment or a ``/fixgraph`` comment on a PR asks for a revision."""
+    if is_own_comment(text, login, gh):
+        return Ignored("the bot's own comment")
+    if not is_bot_pr(pr, gh):
+        return Ignored("the pull request was not opened by fixgraph")
+    if pr.get("state") != "open" or pr.get("merged"):
+        return Ignored("the pull request is closed")
+    words = (text or "").strip()
+    if reason == "comment":
+        if not is_command(words, gh.command):
+            return Ignored("comment is not a command")
+        words = words[len(gh.command):].strip()
+    if not words:
+        return Ignored("nothing to revise: the review carries no words")
+    if not may_command(login, association, gh):
+        return Ignored(f"{login} may not trigger fixgraph ({association or 'no association'})")
+    if not repo_allowed(repo, gh.allowlist):
+        return Ignored(f"{repo} is not in the allowlist")
+    number = pr.get("number")
+    if not isinstance(number, int):
+        return Ignored("payload has no pull request number")
+    return Revision(repo, number, reason, login, cut_review(words), path, line)
