@@ -268,6 +268,12 @@ def infer(root: Path) -> InferredEnv:
                        key=env_key(root, python), how=how)
 
 
+def as_spec(env: InferredEnv) -> dict[str, object]:
+    """The environment in swebench's spec shape, so the venv builder that takes specs can build it."""
+    return {"python": env.python, "install": " && ".join(env.install), "pre_install": [],
+            "test_cmd": env.test_cmd, "inferred": True, "env_key": env.key}
+
+
 def describe(env: InferredEnv) -> str:
     """How the environment was made, one part a line: for ``--check`` output and PR bodies."""
     lines = [f"python {env.python} ({env.how.get('python', '')})",

@@ -105,3 +105,11 @@ def test_command_line_prints_env_and_refuses_bad_input(tmp_path, capsys):
     bad = _repo(tmp_path / "bad", {".fixgraph.toml": "python = 3\n"})
     assert main([str(bad)]) == 2
     assert "python must be a string" in capsys.readouterr().err
+
+
+def test_spec_shape_for_the_venv_builder(tmp_path):
+    from scoring.execution.infer import as_spec
+    root = _repo(tmp_path, {"setup.py": "", "requirements-test.txt": "pytest\n"})
+    spec = as_spec(infer(root))
+    assert spec["install"] == "pip install -e . && pip install -r requirements-test.txt"
+    assert spec["python"] == "3.11" and spec["pre_install"] == [] and spec["inferred"] is True
