@@ -150,8 +150,10 @@ def _tox_deps(root: Path) -> list[str]:
     if not match:
         return []
     lines = [ln.strip() for ln in match.group(1).splitlines()]
-    # "-r"/"-e" lines name files or the project the other install commands already cover.
-    return [ln for ln in lines if ln and not ln.startswith(("#", "{", "-", "."))]
+    # "-r"/"-e" lines name files or the project the other install commands already cover; a
+    # factor-conditional line ("pypy: ...") or a substitution belongs to one tox env, not all.
+    return [ln for ln in lines if ln and not ln.startswith(("#", "-", "."))
+            and "{" not in ln and not re.match(r"!?[\w.,-]+:\s", ln)]
 
 
 def infer_install(root: Path) -> tuple[list[str], str]:

@@ -113,3 +113,10 @@ def test_spec_shape_for_the_venv_builder(tmp_path):
     spec = as_spec(infer(root))
     assert spec["install"] == "pip install -e . && pip install -r requirements-test.txt"
     assert spec["python"] == "3.11" and spec["pre_install"] == [] and spec["inferred"] is True
+
+
+def test_tox_deps_skip_factor_lines_and_requirement_files(tmp_path):
+    root = _repo(tmp_path, {"setup.py": "", "tox.ini": (
+        "[testenv]\ndeps =\n    !pypy: -r {toxinidir}/requirements_test.txt\n"
+        "    pypy: coverage\n    -rrequirements-dev.txt\n    hypothesis>=6\n")})
+    assert infer(root).install == ("pip install -e .", "pip install 'hypothesis>=6'")
