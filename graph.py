@@ -95,7 +95,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for role in ROLES:
         p.add_argument(f"--model-{role}", metavar="NAME", help=f"the {role}'s model (overrides --model)")
     p.add_argument("--check", action="store_true",
-                   help="check the LLM endpoint, models, pyright, git, the test backend and GitHub; run nothing")
+                   help="check the LLM endpoint, models, pyright, git, the test backend and GitHub; with --dataset, "
+                   "also each task's env (interpreter, system packages); run nothing")
+    p.add_argument("--prepare", action="store_true",
+                   help="clone and build every env the tasks need (up to --workers at once); no LLM call")
+    p.add_argument("--require-tests", action="store_true",
+                   help="a task whose tests cannot run on this machine fails instead of being scored without them")
     return p.parse_args(argv)
 
 

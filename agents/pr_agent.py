@@ -65,6 +65,10 @@ def pr_agent(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
     if chosen is None:
         reason = state.get("stop_reason") or "no attempt produced a deliverable patch"
         return {"published": {"kind": "none", "reason": reason}, "stop_reason": reason} | added
+    score = chosen.get("score", {})
+    if ctx.cfg.critic.require_tests and score.get("kind") in ("semantic", "none"):
+        reason = f"require_tests: no test ran on the patch ({score.get('note') or 'tests not run'})"
+        return {"published": {"kind": "none", "reason": reason}, "stop_reason": reason, "failed": reason} | added
     ctx.worktree.reset()
     ctx.worktree.apply(chosen.get("patch", ""))
     outcome = Outcome(

@@ -160,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", choices=["venv", "local", "docker"], default="venv")
     ap.add_argument("--timeout", type=float, default=900.0, help="wall-clock seconds per test run")
     ap.add_argument("--cache-dir", type=Path, default=Path(".cache/fixgraph"))
+    ap.add_argument("--python", metavar="X.Y", help="build every env with this Python instead of the spec's "
+                    "(measures which substitutes are safe; those envs live apart)")
     ap.add_argument("--out", type=Path, default=Path("runs/gold_bench.jsonl"))
     args = ap.parse_args(argv)
     if not args.repos.is_dir():
@@ -189,7 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no instance of {args.dataset} has a mirror under {args.repos}", file=sys.stderr)
         return 2
     done = previous_rows(args.out, instance_key)  # a line cut by a kill is judged again
-    settings = TestSettings(backend=args.backend, timeout_s=args.timeout)
+    if args.python and not re.fullmatch(r"\d+\.\d+", args.python):
+        print(f"error: --python {args.python!r} is not X.Y", file=sys.stderr)
+        return 2
+    settings = TestSettings(backend=args.backend, timeout_s=args.timeout, python=args.python)
     runner = make_runner(settings, args.cache_dir)
     cache = RepoCache(args.cache_dir, args.repos)
     rows: list[dict[str, Any]] = []

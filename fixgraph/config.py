@@ -173,6 +173,9 @@ class CriticSettings(_Strict):
     pyright: str = "pyright"
     static_timeout_s: float = Field(default=300.0, gt=0)
     fix_score_threshold: float = Field(default=0.8, ge=0.0, le=1.0)
+    # A patch no test ran on (its score semantic, or none) fails the task instead of being delivered
+    # (graph.py --require-tests): for runs whose machine may lack an env.
+    require_tests: bool = False
 
     @field_validator("tests", mode="before")
     @classmethod
@@ -241,6 +244,9 @@ class TestSettings(_Strict):
     network_isolation: bool = True
     locals_repr_chars: int = Field(default=200, ge=20)
     env_dir: Path | None = None
+    # Every env built with this Python ("3.11") instead of the spec's: measures which substitutes are
+    # safe (eval.gold_bench --python); such envs live in folders of their own.
+    python: str | None = None
     # Building a (repo, version) virtualenv: wall-clock cap for the whole build.
     build_timeout_s: float = Field(default=1800.0, gt=0)
     # An env's install at one base commit serves another commit of the same (repo, version) when

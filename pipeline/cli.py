@@ -89,6 +89,11 @@ def model_overrides(args: argparse.Namespace) -> dict[str, str]:
     return out
 
 
+def overrides(args: argparse.Namespace) -> dict[str, object]:
+    """What the command line sets above the config and env: the models, and --require-tests."""
+    return {**model_overrides(args), **({"critic.require_tests": True} if getattr(args, "require_tests", False) else {})}
+
+
 def configure(args: argparse.Namespace) -> RunConfig:
     """The run's config with an LLM it can reach (a local server found, said in one line)."""
     from dotenv import load_dotenv
@@ -96,7 +101,7 @@ def configure(args: argparse.Namespace) -> RunConfig:
     from fixgraph.models.discover import local_servers, resolve_llm
 
     load_dotenv(override=False)
-    cfg = load_config(args.config, overrides=model_overrides(args))
+    cfg = load_config(args.config, overrides=overrides(args))
     cfg, found = resolve_llm(cfg, local_servers())
     if found:
         print(found, file=sys.stderr)
@@ -113,7 +118,41 @@ def check_all(args: argparse.Namespace) -> int:
         cfg, llm_error = load_config(args.config, overrides=model_overrides(args)), str(exc)
     if args.executor == "ray":
         check_ray(cfg)
-    return 0 if print_report(run_checks(cfg, llm_error=llm_error)) else 1
+    ready = print_report(run_checks(cfg, llm_error=llm_error))
+    if args.dataset is not None:  # the tasks' envs: only for a named dataset (the hub may be offline)
+        from pipeline.prepare import run_check
+
+        ready = run_check(load_tasks(args, cfg), cfg) and ready
+    return 0 if ready else 1
+
+
+def load_tasks(args: argparse.Namespace, cfg: RunConfig) -> list[Task]:
+    from fixgraph.dataset import load_dataset_any, select
+
+    if args.dataset is None:
+        from fixgraph.hub import prepare_hub
+
+        prepare_hub(cfg.cache_dir)  # offline: say so in seconds, not after the hub's retries
+    return [i.task() for i in select(load_dataset_any(args.dataset, cfg.cache_dir), args.tasks)]
+
+
+def check_envs(instances: list[Instance], cfg: RunConfig, require_tests: bool) -> set[str]:
+    """Before the first LLM call: which tasks will have no runnable tests, and why (on stderr). A set
+    whose envs all fail stops here. Returns the ids of the tasks that cannot run their tests."""
+    from scoring.execution.readiness import check_tasks, summary_line
+
+    if not cfg.critic.enabled or cfg.critic.tests == "off" or cfg.tests.backend != "venv":
+        return set()
+    reports = check_tasks([i.task() for i in instances], cfg.cache_dir, cfg.tests)
+    bad = [r for r in reports if not r.runnable]
+    if bad and len(bad) == len(reports):
+        raise ConfigError(f"no task of this set can run its tests on this machine ({summary_line(bad)}); "
+                          "see python graph.py --check --dataset ... for what to install")
+    if bad:
+        what = "will fail (--require-tests)" if require_tests else "will be scored without tests"
+        print(f"fixgraph: {sum(len(r.tasks) for r in bad)} of {len(instances)} tasks {what}: "
+              + summary_line(bad).split(" (", 1)[1].rstrip(")"), file=sys.stderr)
+    return {t for r in bad for t in r.tasks}
 
 
 def _outside_checkouts(cfg: RunConfig, repos: Path | None) -> None:
@@ -142,6 +181,11 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
             raise ConfigError(f"--repos {args.repos} is not a folder")
         if getattr(args, "check", False):
             return check_all(args)
+        if getattr(args, "prepare", False):
+            from pipeline.prepare import run_prepare
+
+            cfg = load_config(args.config)
+            return run_prepare(load_tasks(args, cfg), cfg, args.repos, args.workers or 1, not args.no_progress)
         cfg = configure(args)
         _outside_checkouts(cfg, args.repos)
         if args.executor == "ray":
@@ -169,6 +213,7 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
         from fixgraph.repo.workspace import preflight
 
         preflight(cfg.cache_dir, args.repos, [(i.repo, i.base_commit) for i in instances])
+        check_envs(instances, cfg, cfg.critic.require_tests)
         executor = None
         if args.executor == "ray":
             from pipeline.executors import RayExecutor

@@ -177,6 +177,9 @@ def draft_reasons(outcome: Outcome, threshold: float) -> list[str]:
     fix_score = float(outcome.score.get("fix_score") or 0.0)
     if fix_score < threshold:
         reasons.append(f"fix_score {fix_score:.2f} is under the threshold {threshold:.2f}")
+    if outcome.score.get("kind") in ("semantic", "none"):
+        # No test ran on the patch: a judgment, however high, is not a tested fix.
+        reasons.append(f"no test ran on the patch ({outcome.score.get('note') or 'tests not run'})")
     if outcome.guard_warnings:
         n = len(outcome.guard_warnings)
         reasons.append(f"the guard raised {n} warning{'' if n == 1 else 's'}")

@@ -37,6 +37,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -327,7 +328,18 @@ def covered_dirs() -> list[str]:
 def _prefixes(paths: Sequence[Path]) -> list[Path]:
     """An interpreter's installation (``<prefix>/bin/python`` -> ``<prefix>``: its standard library
     and shared libraries), for each path that is one."""
-    return [p.parent.parent for p in paths if p.parent.name == "bin" and p.name.startswith("python")]
+    out = [p.parent.parent for p in paths if p.parent.name == "bin" and p.name.startswith("python")]
+    # A venv's python (a copy, with --copies) loads the base installation's libpython and stdlib.
+    return out + [base for p in out if (base := _venv_base(p)) is not None]
+
+
+def _venv_base(prefix: Path) -> Path | None:
+    try:
+        cfg = (prefix / "pyvenv.cfg").read_text(errors="replace")
+    except OSError:
+        return None
+    m = re.search(r"^home\s*=\s*(/.*?)\s*$", cfg, re.M)
+    return Path(m.group(1)).parent if m else None
 
 
 def _masks(paths: Sequence[Path], env: Mapping[str, str]) -> tuple[list[str], list[str]]:

@@ -162,7 +162,7 @@ class VenvEnvs:
 
     def env_path(self, task: Task) -> Path:
         # A pinned Python gets its own folder: the env built from the specs may be in use.
-        pinned = HARNESS_PYTHON.get((task.repo, task.version))
+        pinned = self.settings.python or HARNESS_PYTHON.get((task.repo, task.version))
         return self.root / (f"{task.repo_slug}__{task.version}" + (f"-py{pinned}" if pinned else ""))
 
     def get(self, task: Task, wt: Worktree) -> TestEnv:
@@ -171,6 +171,8 @@ class VenvEnvs:
             raise EnvError(f"swebench has no install specs for {task.repo} version {task.version!r}")
         if (task.repo, task.version) in HARNESS_PYTHON:
             spec = {**spec, "python": HARNESS_PYTHON[(task.repo, task.version)]}
+        if self.settings.python:
+            spec = {**spec, "python": self.settings.python, "spec_python": spec.get("python")}
         if is_compiled(task.repo):  # the test runs redo pre_install too: not its downloads and apt-get
             spec = {**with_wheel_pins(task.repo, task.version, spec),
                     "pre_install": offline_pre_install(list(spec.get("pre_install", [])))}

@@ -1,0 +1,131 @@
+"""Can this machine run each task's tests: the env of each (repo, version), checked without building
+it (``--check``, and the start of every run) or built (``--prepare``).
+
+A task whose env cannot be built is scored without tests (the semantic judgment alone); the run
+says how many and why before its first LLM call, so nobody reads a semantic score as a tested one.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+from fixgraph.config import TestSettings
+from fixgraph.dataset import Task
+from scoring.execution.compiled import missing_system_packages
+from scoring.execution.envs import HARNESS_PYTHON, VenvEnvs
+from scoring.execution.interpreters import resolve
+from scoring.execution.specs import repo_specs
+
+State = Literal["built", "substitute", "to build", "failed", "missing"]
+# States whose tasks will run their tests ("to build": the check found nothing against it).
+RUNNABLE: frozenset[str] = frozenset({"built", "substitute", "to build"})
+
+
+@dataclass(frozen=True)
+class EnvReport:
+    env: str  # "django/django 3.0"
+    python: str  # the X.Y used or needed
+    state: State
+    reason: str  # one line: why not runnable, or the substitute / provisioning said
+    tasks: tuple[str, ...]  # instance ids that need this env
+    seconds: float | None = None  # the build's, when built
+
+    @property
+    def runnable(self) -> bool:
+        return self.state in RUNNABLE
+
+
+def venv_envs(cache_dir: Path, settings: TestSettings) -> VenvEnvs:
+    return VenvEnvs(settings.env_dir or cache_dir / "envs", cache_dir, settings)
+
+
+def by_env(tasks: Iterable[Task]) -> dict[tuple[str, str], list[Task]]:
+    out: dict[tuple[str, str], list[Task]] = {}
+    for task in tasks:
+        out.setdefault((task.repo, task.version), []).append(task)
+    return out
+
+
+def recorded(envs: VenvEnvs, task: Task) -> EnvReport | None:
+    """What the env's own record says, when it was built (or failed) before; None otherwise."""
+    try:
+        meta = json.loads((envs.env_path(task) / "env.json").read_text())
+    except (OSError, ValueError):
+        return None
+    env = f"{task.repo} {task.version}"
+    python = str(meta.get("python_version") or meta.get("wanted_python") or "?")
+    if meta.get("ok"):
+        sub = meta.get("python_how") == "substitute"
+        return EnvReport(env, python, "substitute" if sub else "built", str(meta.get("python_note", "")) if sub else "",
+                         (task.instance_id,), meta.get("seconds"))
+    return EnvReport(env, python, "failed", str(meta.get("reason", "unknown build failure")).splitlines()[0][:300],
+                     (task.instance_id,), meta.get("seconds"))
+
+
+def check_env(task: Task, cache_dir: Path, settings: TestSettings) -> EnvReport:
+    """The env ``task`` needs, without building anything or downloading an interpreter."""
+    env = f"{task.repo} {task.version}"
+    ids = (task.instance_id,)
+    if settings.backend != "venv":
+        return EnvReport(env, "-", "to build", f"{settings.backend} backend: not checked ahead", ids)
+    envs = venv_envs(cache_dir, settings)
+    done = recorded(envs, task)
+    if done is not None:
+        return done
+    spec = repo_specs(cache_dir, task.repo, task.version) if task.version else None
+    if spec is None:
+        return EnvReport(env, "-", "missing", f"swebench has no install specs for {env}", ids)
+    wanted = settings.python or HARNESS_PYTHON.get((task.repo, task.version)) or str(spec.get("python", "3"))
+    got = resolve(wanted, cache_dir=cache_dir, provision=False, repo=task.repo, version=task.version)
+    lacks = missing_system_packages(task.repo)
+    if lacks:
+        return EnvReport(env, got.python, "missing", lacks, ids)
+    if got.path is None and not got.provisionable:
+        return EnvReport(env, got.python, "missing", got.reason, ids)
+    note = got.reason if got.how == "substitute" else ""
+    if got.path is None:
+        note = f"Python {got.python} not on this machine: uv will install it into the cache ({got.reason.split(': ', 1)[-1]})"
+    return EnvReport(env, got.python, "to build", note, ids)
+
+
+def check_tasks(tasks: Iterable[Task], cache_dir: Path, settings: TestSettings) -> list[EnvReport]:
+    """One report per env, naming the tasks behind it."""
+    out = []
+    for group in by_env(tasks).values():
+        rep = check_env(group[0], cache_dir, settings)
+        out.append(replace(rep, tasks=tuple(t.instance_id for t in group)))
+    return out
+
+
+def build_env(task: Task, build: Callable[[Task], None], cache_dir: Path, settings: TestSettings) -> EnvReport:
+    """Build (or find built) ``task``'s env with ``build`` (which checks out the task and asks the
+    env builder); the report is the env's record afterwards."""
+    start = time.monotonic()
+    before = check_env(task, cache_dir, settings)
+    if before.state == "missing":
+        return before
+    try:
+        build(task)
+    except Exception as exc:  # noqa: BLE001 - a build's failure is a row of the table, not the end of the step
+        after = recorded(venv_envs(cache_dir, settings), task)
+        if after is None or after.state != "failed":
+            reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            return EnvReport(before.env, before.python, "failed", reason, before.tasks,
+                             round(time.monotonic() - start, 1))
+        return after
+    after = recorded(venv_envs(cache_dir, settings), task)
+    return after or EnvReport(before.env, before.python, "built", "", before.tasks, round(time.monotonic() - start, 1))
+
+
+def summary_line(reports: list[EnvReport]) -> str:
+    """"scored without tests: 2 tasks (matplotlib/matplotlib 3.6: needs libqhull-dev ...)", or ""."""
+    bad = [r for r in reports if not r.runnable]
+    if not bad:
+        return ""
+    n = sum(len(r.tasks) for r in bad)
+    why = "; ".join(f"{r.env}: {r.reason}" for r in bad[:4]) + ("; ..." if len(bad) > 4 else "")
+    return f"scored without tests: {n} task{'s' * (n != 1)} ({why})"
