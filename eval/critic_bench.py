@@ -18,7 +18,7 @@ under ``--repos``. Each patch is judged, in the same run and in alternating orde
   static phase passes (a missing verdict counts as not flagged, and is reported);
 - with ``--runtime``, ``ours_static+runtime``: the static phase's findings sure without running
   (``scoring.verdict.weigh.certain``), then, on the patches they pass, the other findings weighed
-  against the tests as the Critic weighs them (issue 36),
+  against the tests as the Critic weighs them,
   the Critic's replay of the issue's code with the patch (``scoring.runtime.replay``) and the loop's own
   check (``scoring.execution.outcomes.own_outcome``: the existing tests selected from the patch, no
   reproduction test, no hidden data) turned into runtime findings (``scoring.runtime.findings``). Test
@@ -245,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
     redo, ours, full = Tally("redo_static"), Tally("ours_static"), Tally("ours_static+llm")
     withrt, withother = Tally("ours_static+runtime"), Tally(f"ours_static+runtime_{other}")
     noreplay = Tally("ours_static+tests_only")  # the runtime column without the replay
-    # The Critic before issue 36 on the same rows: any static finding vetoed before a test ran.
+    # The earlier Critic rule on the same rows, kept as a reference: any static finding vetoed before a test ran.
     before = Tally("ours_static+runtime_pre36")
     unrecorded = 0  # rows saved before the crashes were: their other-scope verdict is the saved one
     runner = make_runner(cfg.tests, cfg.cache_dir.resolve()) if args.runtime else None
@@ -466,7 +466,7 @@ def _count(rec: dict[str, Any], truth: bool, redo: Tally, ours: Tally, full: Tal
 def _runtime(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, patch: str,
              static_rec: dict[str, Any], scope: Scope,
              standin: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The runtime column's verdict in ``scope``, as the Critic reaches it (issue 36, no veto before
+    """The runtime column's verdict in ``scope``, as the Critic reaches it (no veto before
     evidence): a static finding sure without running decides; the others are suspicions the
     selected existing tests weigh (``scoring.verdict.weigh``: flagged when a crashed test confirms
     one, or when the tests cannot run and the suspicion decides), with the replay's and the
@@ -534,7 +534,7 @@ def _add_replay(repos: RepoCache, runner: SuiteRunner, cfg: RunConfig, inst: Ins
 
 
 def _count_pre36(rec: dict[str, Any], truth: bool, tally: Tally, scope: Scope) -> None:
-    """The row as the Critic before issue 36 judged it: any static finding flagged the patch
+    """The row as the earlier veto rule judges it: any static finding flagged the patch
     after the static phase's seconds, no test run; a patch without one went on as now."""
     if "not_applied" not in rec and rec["ours"]["status"] == "ok" and rec["ours"]["unsafe"]:
         tally.add(truth, True, rec["ours"]["seconds"])

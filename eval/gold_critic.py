@@ -5,11 +5,11 @@
         [-o ROWS.jsonl] [--resume]
 
 Every instance's ``patch`` (the reference fix, resolved by definition) goes through the Critic's
-phases, each judged as the Critic judges it now (issue 36, no veto before evidence):
+phases, each judged as the Critic judges it (no veto before evidence):
 
 - ``static``: the differential static phase. ``gold_false_alarm_static`` counts the gold patches a
   finding sure without running vetoes (``scoring.verdict.weigh.certain``); ``static_any`` counts
-  those with any finding at all: what the static phase alone vetoed before issue 36. REDO's
+  those with any finding at all: what a veto on the static phase alone would flag. REDO's
   static phase (eval/redo_static.py) runs in the same run, on the same worktree:
   ``redo_static_false_alarm``.
 - ``replay``: the issue's own code run with the patch against the base (``scoring.runtime.replay``,
@@ -268,7 +268,7 @@ def report(recs: list[dict[str, Any]], phases: set[str], test_patches: dict[str,
         ran = [(r, v) for r, v in verdicts if v is not None]
         bad = [r for r, v in ran if v]
         share = len(bad) / len(ran) if ran else 0.0
-        name = {"static_any": "static_any (any finding: the veto before issue 36)",
+        name = {"static_any": "static_any (any finding: a veto on the static phase)",
                 "redo_static": "redo_static",
                 "end_to_end": "end_to_end (a sure finding; else the tests, as tests_scored; else an untested suspicion)",
                 }.get(phase, phase)

@@ -15,7 +15,7 @@ overall it prints recall of the gold files within the top 1/3/5/8 of:
 - ``cv``: the full ranking where each repository's instances are ranked with the weights that
   score best on the other repositories' instances (leave one repository out), the honest figure:
   best recall@8 + recall@1, ties to the better recall@k averaged over k = 1..10, then to the smaller
-  weights (since session 9; a line below gives the figure with ties straight to the smaller weights);
+  weights (a line below gives the figure with ties straight to the smaller weights);
 - ``bm25``: plain BM25 (bm25s) over whole ``.py`` files with the issue text as the query;
 - ``before``: the linear formula with the weights shipped before the title and prose signals;
 - ``rrcv``: the learned re-ranking of the formula's top 8 (``fixgraph.localize.rerank``), cross-validated:
@@ -74,7 +74,7 @@ LINEAR_GRID = [(h, 0.0, 0.0, t, title, prose, tc, ex) for h in (0.0, 0.1, 0.2) f
 # A point: ``combine``'s weights in its order (..., W_TEST_COCHANGE, W_LITERAL_TOP, W_EXECUTED).
 GRID = [(*linear[:7], lt, linear[7]) for linear in LINEAR_GRID for lt in LITERAL_TOP_WEIGHTS]
 Point = tuple[float, ...]
-# The weights shipped before the title signal (issue 18, third pass): the `before` column.
+# The weights shipped before the title signal: the `before` column.
 PREVIOUS: Point = (0.2, 0.0, 0.0, 0.05, 0.0, 0.0, 0.0, 0.0)
 
 
@@ -201,7 +201,7 @@ def grid_recalls(rows: list[Row]) -> dict[Point, list[Scores]]:
 
 def best_point(recalls: dict[Point, list[Scores]], keep: list[int], smooth: bool = True) -> Point:
     """The grid point with the best recall@8 + recall@1 on rows ``keep``. Ties go to the point with
-    the better recall@k averaged over k = 1..SMOOTH_K (``smooth``, since session 9), then to smaller
+    the better recall@k averaged over k = 1..SMOOTH_K (``smooth``), then to smaller
     weights. The average credits a signal that moves gold files up without crossing rank 8 on the
     training rows; with ties straight to the smaller weight such a signal was left out whenever the
     training repositories happened to show no change at 1 or 8."""
@@ -512,7 +512,7 @@ def run(args: argparse.Namespace) -> int:
     folds, in_sample, held_out = cross_validate(rows, recalls)
     for r, cv in zip(rows, held_out, strict=True):
         r.cv = cv
-    # The procedure before session 9 (ties straight to the smaller weights), reported beside it.
+    # The simpler procedure (ties straight to the smaller weights), reported beside it.
     folds_ties, _, held_out_ties = cross_validate(rows, recalls, smooth=False)
     l2_folds, l2_all, fitted = learned_cross_validate(rows, folds, shipped)
     if rerank.COEF:  # the shipped procedure includes the re-ranking: its figure is the honest one
@@ -541,7 +541,7 @@ def run(args: argparse.Namespace) -> int:
           + ", ".join(f"{repo.split('/')[1]} {weights(point)}" for repo, point in sorted(folds.items())))
     def held(figures: list[dict[int, float]], k: int) -> float:
         return statistics.mean(f[k] for f in figures) if figures and all(figures) else float("nan")
-    print(f"ties to the smaller weights (the procedure before session 9): cv {held(held_out_ties, 8):.3f}/"
+    print(f"ties to the smaller weights (the simpler procedure): cv {held(held_out_ties, 8):.3f}/"
           f"{held(held_out_ties, 1):.3f}; chosen without each repository: "
           + ", ".join(f"{repo.split('/')[1]} {weights(point)}" for repo, point in sorted(folds_ties.items())))
     print(f"re-ranking L2: on all rows {l2_all:g}; chosen without each repository: "

@@ -365,3 +365,19 @@ def test_every_docs_path_cited_in_code_exists() -> None:
     assert cited, "the scan found no docs path at all: it looks in the wrong place"
     missing = {path: where for path, where in cited.items() if not (ROOT / path).is_file()}
     assert not missing, f"docs pages cited but absent: {missing}"
+
+
+# --- comments explain, not narrate ----------------------------------------------------------------
+
+NARRATION = r"[Ss]ession [0-9]+|issue [0-9]+|[0-9]+(st|nd|rd|th) pass"
+# History lives in git log and docs/notebook/; the docs pages below still carry theirs.
+NARRATION_EXEMPT = [":!docs/notebook", ":!CHANGELOG.md", ":!docs"]
+
+
+def test_no_comment_or_page_narrates_history() -> None:
+    found = subprocess.run(
+        ["git", "grep", "-nE", NARRATION, "--", ".", *NARRATION_EXEMPT, ":!tests/test_docs.py"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )
+    assert found.returncode in (0, 1), found.stderr
+    assert not found.stdout, f"history in comments or prose (git log keeps it):\n{found.stdout}"

@@ -125,7 +125,7 @@ def _same_run_id(tmp: Path) -> str:
 
 
 
-# ---- issue 35: more bad input, each one line and exit 2 ---------------------------------------
+# ---- more bad input, each one line and exit 2 ----------------------------------------------
 
 
 def _config_with(tmp: Path, line: str) -> Path:

@@ -69,7 +69,7 @@ def _guard_blocks_push(tmp: Path) -> str:
         fake.stop()
 
 
-# ---- path traversal in edits (held before issue 14) --------------------------------------------
+# ---- path traversal in edits -------------------------------------------------------------------
 
 
 @attack("edit-traversal", "a patch or an edit that writes outside the repository")

@@ -141,7 +141,7 @@ W_TEST_COCHANGE = 0.5
 # The quoted literals as the ranking's last step: they reorder the LITERAL_TOP files (the Explorer's
 # first reads, what recall@8 counts), so they can decide which of them is first but not which are in.
 W_LITERAL_TOP = 1.0
-# Execution evidence (issue 18, ninth pass): chosen by the benchmark's grid with the others.
+# Execution evidence: chosen by the benchmark's grid with the others.
 W_EXECUTED = 1.0
 CO_SEEDS = 5
 TEST_SEEDS = 5  # the test files whose subjects get the tests-to-source signal

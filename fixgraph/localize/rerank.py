@@ -1,4 +1,4 @@
-"""The learned re-ranking of localization's top candidates (issue 18).
+"""The learned re-ranking of localization's top candidates.
 
 The linear formula of ``fixgraph.localize`` (``combine``) ranks every file; its best POOL files
 are then put in order by a linear model over FEATURES, each instance-normalized (a signal relative

@@ -12,7 +12,7 @@ error counts is the scope (``regression.runtime_scope``):
   repository frame at all (site-packages, the standard library), stays a regression in both.
 
 A reproduction test that still fails with the patch by raising such an exception in the same
-scope is runtime evidence too (``critic.repro_crashes``, issue 33): the test should pass with the
+scope is runtime evidence too (``critic.repro_crashes``): the test should pass with the
 fix, and the exception comes from the repository's code, not the test's (a crash in the test's own
 code, or an assertion, stays a failing reproduction test). On django the hidden tests that define
 the ``runtime_error`` label are new tests, which only a reproduction test can stand for.

@@ -23,7 +23,7 @@ failures with two shared terms are all tests the fix's test patch rewrites; with
 16 are, and the 16th is breakage the fix does not intend (sympy-14817's
 ``test_MatrixSymbol_printing`` against "Error pretty printing MatAdd").
 
-Off by default (``regression.expected_changes``): on 62 rows no rule was chosen on (session 8) it
+Off by default (``regression.expected_changes``): on 62 rows no rule was chosen on it
 cleared no false positive and dropped a true regression, xarray-4094, whose bug report
 ("to_unstacked_dataset broken for single-dim variables") names the tests that regress. A bug report
 asks for the old behaviour to be fixed, not replaced; telling the two apart needs more than names.

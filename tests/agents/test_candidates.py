@@ -44,7 +44,7 @@ def test_three_candidates_are_judged_and_the_best_is_delivered_within_budget(tmp
     # One round of three, each judged by the Critic.
     assert [a["number"] for a in attempts] == [1, 2, 3] and {a["round"] for a in attempts} == {1}
     assert [a["verdict"] for a in attempts] == ["Unsafe", "Safe", "Safe"]
-    # The broken one's pyright finding is weighed against the tests (issue 36): they confirm it.
+    # The broken one's pyright finding is weighed against the tests: they confirm it.
     assert attempts[0]["score"]["fix_score"] < cfg.critic.fix_score_threshold
     assert any(f["source"] == "pyright" and f.get("status") == "confirmed" for f in attempts[0]["findings"])
     assert attempts[1]["score"]["test_pass_rate"] == 0.0 and attempts[2]["score"]["test_pass_rate"] == 1.0

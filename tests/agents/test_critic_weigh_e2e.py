@@ -1,4 +1,4 @@
-"""No veto before evidence (issue 36), end to end: the graph on the calc fixture with a scripted model.
+"""No veto before evidence, end to end: the graph on the calc fixture with a scripted model.
 
 A correct patch that pyright flags (a variable it thinks possibly unbound) is delivered with a
 passing score, the tests having run the line; a patch whose pyright finding is a real TypeError

@@ -140,7 +140,7 @@ def test_the_runtime_column_saves_each_crash_and_counts_both_scopes_again_on_res
 
     assert main(common + ["--runtime-scope", "touched"]) == 0
     columns, last = table()
-    # No static finding: the Critic before issue 36 took the same path (pre36 = the headline scope).
+    # No static finding: the earlier veto rule took the same path (pre36 = the headline scope).
     assert columns == {"ours_static+runtime": ["1", "0", "0", "1", "0"],
                        "ours_static+runtime_source": ["1", "1", "0", "0", "0"],
                        "ours_static+tests_only": ["1", "0", "0", "1", "0"],
@@ -213,9 +213,9 @@ def test_the_replay_counts_in_the_runtime_column_and_is_added_to_rows_saved_with
     assert len(rows.read_text().splitlines()) == 2
 
 
-def test_the_critic_before_issue_36_is_counted_from_the_same_rows() -> None:
+def test_the_earlier_veto_rule_is_counted_from_the_same_rows() -> None:
     """A suspicion the tests contradicted: the Critic now passes the patch after its tests, the
-    one before issue 36 flagged it after the static phase alone, in the static phase's seconds."""
+    earlier veto rule flagged it after the static phase alone, in the static phase's seconds."""
     rec = {"ours": {"status": "ok", "unsafe": True, "seconds": 4.0},
            "runtime": {"ran": True, "unsafe": False, "crashes": [], "seconds": 60.0,
                        "weighed": [{"status": "contradicted"}], "replay": {"summaries": []}}}

@@ -1,4 +1,4 @@
-"""The learned re-ranking of localization (issue 18) and the evidence only it reads, on real
+"""The learned re-ranking of localization and the evidence only it reads, on real
 fixture repositories: public API resolved through the packages' re-exports, handlers of the
 classes an issue names, past fixes whose messages name the same code."""
 

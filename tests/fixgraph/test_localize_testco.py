@@ -6,7 +6,7 @@ issue's words, ``pkg/screen.py`` says some of them, and ``pkg/paths.py`` (where 
 none. The test is named after a feature, not a module, so the tests-to-source names cannot reach
 ``paths.py``; the history can: two past fixes changed ``test_display.py`` and ``paths.py`` together.
 A commit after the base changes the test with ``pkg/later.py``. Last, the benchmark grid's tie-break,
-which chose the signal's weight (session 9).
+which chose the signal's weight.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def test_the_grid_breaks_ties_by_the_mean_recall_over_the_first_ten_ranks() -> N
     recalls = {point: [(1.0, 1.0, 1.0), (0.0, 0.0, 0.1)] for point in GRID}
     recalls[high] = [(1.0, 1.0, 1.0), (0.0, 0.0, 0.2)]
     assert best_point(recalls, [0, 1]) == high
-    # The procedure before session 9: ties straight to the smaller weights.
+    # The simpler procedure: ties straight to the smaller weights.
     assert best_point(recalls, [0, 1], smooth=False) == low
     # The objective itself still comes first: a point better at rank 1 wins over any tie-break.
     recalls[GRID[2]] = [(1.0, 1.0, 1.0), (1.0, 1.0, 0.5)]

@@ -1,4 +1,4 @@
-"""What a user trips over next (issue 15): each found by running the README as written."""
+"""What a user trips over next: each found by running the README as written."""
 
 from __future__ import annotations
 

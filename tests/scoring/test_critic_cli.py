@@ -108,7 +108,7 @@ def test_missing_pyright_exits_non_zero_as_a_process(setup: dict[str, Any], tmp_
                           capture_output=True, text=True, env={"PATH": str(bin_dir)},
                           cwd=Path(__file__).resolve().parents[2])
     assert proc.returncode == 2
-    # pyright is looked for beside the interpreter too (issue 38), where it is found but cannot start
+    # pyright is looked for beside the interpreter too, where it is found but cannot start
     # without node on PATH: either way one clear line, exit 2.
     assert proc.stderr.startswith(("error: pyright not found", "error: pyright did not start"))
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

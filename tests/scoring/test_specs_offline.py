@@ -117,7 +117,7 @@ FAILED (failures=1, errors=1)
 
 def test_a_django_test_whose_subtests_fail_is_failed_under_its_full_id():
     """unittest prints no status on the line of a test whose subTest failed; the failure header
-    adds the subtest's parameters. The test fails under the id it passes with (issue 33:
+    adds the subtest's parameters. The test fails under the id it passes with (else
     django-11099's reproduction test read as "no test was collected")."""
     from scoring.execution.specs import parse_log
 

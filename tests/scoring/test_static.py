@@ -295,7 +295,7 @@ def test_missing_pyright_raises_a_clear_error(wt: Worktree, cache: Path, monkeyp
     bin_dir.mkdir()
     (bin_dir / "git").symlink_to(shutil.which("git") or "/usr/bin/git")
     monkeypatch.setenv("PATH", str(bin_dir))
-    # pyright is looked for beside the interpreter too (issue 38): make that folder the bare one.
+    # pyright is looked for beside the interpreter too: make that folder the bare one.
     monkeypatch.setattr("scoring.static.differential.sys.executable", str(bin_dir / "python"))
     with pytest.raises(StaticAnalysisUnavailable, match="pyright not found"):
         analyze_patch(wt, patch, settings=SETTINGS, cache_dir=cache)
