@@ -145,13 +145,16 @@ def check_envs(instances: list[Instance], cfg: RunConfig, require_tests: bool) -
         return set()
     reports = check_tasks([i.task() for i in instances], cfg.cache_dir, cfg.tests)
     bad = [r for r in reports if not r.runnable]
-    if bad and len(bad) == len(reports):
+    # The machine's faults (an interpreter, a library, a build), not a repository with no install
+    # specs, which is scored without tests by design.
+    machine = [r for r in bad if "no install specs" not in r.reason]
+    if machine and len(machine) == len(reports):
         raise ConfigError(f"no task of this set can run its tests on this machine ({summary_line(bad)}); "
                           "see python graph.py --check --dataset ... for what to install")
-    if bad:
+    if machine:
         what = "will fail (--require-tests)" if require_tests else "will be scored without tests"
-        print(f"fixgraph: {sum(len(r.tasks) for r in bad)} of {len(instances)} tasks {what}: "
-              + summary_line(bad).split(" (", 1)[1].rstrip(")"), file=sys.stderr)
+        print(f"fixgraph: {sum(len(r.tasks) for r in machine)} of {len(instances)} tasks {what}: "
+              + summary_line(machine).split(" (", 1)[1].rstrip(")"), file=sys.stderr)
     return {t for r in bad for t in r.tasks}
 
 
@@ -223,6 +226,7 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
             # Before the heavy imports and the first task's localization: a dead endpoint is
             # answered in seconds, not after every task's index and retries.
             endpoint_gate(cfg)
+            check_envs(instances, cfg, cfg.critic.require_tests)  # before the first task's LLM call
             from pipeline.tasks import run_tasks
 
             summary = run_tasks(instances, cfg, build_graph=build_graph, run_id=run_id,
