@@ -216,7 +216,6 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
         from fixgraph.repo.workspace import preflight
 
         preflight(cfg.cache_dir, args.repos, [(i.repo, i.base_commit) for i in instances])
-        check_envs(instances, cfg, cfg.critic.require_tests)
         executor = None
         if args.executor == "ray":
             from pipeline.executors import RayExecutor
