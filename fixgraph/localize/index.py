@@ -105,28 +105,9 @@ if TYPE_CHECKING:
 # Ti(f): BM25 of the issue's title (its first line) alone.
 # P(f): BM25 of the issue without its code blocks (the description, not the pasted output).
 # penalty(f): 0.2 for tests, 0.4 for docs and non-Python files, else 1.
-# W_LEXICAL, W_DEF, DEF_REPEAT, DEF_SPREAD were picked by a small grid on the Lite instances
-# (before history existed). W_HISTORY, W_TESTS, W_TITLE, W_PROSE, W_TEST_COCHANGE and W_LITERAL_TOP
-# are searched together (eval.localization_bench's GRID) and the point best on all nine repositories
-# is shipped; the benchmark reports beside it the recall when each repository is ranked with the
-# point best on the other eight (leave one repository out; ties to the better mean recall@1..10,
-# then to the smaller weights); seven folds of nine chose the shipped point (seventh pass; the fold
-# without pytest a test co-change weight of 0.1, the one without flask a history weight of 0.2).
-# The test co-change replaces the tests-to-source names (W_TESTS 0 in every fold once it is in).
-# With the title
-# and the prose in, the history signal gets weight 0: on these
-# instances the files past fixes point at are the files the title already points at (README,
-# "Localization"); it is still computed for the benchmark's ``hist`` column and the re-ranking.
-# Cross-validated, the literal signal did not help as a term of the formula (it gains at rank 1 and
-# costs at rank 8: a file quoting a common message climbs from far below into the top 8), so
-# W_LITERAL stays 0; applied to the top 8 only (W_LITERAL_TOP) it gains five instances at rank 1
-# and loses none, and every fold chooses it (sixth pass). Co-change gets weight 0 in eight folds of nine.
-# A centrality prior (log of how many files import a module) and a change-frequency prior
-# (recency-weighted count of focused commits touching a file) were tried and gained nothing at any
-# weight (dev runs), so they are not used; nor were, in the third pass, the modules the top files
-# import or that import them, the modules the docs' autodoc directives name, or the files defining
-# ``_print_X``-style handlers of the classes the issue names (dev runs over the 140 instances: none
-# moved the cross-validated recall).
+# The weights come from eval.localization_bench's grid, cross-validated by leaving one repository
+# out; the weights that ship as 0 stay searchable there. What the search found:
+# docs/benchmarks/localization.md, "What the weight search found".
 W_LEXICAL = 16.0  # BM25 over file contents, normalized to the best file's score
 W_DEF = 1.5  # a file defines a name the issue uses
 DEF_REPEAT = 0.3  # how much repeating a name in the issue adds (log-damped)
@@ -134,7 +115,7 @@ DEF_SPREAD = 0.5  # names defined in many files count less: weight / files ** DE
 W_HISTORY = 0.0
 W_COCHANGE = 0.0
 W_LITERAL = 0.0
-W_TESTS = 0.0  # the test co-change below does its work better (seventh pass)
+W_TESTS = 0.0  # the test co-change below does its work better
 W_TITLE = 0.8
 W_PROSE = 0.2
 W_TEST_COCHANGE = 0.5
