@@ -14,6 +14,10 @@ import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 OWN = {"fixgraph", "scoring", "agents", "pipeline", "graph", "bot", "eval", "tests"}
 # Imported only as an alternative when present (fixgraph/models/llm.py falls back to httpx).

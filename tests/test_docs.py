@@ -276,6 +276,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_site_builds_strictly(site: Path) -> None:
     for page in ("index.html", "configuration/index.html", "benchmarks/index.html",
                  "benchmarks/localization/index.html", "security/index.html"):
@@ -309,6 +310,7 @@ def _visible_text(dom: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", article.group(1)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page,expected", [
     ("configuration/", ["Configuration", "critic.static", "--model-critic", "python -m bot serve"]),
     ("benchmarks/", ["Benchmarks: current figures", "eval.localization_bench", "0.893"]),

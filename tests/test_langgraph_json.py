@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # What `langgraph dev` does with a "path.py:attr" entry: load the file as a module, call the
@@ -34,6 +36,7 @@ def test_langgraph_cli_validates_the_config() -> None:
     assert config["dependencies"] == ["."]
 
 
+@pytest.mark.slow
 def test_the_graph_entry_imports_and_compiles_without_a_key() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "FIXGRAPH", "GITHUB"))}
     env["PYTHONPATH"] = str(ROOT)

@@ -7,11 +7,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from eval.fixtures.repos import BROKEN_LINE, BUGGY_LINE, FIXED_LINE, WRONG_LINE, calc_script, make_calc_repo
 from fixgraph.dataset import Instance
 from fixgraph.models.scripted import ScriptedChatModel
 from tests.conftest import read_record
 from tests.helpers.run_graph import run_tasks
+
+pytestmark = pytest.mark.slow
 
 PRICE = 1000.0  # dollars per million input tokens, so that the scripted calls cost something
 

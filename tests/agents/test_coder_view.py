@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from agents.coder import coder_files
 from fixgraph.localize import RepoIndex, count_tokens
 from fixgraph.repo.workspace import RepoCache
+
+pytestmark = pytest.mark.slow
 
 
 def _repo(tmp_path):

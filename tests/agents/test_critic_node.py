@@ -3,10 +3,14 @@ record says which of them the next attempt fixed."""
 
 from __future__ import annotations
 
+import pytest
+
 from eval.fixtures.repos import calc_script
 from fixgraph.models.scripted import ScriptedChatModel
 from tests.conftest import read_record
 from tests.helpers.run_graph import run_tasks
+
+pytestmark = pytest.mark.slow
 
 
 def test_errors_go_to_the_coder_with_location_and_the_fix_is_recorded(calc, cfg_factory):

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from eval.fixtures.repos import BUGGY_LINE, FIXED_LINE, calc_script
 from fixgraph.models.scripted import ScriptedChatModel
 from tests.conftest import read_record
 from tests.helpers.run_graph import run_tasks
+
+pytestmark = pytest.mark.slow
 
 # Correct, yet pyright reports "n" as possibly unbound (mean() of an empty list is undefined anyway).
 FALSE_POSITIVE = "    if values:\n        n = len(values)\n    return sum(values) / n\n"

@@ -67,6 +67,7 @@ def _judge(tmp_path: Path, new_calc: str, issue: str) -> tuple[TestOutcome, str,
     return own_outcome(runner, task, wt, patch, [], RegressionSettings()), patch, task
 
 
+@pytest.mark.slow
 def test_a_test_asserting_what_the_issue_changes_is_an_expected_change_not_a_regression(tmp_path: Path) -> None:
     outcome, _, task = _judge(tmp_path, COLON, ISSUE)
     assert outcome.pass_to_pass_before[LABEL] == "PASSED" and outcome.pass_to_pass_after[LABEL] == "FAILED"
@@ -83,6 +84,7 @@ def test_a_test_asserting_what_the_issue_changes_is_an_expected_change_not_a_reg
     assert "n: 4" in warning["message"]  # the assertion's compared values
 
 
+@pytest.mark.slow
 def test_the_same_assertion_failure_in_a_test_the_issue_does_not_name_stays_a_regression(tmp_path: Path) -> None:
     outcome, _, task = _judge(tmp_path, COLON, OTHER_ISSUE)
     assert [r["type"] for r in outcome.regression_crashes] == ["AssertionError"]
@@ -90,6 +92,7 @@ def test_the_same_assertion_failure_in_a_test_the_issue_does_not_name_stays_a_re
     assert fix_score.no_regression(outcome, {}) == fix_score.no_regression(outcome) < 1.0
 
 
+@pytest.mark.slow
 def test_a_crash_in_a_test_about_the_issue_stays_an_unsafe_runtime_finding(tmp_path: Path) -> None:
     crashes = CALC.replace('"n=%d" % x', '"n: " + x')
     outcome, patch, task = _judge(tmp_path, crashes, ISSUE)
@@ -98,6 +101,7 @@ def test_a_crash_in_a_test_about_the_issue_stays_an_unsafe_runtime_finding(tmp_p
     assert (dict(found)["rule"], dict(found)["symbol"]) == ("TypeError", "label")
 
 
+@pytest.mark.slow
 def test_a_patch_that_also_breaks_another_test_keeps_every_regression(tmp_path: Path) -> None:
     """All or nothing: the issue asks for a new label, not a new add()."""
     outcome, _, task = _judge(tmp_path, COLON.replace("return a + b", "return a + b + 1"), ISSUE)
@@ -129,6 +133,7 @@ def test_an_unknown_failure_kind_is_never_an_expected_change() -> None:
         "test_pretty_sum": ["pretty", "sum"]}
 
 
+@pytest.mark.slow
 def test_the_bench_does_not_count_an_expected_change_and_scores_old_rows_again(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The instance's test patch rewrites test_label_format (the fix changes what it asserts):
@@ -186,6 +191,7 @@ def test_rescore_judges_no_new_row(tmp_path: Path, capsys: pytest.CaptureFixture
     assert rows.read_text() == ""
 
 
+@pytest.mark.slow
 def test_the_critic_passes_the_fix_warns_about_the_test_and_the_pull_request_says_to_update_it(
         tmp_path: Path, cfg_factory) -> None:
     """End to end: the Coder's one patch does what the issue asks, which breaks the existing

@@ -67,6 +67,7 @@ def step(next_files: list[str] | None = None, confidence: str = "high", learned:
             "suspects": suspects if suspects is not None else [{"file": "pkg/m0.py", "symbol": "func_0"}]}
 
 
+@pytest.mark.slow
 def test_missing_file_reruns_the_planner_with_nearest_paths(tmp_path: Path) -> None:
     state, model = run(tmp_path, {
         "Plan": [plan("pkg/session.py", "pkg/m0.py"), plan("pkg/sessions.py")],
@@ -127,6 +128,7 @@ def test_eight_file_cap_before_three_iterations(tmp_path: Path) -> None:
     assert "Nothing more can be read" in prompts[1]
 
 
+@pytest.mark.slow
 def test_three_iteration_cap_before_eight_files(tmp_path: Path) -> None:
     state, model = run(tmp_path, {
         "Plan": [plan("pkg/m0.py")],
@@ -151,6 +153,7 @@ def test_first_iteration_reads_every_planned_file_and_ignores_unoffered_choices(
     assert "## pkg/m1.py" in first and "## pkg/m2.py" in first
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("budget", [1500, 4000])
 def test_explorer_prompt_stays_within_token_budget(tmp_path: Path, budget: int) -> None:
     state, model = run(tmp_path, {

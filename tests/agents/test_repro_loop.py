@@ -25,6 +25,7 @@ def _run(tmp_path: Path, cfg_factory, script: dict[str, Any], run_id: str = "loo
     return cfg, inst, model, summary, read_record(cfg, run_id, inst.instance_id)
 
 
+@pytest.mark.slow
 def test_wrong_patch_leaves_the_reproduction_test_failing_and_the_coder_sees_why(tmp_path, cfg_factory):
     cfg, inst, model, summary, rec = _run(tmp_path, cfg_factory, calc_script(first_attempt="wrong"))
     assert (summary.finished, summary.patched) == (1, 1)
@@ -55,6 +56,7 @@ def test_wrong_patch_leaves_the_reproduction_test_failing_and_the_coder_sees_why
     assert "calc/ops.py" in diff and "test_mean_issue" not in diff and "tests/" not in diff
 
 
+@pytest.mark.slow
 def test_a_test_that_passes_at_the_base_is_refused_with_its_output_and_retried(tmp_path, cfg_factory):
     drafts = [{"path": "tests/test_add_ok.py", "content": REPRO_TEST_PASSING},
               {"path": "calc/ops.py", "content": REPRO_TEST},  # not a test file (and the module itself)
@@ -72,6 +74,7 @@ def test_a_test_that_passes_at_the_base_is_refused_with_its_output_and_retried(t
     assert rec["attempts"][-1]["score"]["kind"] == "tests"
 
 
+@pytest.mark.slow
 def test_without_a_reproduction_test_the_task_goes_on_and_fix_score_says_so(tmp_path, cfg_factory):
     drafts = [{"path": "tests/test_add_ok.py", "content": REPRO_TEST_PASSING}] * 2
     cfg, inst, model, summary, rec = _run(tmp_path, cfg_factory, calc_script(False, repro_drafts=drafts),
@@ -86,6 +89,7 @@ def test_without_a_reproduction_test_the_task_goes_on_and_fix_score_says_so(tmp_
     assert abs(score["fix_score"] - (0.5 * 0.9 + 0.3 * 1.0 + 0.2 * score["code_quality"])) < 1e-6
 
 
+@pytest.mark.slow
 def test_a_hanging_reproduction_test_is_killed_and_recorded(tmp_path, cfg_factory):
     hang = "import time\n\n\ndef test_waits():\n    time.sleep(600)\n"
     drafts = [{"path": "tests/test_hang.py", "content": hang}]
@@ -96,6 +100,7 @@ def test_a_hanging_reproduction_test_is_killed_and_recorded(tmp_path, cfg_factor
     assert summary.patched == 1
 
 
+@pytest.mark.slow
 def test_an_llm_reply_outside_the_repository_is_refused(tmp_path, cfg_factory):
     drafts = [{"path": "../outside/test_x.py", "content": REPRO_TEST}, {"path": REPRO_PATH, "content": REPRO_TEST}]
     cfg, inst, model, summary, rec = _run(tmp_path, cfg_factory, calc_script(False, repro_drafts=drafts))
@@ -104,6 +109,7 @@ def test_an_llm_reply_outside_the_repository_is_refused(tmp_path, cfg_factory):
     assert not (tmp_path / "outside").exists()
 
 
+@pytest.mark.slow
 def test_the_test_run_is_the_repositorys_own_not_fixgraphs(tmp_path, cfg_factory):
     """No fixgraph configuration reaches the instance's tests: rootdir is the run's copy, and the
     run leaves nothing in fixgraph's checkout."""
@@ -138,6 +144,7 @@ class _PRRecorder:
         return {"kind": "pr", "ok": True}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bot", [False, True], ids=["eval-mode", "bot"])
 def test_evaluation_data_never_reaches_the_pipeline(tmp_path, bot):
     """The same task twice, once with its evaluation data and once with garbage in its place: every
@@ -197,6 +204,7 @@ def test_mean_of_the_recorded_case():
 DATA_FILE = {"path": "tests/data/mean_case.json", "content": '{"values": [1, 2, 3], "mean": 2}\n'}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bot", [False, True], ids=["eval-mode", "bot"])
 def test_a_reproduction_test_brings_the_data_file_it_reads(tmp_path, cfg_factory, bot):
     """A test that reads a data file gives it in ``files``: it is written beside the test at the base
@@ -287,6 +295,7 @@ def test_mean_served_remotely():
 '''
 
 
+@pytest.mark.slow
 def test_a_test_that_wants_the_network_is_refused_also_when_its_base_run_is_cached(tmp_path, cfg_factory):
     """Tests run offline: a test that fails only because it cannot connect does not reproduce the
     issue. The verdict reads the crash records, so a second run of the task, which finds the base run

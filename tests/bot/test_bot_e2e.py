@@ -20,6 +20,8 @@ from fixgraph.models.scripted import ScriptedChatModel
 from tests.helpers.bot_harness import TOKEN, Bot
 from tests.helpers.run_graph import run_task
 
+pytestmark = pytest.mark.slow
+
 BRANCH = "fixgraph/7-add-subtracts"
 
 

@@ -36,6 +36,7 @@ def poller(fake: FakeGitHub, tmp_path: Path, found: list[Trigger]) -> Poller:
     return Poller(cfg, GitHubAccess(cfg), "acme/calc", lambda t: found.append(t) or True, tmp_path / "state")
 
 
+@pytest.mark.slow
 def test_poll_first_cycle_takes_open_labeled_issues_then_only_new_events(fake: FakeGitHub, tmp_path: Path) -> None:
     fake.add_issue("acme/calc", 7, "add subtracts", "b", labels=("fixgraph",))
     fake.add_issue("acme/calc", 8, "handled already", "b", labels=("fixgraph",))
@@ -65,6 +66,7 @@ def test_poll_first_cycle_takes_open_labeled_issues_then_only_new_events(fake: F
     assert poller(fake, tmp_path, []).poll_once() == []
 
 
+@pytest.mark.slow
 def test_poll_cli_once_runs_the_jobs_it_found(fake: FakeGitHub, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     fake.add_issue("acme/calc", 7, "add subtracts", "", labels=("fixgraph",))
@@ -128,6 +130,7 @@ def app_key(tmp_path: Path) -> tuple[str, str, Path]:
     return pem, public, path
 
 
+@pytest.mark.slow
 def test_github_app_installation_token_drives_api_and_push(fake: FakeGitHub, tmp_path: Path,
                                                            app_key: tuple[str, str, Path]) -> None:
     _pem, public, path = app_key
@@ -176,6 +179,7 @@ def test_log_formatter_redacts_configured_secrets_and_token_shapes() -> None:
     assert line.count("***") == 3
 
 
+@pytest.mark.slow
 def test_the_bot_does_not_start_when_its_model_cannot_call_tools(
         fake: FakeGitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
@@ -190,6 +194,7 @@ def test_the_bot_does_not_start_when_its_model_cannot_call_tools(
     assert not (tmp_path / "cache" / "bot").exists()  # nothing polled
 
 
+@pytest.mark.slow
 def test_serve_cli_answers_ping_and_stops_on_sigterm(tmp_path: Path) -> None:
     import json
     import re

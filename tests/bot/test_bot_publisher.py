@@ -78,6 +78,7 @@ def test_branch_name_is_number_and_slug() -> None:
     assert len(branch_name(1, "x" * 200)) <= len("fixgraph/1-") + 40
 
 
+@pytest.mark.slow
 def test_push_opens_pr_then_second_run_updates_it(fake: FakeGitHub, setup: tuple[Path, str, Worktree]) -> None:
     bare, sha, wt = setup
     cfg = config(fake)
@@ -106,6 +107,7 @@ def test_push_opens_pr_then_second_run_updates_it(fake: FakeGitHub, setup: tuple
     assert fake.open_pulls("acme/calc")[0]["_edits"] == 1
 
 
+@pytest.mark.slow
 def test_semantic_score_is_said_plainly_and_low_score_is_draft(fake: FakeGitHub,
                                                                setup: tuple[Path, str, Worktree]) -> None:
     _, sha, wt = setup
@@ -118,6 +120,7 @@ def test_semantic_score_is_said_plainly_and_low_score_is_draft(fake: FakeGitHub,
     assert "fix_score 0.55 is under the threshold 0.80" in body and "No tests ran" in body
 
 
+@pytest.mark.slow
 def test_update_moves_the_pr_between_draft_and_ready(fake: FakeGitHub, setup: tuple[Path, str, Worktree]) -> None:
     _, sha, wt = setup
     cfg = config(fake)
@@ -131,6 +134,7 @@ def test_update_moves_the_pr_between_draft_and_ready(fake: FakeGitHub, setup: tu
     assert len(fake.open_pulls("acme/calc")) == 1
 
 
+@pytest.mark.slow
 def test_edited_issue_title_still_updates_the_same_pr(fake: FakeGitHub, setup: tuple[Path, str, Worktree]) -> None:
     bare, sha, wt = setup
     cfg = config(fake)
@@ -143,6 +147,7 @@ def test_edited_issue_title_still_updates_the_same_pr(fake: FakeGitHub, setup: t
     assert "b + a" in show(bare, "fixgraph/7-add-subtracts", "calc/__init__.py")
 
 
+@pytest.mark.slow
 def test_guard_warning_makes_a_draft(fake: FakeGitHub, setup: tuple[Path, str, Worktree]) -> None:
     _, sha, wt = setup
     result = publisher(fake, config(fake)).publish(
@@ -151,6 +156,7 @@ def test_guard_warning_makes_a_draft(fake: FakeGitHub, setup: tuple[Path, str, W
     assert "the patch edits tests/test_calc.py" in fake.open_pulls("acme/calc")[0]["body"]
 
 
+@pytest.mark.slow
 def test_rejected_push_opens_no_pr(fake: FakeGitHub, setup: tuple[Path, str, Worktree]) -> None:
     bare, sha, wt = setup
     reject_pushes(bare)
@@ -160,6 +166,7 @@ def test_rejected_push_opens_no_pr(fake: FakeGitHub, setup: tuple[Path, str, Wor
     assert TOKEN not in result["error"]
 
 
+@pytest.mark.slow
 def test_pr_refused_after_push_deletes_the_branch(fake: FakeGitHub, setup: tuple[Path, str, Worktree]) -> None:
     bare, sha, wt = setup
     fake.refuse_pulls = "Validation Failed"
@@ -171,6 +178,7 @@ def test_pr_refused_after_push_deletes_the_branch(fake: FakeGitHub, setup: tuple
     assert refs == "" and fake.open_pulls("acme/calc") == []
 
 
+@pytest.mark.slow
 def test_empty_patch_publishes_nothing(fake: FakeGitHub, setup: tuple[Path, str, Worktree]) -> None:
     _, sha, wt = setup
     result = publisher(fake, config(fake)).publish(outcome_for(wt, sha, patch=""))
@@ -178,6 +186,7 @@ def test_empty_patch_publishes_nothing(fake: FakeGitHub, setup: tuple[Path, str,
     assert fake.git_requests == [] and fake.open_pulls("acme/calc") == []
 
 
+@pytest.mark.slow
 def test_token_stays_out_of_argv_env_logs_and_body(fake: FakeGitHub, setup: tuple[Path, str, Worktree],
                                                    spawned: list[tuple[Any, dict[str, str]]],
                                                    caplog: pytest.LogCaptureFixture) -> None:
@@ -208,6 +217,7 @@ def test_credential_files_are_private_and_removed() -> None:
         assert args == []
 
 
+@pytest.mark.slow
 def test_body_renders_without_tests_or_findings(fake: FakeGitHub, setup: tuple[Path, str, Worktree]) -> None:
     _, sha, wt = setup
     out = outcome_for(wt, sha, score={"fix_score": 0.0, "kind": "none"})
@@ -216,6 +226,7 @@ def test_body_renders_without_tests_or_findings(fake: FakeGitHub, setup: tuple[P
     assert "No findings" in body and "No score" in body and "No tests ran" in body
 
 
+@pytest.mark.slow
 def test_standalone_publisher_finds_repo_and_issue_from_the_instance(fake: FakeGitHub,
                                                                      setup: tuple[Path, str, Worktree]) -> None:
     # graph.py with EVAL_MODE=false builds GitHubPublisher(cfg) once for the whole run.
@@ -231,6 +242,7 @@ def test_standalone_publisher_finds_repo_and_issue_from_the_instance(fake: FakeG
     assert "does not end with an issue number" in pub.publish(out)["reason"]
 
 
+@pytest.mark.slow
 def test_guard_blocked_patch_is_never_pushed(fake: FakeGitHub, setup: tuple[Path, str, Worktree]) -> None:
     bare, sha, wt = setup
     cfg = config(fake, **{"critic.guard": "block"})

@@ -89,6 +89,7 @@ def bot(fake: FakeGitHub, tmp_path: Path, pipeline: StandInPipeline) -> Iterator
     b.close()
 
 
+@pytest.mark.slow
 def test_signed_label_event_runs_a_job_and_comments(bot: Bot, fake: FakeGitHub, pipeline: StandInPipeline,
                                                     tmp_path: Path) -> None:
     status, reply = bot.post("issues", labeled_payload("acme/calc", 7))
@@ -110,6 +111,7 @@ def test_signed_label_event_runs_a_job_and_comments(bot: Bot, fake: FakeGitHub, 
     assert "a + b" in show(tmp_path / "fixture" / "remote.git", "fixgraph/7-add-subtracts", "calc/__init__.py")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signature", [None, "sha256=" + "0" * 64, "sha1=abc"])
 def test_bad_or_missing_signature_is_401_and_queues_nothing(bot: Bot, fake: FakeGitHub, signature: str | None) -> None:
     if signature is None:
@@ -122,12 +124,14 @@ def test_bad_or_missing_signature_is_401_and_queues_nothing(bot: Bot, fake: Fake
     assert bot.jobs.accepted == [] and fake.requests == []
 
 
+@pytest.mark.slow
 def test_malformed_json_is_400(bot: Bot) -> None:
     assert bot.post("issues", raw=b'{"action": "labeled", ')[0] == 400
     assert bot.post("issues", raw=b"\xff\xfe")[0] == 400
     assert bot.jobs.accepted == []
 
 
+@pytest.mark.slow
 def test_form_encoded_delivery_is_accepted(bot: Bot) -> None:
     import urllib.parse
 
@@ -149,6 +153,7 @@ def test_form_encoded_delivery_is_accepted(bot: Bot) -> None:
     assert bot.post("issues", raw=b'{"action": "labeled"}', content_type="application/x-www-form-urlencoded")[0] == 400
 
 
+@pytest.mark.slow
 def test_unhandled_events_are_204(bot: Bot, fake: FakeGitHub) -> None:
     assert bot.post("push", {"ref": "refs/heads/main", "repository": {"full_name": "acme/calc"}})[0] == 204
     opened = labeled_payload("acme/calc", 7) | {"action": "opened"}
@@ -166,6 +171,7 @@ def test_unhandled_events_are_204(bot: Bot, fake: FakeGitHub) -> None:
     assert bot.jobs.accepted == [] and fake.requests == []
 
 
+@pytest.mark.slow
 def test_comment_command_from_allowed_user_triggers(bot: Bot, fake: FakeGitHub, pipeline: StandInPipeline) -> None:
     assert bot.post("issue_comment", comment_payload("acme/calc", 7, "please fix", association="OWNER"))[0] == 204
     assert bot.post("issue_comment", comment_payload("acme/calc", 7, "/fixgraph", user="mallory",
@@ -186,6 +192,7 @@ def test_comment_command_from_allowed_user_triggers(bot: Bot, fake: FakeGitHub, 
     assert "with the `/fixgraph`" in start and "@carol" in start
 
 
+@pytest.mark.slow
 def test_allowed_users_setting_lets_a_non_member_trigger(fake: FakeGitHub, tmp_path: Path,
                                                          pipeline: StandInPipeline) -> None:
     b = Bot(fake, tmp_path, pipeline, **{"github.allowed_users": ("mallory",)})
@@ -198,6 +205,7 @@ def test_allowed_users_setting_lets_a_non_member_trigger(fake: FakeGitHub, tmp_p
         b.close()
 
 
+@pytest.mark.slow
 def test_repo_outside_allowlist_is_ignored(bot: Bot, fake: FakeGitHub) -> None:
     fake.add_repo("evil/calc", None)
     fake.add_issue("evil/calc", 1, "x", "y")
@@ -206,6 +214,7 @@ def test_repo_outside_allowlist_is_ignored(bot: Bot, fake: FakeGitHub) -> None:
     assert bot.jobs.accepted == [] and fake.requests == []
 
 
+@pytest.mark.slow
 def test_label_added_twice_quickly_gives_one_job(fake: FakeGitHub, tmp_path: Path) -> None:
     slow = StandInPipeline(delay=0.5)
     b = Bot(fake, tmp_path, slow)
@@ -223,6 +232,7 @@ def test_label_added_twice_quickly_gives_one_job(fake: FakeGitHub, tmp_path: Pat
         b.close()
 
 
+@pytest.mark.slow
 def test_issue_with_empty_body(bot: Bot, fake: FakeGitHub, pipeline: StandInPipeline) -> None:
     fake.add_issue("acme/calc", 8, "add is wrong", None)
     assert bot.post("issues", labeled_payload("acme/calc", 8))[0] == 202
@@ -232,6 +242,7 @@ def test_issue_with_empty_body(bot: Bot, fake: FakeGitHub, pipeline: StandInPipe
     assert "pull request" in fake.comments_on("acme/calc", 8)[-1]
 
 
+@pytest.mark.slow
 def test_repo_that_cannot_be_cloned_gets_a_comment(bot: Bot, fake: FakeGitHub, pipeline: StandInPipeline) -> None:
     fake.add_repo("acme/gone", None)  # the API knows it; git has no such repository
     fake.add_issue("acme/gone", 3, "bug", "details")
@@ -242,6 +253,7 @@ def test_repo_that_cannot_be_cloned_gets_a_comment(bot: Bot, fake: FakeGitHub, p
     assert last.startswith("fixgraph gave up: could not clone acme/gone") and TOKEN not in last
 
 
+@pytest.mark.slow
 def test_rejected_push_is_reported_and_leaves_no_pr(bot: Bot, fake: FakeGitHub, tmp_path: Path) -> None:
     reject_pushes(tmp_path / "fixture" / "remote.git")
     assert bot.post("issues", labeled_payload("acme/calc", 7))[0] == 202
@@ -251,6 +263,7 @@ def test_rejected_push_is_reported_and_leaves_no_pr(bot: Bot, fake: FakeGitHub, 
     assert "fixgraph gave up: push of fixgraph/7-add-subtracts was rejected" in last and "GH006" in last
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["retry_after", "reset"])
 def test_rate_limit_403_is_waited_out(bot: Bot, fake: FakeGitHub, kind: str) -> None:
     fake.rate_limit_once("POST", r"/issues/7/comments$", kind=kind, seconds=1)
@@ -264,6 +277,7 @@ def test_rate_limit_403_is_waited_out(bot: Bot, fake: FakeGitHub, kind: str) -> 
     assert len(fake.open_pulls("acme/calc")) == 1
 
 
+@pytest.mark.slow
 def test_token_never_leaks(bot: Bot, fake: FakeGitHub, monkeypatch: pytest.MonkeyPatch,
                            spawned: list[tuple[Any, dict[str, str]]],
                            caplog: pytest.LogCaptureFixture) -> None:
@@ -288,11 +302,13 @@ def test_token_never_leaks(bot: Bot, fake: FakeGitHub, monkeypatch: pytest.Monke
     assert any(s.status == 200 and s.path.endswith("git-receive-pack") for s in fake.git_requests)
 
 
+@pytest.mark.slow
 def test_healthz(bot: Bot) -> None:
     with urllib.request.urlopen(bot.url.replace("/webhook", "/healthz"), timeout=5) as resp:
         assert resp.status == 200
 
 
+@pytest.mark.slow
 def test_missing_issue_drops_the_job_quietly(bot: Bot, fake: FakeGitHub, pipeline: StandInPipeline) -> None:
     assert bot.post("issues", labeled_payload("acme/calc", 99))[0] == 202
     assert bot.jobs.wait_idle(30)

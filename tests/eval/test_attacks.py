@@ -12,6 +12,7 @@ from eval.attack_bench import ATTACKS, Attack
 from fixgraph.sandbox.process import sandbox_mode
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", [a for a in ATTACKS if a.quick], ids=lambda a: f"{a.cls}:{a.name}")
 def test_attack_is_held(attack: Attack, tmp_path: Path) -> None:
     if attack.sandbox and sandbox_mode() == "none":
@@ -19,6 +20,7 @@ def test_attack_is_held(attack: Attack, tmp_path: Path) -> None:
     assert attack.run(tmp_path) == ""
 
 
+@pytest.mark.slow
 def test_bench_reports_per_class_and_totals_last(capsys: pytest.CaptureFixture[str]) -> None:
     rc = attack_bench.main(["--quick", "--only", "signatures,allowlist"])
     lines = capsys.readouterr().out.strip().splitlines()

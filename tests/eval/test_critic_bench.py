@@ -20,6 +20,7 @@ from tests.helpers.testrun_helpers import local_config
 OVERRIDE = "\n\nclass Big(Circle):\n    def area(self, scale):\n        return 2\n"
 
 
+@pytest.mark.slow
 def test_bench_labels_rows_and_compares_with_redo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = make_repo(tmp_path / "src")
     patches = [
@@ -82,6 +83,7 @@ def test_bench_labels_rows_and_compares_with_redo(tmp_path: Path, capsys: pytest
     assert "--shard: need 0 <= I < N" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_unlabelled_predictions_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = make_repo(tmp_path / "src")
     dataset, preds = tmp_path / "lite.jsonl", tmp_path / "preds.jsonl"
@@ -115,6 +117,7 @@ def _one_runtime_row(tmp_path: Path, src: Any, patch: str, issue: str) -> tuple[
                   "--config", str(config), "--cache-dir", str(tmp_path / "cache"), "-o", str(rows)]
 
 
+@pytest.mark.slow
 def test_the_runtime_column_saves_each_crash_and_counts_both_scopes_again_on_resume(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Circle.area() now returns a str: the untouched pkg/report.py's total() raises TypeError
@@ -172,6 +175,7 @@ def test_the_runtime_column_saves_each_crash_and_counts_both_scopes_again_on_res
     assert len(rows.read_text().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_the_replay_counts_in_the_runtime_column_and_is_added_to_rows_saved_without_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """bounds() now reads an attribute Circle lacks: no existing test calls it, the issue's code
@@ -226,6 +230,7 @@ def test_the_earlier_veto_rule_is_counted_from_the_same_rows() -> None:
     assert (before.fp, before.tn, before.seconds) == (1, 0, [4.0])
 
 
+@pytest.mark.slow
 def test_redo_static_on_a_patch_that_no_longer_reverses_is_a_row_it_could_not_analyse(tmp_path: Path) -> None:
     # A worktree that does not hold the patch as given (a file changed after it was applied) made
     # git apply -R fail, and the whole bench end with a traceback.

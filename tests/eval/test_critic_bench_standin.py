@@ -12,6 +12,8 @@ from eval.critic_bench import main
 from eval.fixtures.django_repo import FILES, REPRO_PATH, REPRO_TEST, TEXT, TEXT_FIXED
 from tests.helpers.testrun_helpers import diff_for, local_config, make_repo
 
+pytestmark = pytest.mark.slow
+
 FAILING = "test_zero_width (utils_tests.test_wrap_zero.WrapZeroWidthTests)"
 # wrap("ab", 0) raises ValueError at the base (range's step 0); this candidate a TypeError.
 TEXT_TYPEERROR = TEXT.replace("range(0, len(text), width)", "range(0, len(text), width or None)")

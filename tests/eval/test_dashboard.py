@@ -73,6 +73,7 @@ def page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, Cell
 # ---- ingest ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ingest_puts_harness_verdicts_in_records(page: tuple[Path, Cells, str, str], tmp_path: Path) -> None:
     _, _, _, warnings = page
     runs = tmp_path / "runs"
@@ -95,6 +96,7 @@ def test_ingest_puts_harness_verdicts_in_records(page: tuple[Path, Cells, str, s
     assert json.loads((runs / "t-baseline" / "harness_summary.json").read_text())["resolved_instances"] == 2
 
 
+@pytest.mark.slow
 def test_ingest_twice_changes_nothing(page: tuple[Path, Cells, str, str], tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     before = {p: p.read_text() for p in runs.glob("*/records/*.json")}
@@ -174,6 +176,7 @@ def numbers_pp(text: str) -> list[float]:
 # ---- the page -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_page_per_config_figures(page: tuple[Path, Cells, str, str]) -> None:
     _, cells, html, _ = page
     assert cells.get("config-table", "t-baseline", "resolved") == "25.0% (2/8)"
@@ -197,6 +200,7 @@ def test_page_per_config_figures(page: tuple[Path, Cells, str, str]) -> None:
     assert cells.get("config-table", "t-static", "attempts") == "1.12"  # 9 / 8 = 1.125
 
 
+@pytest.mark.slow
 def test_page_deltas_pvalues_and_intervals(page: tuple[Path, Cells, str, str]) -> None:
     _, cells, html, _ = page
     # redo vs baseline: wins flask-4992, flask-5063, requests-1963, sympy-13971, sympy-20590; loss flask-4045
@@ -224,6 +228,7 @@ def test_page_deltas_pvalues_and_intervals(page: tuple[Path, Cells, str, str]) -
     assert comps["t-redo"]["p_value"] == pytest.approx(0.21875)
 
 
+@pytest.mark.slow
 def test_page_per_repo_rows(page: tuple[Path, Cells, str, str]) -> None:
     _, cells, _, _ = page
     expected = {  # repo: (tasks, baseline, static, redo, redo W/L/T, static W/L/T)
@@ -241,6 +246,7 @@ def test_page_per_repo_rows(page: tuple[Path, Cells, str, str]) -> None:
         assert "internal" in cells.get("repo-table", repo, "resolved", "t-quick")
 
 
+@pytest.mark.slow
 def test_page_critic_flags_and_links(page: tuple[Path, Cells, str, str]) -> None:
     out, cells, html, _ = page
     # redo: flagged flask-5063, sympy-13971 (retried, then Safe and resolved), sympy-18057 (three Unsafe)

@@ -21,9 +21,9 @@ from tests.helpers import dashboard_fixture as fx
 
 CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"),
                               shutil.which("google-chrome")) if p), None)
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     CHROMIUM is None,
-    reason="chromium is not installed: apt-get install chromium (Debian, Ubuntu), or put chromium on PATH")
+    reason="chromium is not installed: apt-get install chromium (Debian, Ubuntu), or put chromium on PATH")]
 
 
 def chromium(tmp: Path, url: str, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -67,6 +67,7 @@ def test_same_run_id_with_another_config_is_refused(tmp_path: Path) -> None:
         evrun.claim_run_id(runs, "y-baseline", base, ["a"])
 
 
+@pytest.mark.slow
 def test_cli_refuses_a_taken_run_id_in_one_line(llm, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     mirrors, dataset, _ = make_tasks(tmp_path, 1)
     runs = tmp_path / "runs"
@@ -189,6 +190,7 @@ def test_docker_check_is_false_without_an_engine(monkeypatch: pytest.MonkeyPatch
 # ---- the local grader ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_local_harness_grades_here_and_feeds_the_dashboard(llm, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     mirrors, dataset, ids = make_tasks(tmp_path, 2)

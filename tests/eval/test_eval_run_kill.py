@@ -30,6 +30,8 @@ from tests.helpers.eval_run_helpers import (
     responder,
 )
 
+pytestmark = pytest.mark.slow
+
 N_TASKS = 3
 
 

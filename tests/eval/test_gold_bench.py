@@ -11,6 +11,7 @@ from eval import gold_bench
 from eval.fixtures.repos import make_calc_repo, write_dataset
 
 
+@pytest.mark.slow
 def test_gold_and_empty_patch_on_a_fixture(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     mirrors = tmp_path / "mirrors"
     dataset = write_dataset(tmp_path / "data.jsonl", [make_calc_repo(mirrors)])
@@ -48,6 +49,7 @@ def test_no_instance_with_a_mirror(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "has a mirror under" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_base_commit_missing_from_the_mirror_is_one_clear_record(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     mirrors = tmp_path / "mirrors"

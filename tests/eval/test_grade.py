@@ -44,6 +44,7 @@ def _args(tmp_path: Path, mirrors: Path, dataset: Path, preds: Path, *extra: str
             "--report-dir", str(tmp_path / "reports"), "--run-id", "r1", "--timeout", "120", "--no-progress", *extra]
 
 
+@pytest.mark.slow
 def test_fix_break_and_no_apply(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     mirrors, dataset, insts = _setup(tmp_path, ["calc", "calcb", "calcc"])
     fix, brk, bad = insts
@@ -84,6 +85,7 @@ def test_fix_break_and_no_apply(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert (base / fix["instance_id"] / "grade.json").stat().st_mtime_ns == stamp
 
 
+@pytest.mark.slow
 def test_bad_rows_each_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     mirrors, dataset, insts = _setup(tmp_path, ["calc", "calcb", "calcc", "calcd"])
     a, b, c, d = (i["instance_id"] for i in insts)
@@ -130,6 +132,7 @@ def test_bad_input_is_one_line(tmp_path: Path, extra: list[str], message: str,
     assert capsys.readouterr().err.strip().splitlines() == [message]
 
 
+@pytest.mark.slow
 def test_imported_run_reuses_another_runs_grades(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A predictions file imported as a run folder; its grades copied from a run that graded the same
     patches (nothing graded again), a changed patch graded afresh."""
@@ -185,6 +188,7 @@ def test_needs_latex():
 '''
 
 
+@pytest.mark.slow
 def test_matplotlib_image_comparisons_are_set_aside_not_graded(tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     mirrors = tmp_path / "mirrors"

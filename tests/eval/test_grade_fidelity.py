@@ -13,6 +13,7 @@ from eval.fixtures.repos import OPS_BUGGY, _diff, make_calc_repo, write_dataset
 WRONG = _diff(OPS_BUGGY, OPS_BUGGY.replace("- 1\n", "- 0.5\n"), "calc/ops.py")
 
 
+@pytest.mark.slow
 def test_agreement_and_a_classified_disagreement(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     mirrors = tmp_path / "mirrors"
     inst = make_calc_repo(mirrors)

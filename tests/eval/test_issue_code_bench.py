@@ -27,6 +27,7 @@ RAISES_OTHERWISE = _patch(FILES["shapes/core.py"], FILES["shapes/core.py"].repla
     'raise ValueError("negative side")', 'raise ValueError("sides must not be negative")'))
 
 
+@pytest.mark.slow
 @sandboxed
 def test_the_bench_splits_each_verdict_by_resolved_and_checks_the_gold_patch(tmp_path: Path,
                                                                              capsys: pytest.CaptureFixture[str]) -> None:

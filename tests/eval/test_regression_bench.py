@@ -13,6 +13,7 @@ from eval.regression_bench import main
 from tests.helpers.testrun_helpers import CALC, calc_instance, diff_for, local_config
 
 
+@pytest.mark.slow
 def test_bench_finds_the_visible_regression_and_records_what_it_cannot_judge(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     inst, wt, _ = calc_instance(tmp_path)
@@ -69,6 +70,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
         assert err.startswith(message) and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_critic_bench_runtime_column_adds_what_the_tests_show(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``--runtime``: a TypeError no static reading sees (untyped parameters) is caught by the
@@ -118,6 +120,7 @@ def test_the_tests_a_fix_s_own_test_patch_rewrites_are_named(tmp_path: Path) -> 
 SCALE_TEST = "\n\ndef test_scale():\n    assert calc.scale([1, 2], 3) == [3, 6]\n"
 
 
+@pytest.mark.slow
 def test_flags_outside_pass_to_pass_are_checked_with_the_gold_patch(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A flag on a test the harness does not run (``test_scale``, outside PASS_TO_PASS) is run

@@ -132,6 +132,7 @@ def test_ray_starts_with_no_secret_in_its_environment(monkeypatch: pytest.Monkey
     assert os.environ["OPENAI_API_KEY"] == "sk-test-0123456789abcdef"
 
 
+@pytest.mark.slow
 def test_the_reproducers_data_files_are_never_configuration(tmp_path: Path) -> None:
     from eval.attacks import ATTACKS, repro  # noqa: F401 - registers the attacks
 
@@ -151,6 +152,7 @@ def test_the_guard_sees_issue_35s_bypasses(tmp_path: Path, name: str) -> None:
     assert _guard_attack(name, *BYPASSES[name])(tmp_path) == ""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["predictions_dir under /proc", "graph.py --workers abc", "graph.py --frobnicate"])
 def test_bad_command_lines_get_one_line_and_exit_2(tmp_path: Path, name: str) -> None:
     from eval.attacks import (
@@ -161,6 +163,7 @@ def test_bad_command_lines_get_one_line_and_exit_2(tmp_path: Path, name: str) ->
     assert attack.run(tmp_path) == ""
 
 
+@pytest.mark.slow
 def test_host_unix_sockets_in_world_writable_folders_are_hidden(tmp_path: Path) -> None:
     from eval.attacks import ATTACKS, sockets  # noqa: F401 - registers the attacks
     from fixgraph.sandbox.process import sandbox_mode

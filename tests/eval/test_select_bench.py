@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from eval import select_bench
 from eval.fixtures.repos import make_calc_repo, write_dataset
 from tests.scoring.test_select import FIX, FIX_AGAIN, WRONG, scratch_patch
@@ -19,6 +21,7 @@ def _preds(path: Path, iid: str, patch: str, resolved: bool | None) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_bench_picks_by_agreement_and_scores_with_resolved(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("FIXGRAPH_CACHE_DIR", str(tmp_path / "cache"))
     inst = make_calc_repo(tmp_path / "mirrors")
@@ -112,6 +115,7 @@ def test_a_later_run_with_a_test_signal_takes_back_an_earlier_no_test_signal_not
     assert select_bench.load_rows(rows)["x"]["note"] == "cannot check out: gone; " + note
 
 
+@pytest.mark.slow
 def test_bench_skips_the_static_phase_where_no_signal_can_change_the_outcome(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("FIXGRAPH_CACHE_DIR", str(tmp_path / "cache"))
     inst = make_calc_repo(tmp_path / "mirrors")
@@ -164,6 +168,7 @@ def test_the_fair_best_run_is_chosen_on_the_other_repositories():
     assert select_bench.best_run_held_out(repo_of, runs) == {"x": ("b", 0), "y": ("a", 0), "z": ("a", 0)}
 
 
+@pytest.mark.slow
 def test_instances_without_a_mirror_are_judged_from_the_patches_alone(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("FIXGRAPH_CACHE_DIR", str(tmp_path / "cache"))
     inst = make_calc_repo(tmp_path / "mirrors")

@@ -40,6 +40,7 @@ def no_llm_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "FIXGRAPH"))}
 
 
+@pytest.mark.slow
 def test_probe_uses_the_first_server_in_order_that_answers(silent: int) -> None:
     with FakeLLMServer(ScriptResponder({}), models=("qwen2.5-coder:7b", "llama3")) as srv:
         servers = [("dead", f"http://127.0.0.1:{closed_port()}/v1"), ("silent", f"http://127.0.0.1:{silent}/v1"),
@@ -51,6 +52,7 @@ def test_probe_uses_the_first_server_in_order_that_answers(silent: int) -> None:
     assert found.models == ("qwen2.5-coder:7b", "llama3")
 
 
+@pytest.mark.slow
 def test_no_key_and_no_url_uses_the_server_found_and_says_so_in_one_line() -> None:
     cfg = load_config("redo", env={"FIXGRAPH_MODEL_CODER": "llama3"})
     with FakeLLMServer(ScriptResponder({}), models=("qwen2.5-coder:7b", "llama3")) as srv:
@@ -70,6 +72,7 @@ def test_a_key_or_a_url_already_set_probes_nothing() -> None:
     assert line is None and got.llm.base_url == "http://127.0.0.1:9/v1" and got.llm.api_key is not None
 
 
+@pytest.mark.slow
 def test_nothing_listening_fails_within_3s_listing_what_was_tried(silent: int) -> None:
     servers = [("Ollama", f"http://127.0.0.1:{closed_port()}/v1"), ("vLLM", f"http://127.0.0.1:{silent}/v1")]
     t0 = time.monotonic()
@@ -81,6 +84,7 @@ def test_nothing_listening_fails_within_3s_listing_what_was_tried(silent: int) -
     assert f"tried Ollama ({servers[0][1].removesuffix('/v1')}), vLLM ({servers[1][1].removesuffix('/v1')})" in msg
 
 
+@pytest.mark.slow
 def test_the_default_ports_are_probed() -> None:
     """A fake bound on a real default port is found by the default probe."""
     for name, url in LOCAL_SERVERS:
@@ -101,6 +105,7 @@ def test_the_default_ports_are_probed() -> None:
     pytest.skip("every default port (11434, 8000, 1234, 8080) is in use on this machine")
 
 
+@pytest.mark.slow
 def test_graph_py_without_key_finds_the_server_and_with_nothing_fails_in_3s(tmp_path: Path) -> None:
     env = no_llm_env()
     dead = f"http://127.0.0.1:{closed_port()}/v1"
@@ -124,6 +129,7 @@ def test_graph_py_without_key_finds_the_server_and_with_nothing_fails_in_3s(tmp_
     assert proc.returncode == 2 and "none.jsonl" in lines[-1]
 
 
+@pytest.mark.slow
 def test_something_else_on_a_default_port_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
     """A service that does not speak HTTP (or serves a web app) there is not a model server."""
     import threading

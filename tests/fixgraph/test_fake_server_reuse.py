@@ -1,6 +1,10 @@
 """Port reuse: a stopped fake's keep-alive connection must not answer for the next one."""
+import pytest
+
 from eval.fakes.llm_server import FakeLLMServer
 from fixgraph.models.transport import deadline_client
+
+pytestmark = pytest.mark.slow
 
 
 def test_a_stopped_fake_leaves_no_connection_that_answers_for_the_next(tmp_path):

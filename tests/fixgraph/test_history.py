@@ -32,6 +32,7 @@ def top(index: RepoIndex, problem: str = ISSUE, k: int = 8) -> list[str]:
     return [c.path for c in combine(index.rank_parts(problem), W_SIGNAL, 0.0, 0.0, 0.0)[:k]]
 
 
+@pytest.mark.slow
 def test_a_past_fix_whose_message_matches_the_issue_puts_its_file_first(hist_repo: HistoryRepo,
                                                                        tmp_path: Path) -> None:
     without = RepoIndex.build_from_git(git_dir(hist_repo), hist_repo.base, tmp_path / "c", history=False)
@@ -46,6 +47,7 @@ def test_a_past_fix_whose_message_matches_the_issue_puts_its_file_first(hist_rep
     assert index.rank(ISSUE) == index.rank(ISSUE)  # deterministic
 
 
+@pytest.mark.slow
 def test_a_commit_after_the_base_is_never_used(hist_repo: HistoryRepo, tmp_path: Path) -> None:
     index = RepoIndex.build_from_git(git_dir(hist_repo), hist_repo.base, tmp_path / "c")
     view = index.history
@@ -205,6 +207,7 @@ def _bench_rows(repo: str, base: str, gold: str, problem: str, n: int) -> list[d
              "problem_statement": problem} for i in range(n)]
 
 
+@pytest.mark.slow
 def test_localization_bench_cross_validates_across_repositories(hist_repo: HistoryRepo, tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     import json

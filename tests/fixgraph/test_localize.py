@@ -122,6 +122,7 @@ def test_views_within_share_one_budget(index: RepoIndex) -> None:
     assert "skeleton" not in dict(views)["pkg/models.py"]
 
 
+@pytest.mark.slow
 def test_repo_map_fits_and_folds(tmp_path: Path) -> None:
     extra = {f"pkg/sub{i}/mod{j}.py": f"def func_{i}_{j}():\n    return {j}\n" for i in range(20) for j in range(15)}
     wt = make_repo(tmp_path, extra=extra, awkward=False)
@@ -160,6 +161,7 @@ def test_index_is_cached_per_commit(wt, tmp_path: Path, monkeypatch: pytest.Monk
     assert second.rank("merge_settings") == first.rank("merge_settings")
 
 
+@pytest.mark.slow
 def test_bare_repository_gives_the_same_index(wt, tmp_path: Path) -> None:
     bare = tmp_path / "bare.git"
     subprocess.run(["git", "clone", "-q", "--bare", str(wt.path), str(bare)], check=True)
@@ -179,6 +181,7 @@ def test_parse_problem_reads_code_shaped_names() -> None:
     assert q.frames == [("x/y/sessions.py", "merge_settings")]
 
 
+@pytest.mark.slow
 def test_localization_bench_on_a_fixture_mirror(wt, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
@@ -208,6 +211,7 @@ def test_localization_bench_on_a_fixture_mirror(wt, tmp_path: Path, capsys: pyte
         "today 1.000/1.000")
 
 
+@pytest.mark.slow
 def test_localization_bench_resumes_from_its_rows(wt, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     import json
@@ -292,6 +296,7 @@ def test_big_class_in_focus_is_outlined_not_dumped(tmp_path: Path) -> None:
     assert "self.items.append(item)  # the bug" in view  # the focused method in full
 
 
+@pytest.mark.slow
 def test_localize_warm_bench_splits_the_time_and_compares_with_a_revision(wt, tmp_path: Path,
                                                                           capsys: pytest.CaptureFixture[str]) -> None:
     import json

@@ -84,6 +84,7 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_offline_without_dataset_says_to_pass_dataset_within_seconds(tmp_path: Path) -> None:
     import time
 

@@ -45,6 +45,7 @@ def test_only_the_oracle_ablation_gets_the_evaluation_data(cfg_factory) -> None:
     assert renamed.label == "redo-oracle-tests" and "oracle-tests" in model_name(renamed)
 
 
+@pytest.mark.slow
 def test_the_oracle_ablation_runs_the_hidden_tests_and_says_so(calc, cfg_factory) -> None:
     mirrors, inst = calc
     cfg = cfg_factory("oracle-tests")

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -20,6 +22,7 @@ def run_graph(args: list[str], cwd: Path, env: dict[str, str] | None = None, tim
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_no_api_key_fails_in_seconds_naming_the_setting(tmp_path):
     t0 = time.monotonic()
     proc = run_graph(["--tasks", "stratified50"], tmp_path, {"EVAL_MODE": "true"})
@@ -30,6 +33,7 @@ def test_no_api_key_fails_in_seconds_naming_the_setting(tmp_path):
     assert not (tmp_path / "predictions").exists() or not any((tmp_path / "predictions").iterdir())
 
 
+@pytest.mark.slow
 def test_unknown_task_id(tmp_path, calc):
     from eval.fixtures.repos import make_calc_repo, write_dataset
 
@@ -40,6 +44,7 @@ def test_unknown_task_id(tmp_path, calc):
     assert not (tmp_path / "predictions").exists() or not any((tmp_path / "predictions").iterdir())
 
 
+@pytest.mark.slow
 def test_malformed_jsonl_line(tmp_path):
     ds = tmp_path / "bad.jsonl"
     ds.write_text('{"instance_id": "a__b-1", "repo": "a/b", "base_commit": "x", "problem_statement": "p"}\n{not json\n')
@@ -50,6 +55,7 @@ def test_malformed_jsonl_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_checkpoint_file_that_is_not_a_database_stops_the_run_with_one_line(tmp_path, calc):
     from eval.fixtures.repos import make_calc_repo, write_dataset
 
@@ -68,6 +74,7 @@ def test_checkpoint_file_that_is_not_a_database_stops_the_run_with_one_line(tmp_
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_unknown_config_and_bad_eval_mode(tmp_path):
     proc = run_graph(["--config", "nosuch"], tmp_path, {"OPENAI_API_KEY": "k"})
     assert proc.returncode == 2 and "unknown config 'nosuch'" in proc.stderr
@@ -75,6 +82,7 @@ def test_unknown_config_and_bad_eval_mode(tmp_path):
     assert proc.returncode == 2 and "EVAL_MODE must be true or false" in proc.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_finished_tasks_and_the_next_run_resumes(tmp_path):
     import json
     import signal
@@ -132,6 +140,7 @@ def test_ctrl_c_keeps_finished_tasks_and_the_next_run_resumes(tmp_path):
     assert sorted(json.loads(ln)["instance_id"] for ln in lines) == ["fixture__calc-1", "fixture__calc2-1"]
 
 
+@pytest.mark.slow
 def test_a_cache_inside_the_repositories_folder_is_refused_in_one_line(tmp_path, calc):
     from eval.fixtures.repos import make_calc_repo, write_dataset
 
@@ -167,6 +176,7 @@ def _one_line_exit_2(proc: subprocess.CompletedProcess[str], seconds: float, tmp
     return lines[0]
 
 
+@pytest.mark.slow
 def test_a_closed_port_ends_the_run_before_any_task_with_one_line(tmp_path):
     import socket
 
@@ -178,6 +188,7 @@ def test_a_closed_port_ends_the_run_before_any_task_with_one_line(tmp_path):
     assert f"cannot reach the LLM server at http://127.0.0.1:{port}/v1" in line and "OPENAI_BASE_URL" in line
 
 
+@pytest.mark.slow
 def test_a_refused_key_ends_the_run_before_any_task_with_one_line(tmp_path):
     from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
 
@@ -200,6 +211,7 @@ def test_a_refused_key_ends_the_run_before_any_task_with_one_line(tmp_path):
     assert "refused the key (GET /models answered 401)" in line and "OPENAI_API_KEY" in line
 
 
+@pytest.mark.slow
 def test_an_unknown_model_ends_the_run_before_any_task_with_one_line(tmp_path):
     from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
 
@@ -221,6 +233,7 @@ def test_an_unknown_model_ends_the_run_before_any_task_with_one_line(tmp_path):
     assert [b["max_tokens"] for b in probes] == [1]  # one 1-token request, no task's call
 
 
+@pytest.mark.slow
 def test_a_model_served_but_not_listed_passes_the_gate(tmp_path):
     # Ollama serves llama3 as llama3:latest; llama.cpp serves any name: not listed is not unknown.
     from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
@@ -232,6 +245,7 @@ def test_a_model_served_but_not_listed_passes_the_gate(tmp_path):
         endpoint_gate(cfg)
 
 
+@pytest.mark.slow
 def test_a_batch_where_every_task_failed_on_the_endpoint_exits_non_zero(tmp_path):
     from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
 from eval.fixtures.repos import BUGGY_LINE, calc_script
 from fixgraph.dataset import Instance
@@ -46,6 +48,7 @@ def test_invalid_structured_output_is_reasked_once_then_fails(calc, cfg_factory)
     assert _no_prediction(cfg, inst)
 
 
+@pytest.mark.slow
 def test_edit_outside_the_repo_is_refused(calc, cfg_factory, tmp_path):
     mirrors, inst = calc
     evil = {"edits": [{"path": "../../evil.py", "search": "", "replace": "import os\n"}], "explanation": "x"}
@@ -58,6 +61,7 @@ def test_edit_outside_the_repo_is_refused(calc, cfg_factory, tmp_path):
     assert not list(tmp_path.rglob("evil.py"))
 
 
+@pytest.mark.slow
 def test_empty_patch_then_retry_with_feedback(calc, cfg_factory):
     mirrors, inst = calc
     noop = {"edits": [{"path": "calc/ops.py", "search": BUGGY_LINE, "replace": BUGGY_LINE}], "explanation": "noop"}
@@ -86,6 +90,7 @@ class _Faulty(FakeLLMServer):
         handler._send(status, {"error": {"message": "injected", "type": "server_error"}}, headers)
 
 
+@pytest.mark.slow
 def test_server_errors_are_retried_then_fail_cleanly(calc, cfg_factory):
     mirrors, inst = calc
     with _Faulty(ScriptResponder(calc_script(False)), [(500, {})] * 10) as srv:
@@ -98,6 +103,7 @@ def test_server_errors_are_retried_then_fail_cleanly(calc, cfg_factory):
     assert summary.failed == 1 and "answered 500" in rec["failed"] and _no_prediction(cfg, inst)
 
 
+@pytest.mark.slow
 def test_rate_limit_with_retry_after_then_success(calc, cfg_factory):
     mirrors, inst = calc
     with _Faulty(ScriptResponder(calc_script(False)), [(429, {"Retry-After": "1"}), (503, {})]) as srv:
@@ -106,6 +112,7 @@ def test_rate_limit_with_retry_after_then_success(calc, cfg_factory):
     assert summary.patched == 1
 
 
+@pytest.mark.slow
 def test_silent_server_times_out(calc, cfg_factory):
     mirrors, inst = calc
     with _Faulty(ScriptResponder(calc_script(False)), [], delay=3.0) as srv:
@@ -117,6 +124,7 @@ def test_silent_server_times_out(calc, cfg_factory):
     assert summary.failed == 1 and "timed out" in rec["failed"]
 
 
+@pytest.mark.slow
 def test_task_budget_stops_before_overspending(calc, cfg_factory):
     mirrors, inst = calc
     # Each scripted call reports 120 tokens in + 20 out... the ScriptedChatModel's default: 100 + 20.
@@ -128,6 +136,7 @@ def test_task_budget_stops_before_overspending(calc, cfg_factory):
     assert rec["status"] == "empty" and rec["final"]
 
 
+@pytest.mark.slow
 def test_an_endpoint_gone_mid_run_starts_no_further_task(tmp_path, cfg_factory):
     # Past the gate, the server goes away: without asking again, each task left would index its
     # repository and retry before failing the same way.

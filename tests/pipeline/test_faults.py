@@ -50,6 +50,7 @@ def _tools(log):
     return [e["key"].split(":")[0] for e in log]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["rate_limit", "server_error", "drop", "silent", "trickle", "bad_json"])
 def test_transient_fault_is_retried_and_the_prediction_matches_a_clean_run(calc, cfg_factory, kind, tmp_path):
     clean = _clean_diff(calc, cfg_factory, tmp_path)
@@ -68,6 +69,7 @@ def test_transient_fault_is_retried_and_the_prediction_matches_a_clean_run(calc,
     assert (cfg.predictions_dir / f"{rec['instance_id']}.diff").read_text() == clean
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind,reason", [
     ("rate_limit", "answered 429"),
     ("server_error", "answered 500"),
@@ -93,12 +95,14 @@ def test_a_fault_that_persists_ends_the_task_with_one_clear_record(calc, cfg_fac
     assert not (cfg.predictions_dir / "f.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_timeout_retries_are_configurable_for_a_local_server(calc, cfg_factory):
     summary, rec, log, cfg, _ = _faulty_run(calc, cfg_factory, ["silent"] * 3,
                                             **{"llm.timeout_s": 0.3, "llm.timeout_retries": 2})
     assert summary.failed == 1 and len(log) == 3 and rec["usage"]["timeouts"] == 3
 
 
+@pytest.mark.slow
 def test_wrong_arguments_are_reasked_once(calc, cfg_factory, tmp_path):
     clean = _clean_diff(calc, cfg_factory, tmp_path)
     summary, rec, log, cfg, _ = _faulty_run(calc, cfg_factory, ["bad_args"])
@@ -111,12 +115,14 @@ def test_wrong_arguments_are_reasked_once(calc, cfg_factory, tmp_path):
     assert (cfg.predictions_dir / f"{rec['instance_id']}.diff").read_text() == clean
 
 
+@pytest.mark.slow
 def test_wrong_arguments_twice_fail_the_task(calc, cfg_factory):
     summary, rec, log, cfg, _ = _faulty_run(calc, cfg_factory, ["bad_args", "bad_args"])
     assert summary.failed == 1 and "no valid Plan" in rec["failed"]
     assert _tools(log) == ["Plan", "Plan"] and rec["usage"]["calls"] == 2
 
 
+@pytest.mark.slow
 def test_huge_usage_stops_the_task_before_its_next_call(calc, cfg_factory):
     summary, rec, log, cfg, _ = _faulty_run(calc, cfg_factory, [None, "huge_usage"])
     assert _tools(log) == ["Plan", "ExploreStep"]  # the Coder is never called
@@ -162,6 +168,7 @@ def _bench_tasks(root: Path, n: int) -> tuple[Path, list[Instance], BenchRespond
     return root / "mirrors", [Instance.model_validate(i) for i in raw], BenchResponder(specs), dataset
 
 
+@pytest.mark.slow
 def test_run_budget_stops_the_run_cleanly_and_a_rerun_finishes(tmp_path):
     mirrors, insts, responder, _ = _bench_tasks(tmp_path, 4)
     with FaultyLLMServer(responder, tag=task_tag) as srv:
@@ -183,6 +190,7 @@ def test_run_budget_stops_the_run_cleanly_and_a_rerun_finishes(tmp_path):
     assert sorted(json.loads(ln)["instance_id"] for ln in lines) == sorted(i.instance_id for i in insts)
 
 
+@pytest.mark.slow
 def test_leftover_worktree_of_a_finished_task_is_removed_on_resume(calc, cfg_factory):
     mirrors, inst = calc
     cfg = cfg_factory("baseline")
@@ -255,6 +263,7 @@ def test_fault_bench_rejects_bad_input_in_one_line():
     assert proc.returncode == 2 and proc.stderr.strip() == "fault_bench: error: --fault-rate must be within [0, 1]"
 
 
+@pytest.mark.slow
 def test_ast_parse_goes_through_one_lock_once_a_run_starts(calc, cfg_factory):
     import ast
     import threading
@@ -274,6 +283,7 @@ def test_ast_parse_goes_through_one_lock_once_a_run_starts(calc, cfg_factory):
     worker.join()
 
 
+@pytest.mark.slow
 def test_predictions_jsonl_keeps_one_line_per_task_under_concurrent_writers(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 

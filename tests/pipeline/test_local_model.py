@@ -31,6 +31,7 @@ def _bodies(srv: FakeLLMServer, tool: str) -> list[dict[str, Any]]:
     return [r["body"] for r in srv.requests if r["body"] and r["body"]["tools"][0]["function"]["name"] == tool]
 
 
+@pytest.mark.slow
 def test_tool_calls_streamed_with_their_name_in_every_chunk_are_read_as_one_call(calc, cfg_factory):
     # llama-cpp-python's server repeats the name in each chunk; LangChain alone joins them
     # ("PlanPlanPlan") and every reply read as calling no known tool (seen on the real server).
@@ -40,6 +41,7 @@ def test_tool_calls_streamed_with_their_name_in_every_chunk_are_read_as_one_call
     assert not rec["usage"].get("invalid") and not rec["usage"].get("reasks")
 
 
+@pytest.mark.slow
 def test_a_looping_model_is_stopped_by_the_schemas_bounds(calc, cfg_factory):
     # The model repeats the Planner's first file forever; the schema's maxItems (as a grammar) ends it.
     with LocalModelServer(ScriptResponder(calc_script(False)), loop_tools=("Plan",)) as srv:
@@ -56,6 +58,7 @@ def test_a_looping_model_is_stopped_by_the_schemas_bounds(calc, cfg_factory):
     assert srv.refused_grammars == 0 and {g["tool"] for g in srv.generations} >= {"Plan", "CodeChange"}
 
 
+@pytest.mark.slow
 def test_a_schema_with_a_bound_over_the_grammar_parsers_limit_gets_no_grammar(calc, cfg_factory):
     # What the real server did before the bounds were fitted to it: a long maxLength anywhere made
     # llama.cpp refuse the whole grammar, and the looping Planner ran on to max_tokens.
@@ -80,6 +83,7 @@ def test_long_text_bounds_are_validated_but_kept_out_of_the_schema():
         state.Edit(path="a.py", search="x" * (state.CODE_CHARS + 1), replace="")
 
 
+@pytest.mark.slow
 def test_a_looping_model_is_stopped_by_max_tokens_when_no_grammar_holds_it(calc, cfg_factory):
     # No grammar, and the server reads max_tokens only (not max_completion_tokens): the node's cap
     # reaches it because fixgraph sends both; the cut reply is named, re-asked once, then recorded.
@@ -96,6 +100,7 @@ def test_a_looping_model_is_stopped_by_max_tokens_when_no_grammar_holds_it(calc,
     assert rec["usage"]["truncated"] == 2 and rec["usage"]["reasks"] == 1
 
 
+@pytest.mark.slow
 def test_without_a_cap_the_same_model_runs_to_the_servers_own_limit(calc, cfg_factory):
     # The contrast: with max_tokens not sent the generation only ends at the server's own limit.
     with LocalModelServer(ScriptResponder(calc_script(False)), loop_tools=("Plan",), grammar=False,
@@ -111,6 +116,7 @@ def _endless(**kw: Any) -> LocalModelServer:
                             honour_max_tokens=False, token_s=0.02, **kw)
 
 
+@pytest.mark.slow
 def test_a_timed_out_call_stops_the_generation_and_is_retried_once_on_a_local_server(calc, cfg_factory, capsys):
     with _endless(hard_limit=100_000) as srv:
         summary, rec, cfg = _run(calc, cfg_factory, srv, {"llm.timeout_s": 0.5}, event_lines=True)
@@ -139,6 +145,7 @@ def test_a_timed_out_call_stops_the_generation_and_is_retried_once_on_a_local_se
     assert lines[5].startswith(f"{iid}: failed in ") and len(lines) == 6
 
 
+@pytest.mark.slow
 def test_without_streaming_an_abandoned_generation_runs_on_and_the_retry_queues_behind_it(calc, cfg_factory):
     # Why replies are streamed to local servers: a plain request's generation does not stop when
     # the client gives up, so each retry waits behind the one it abandoned.
@@ -149,6 +156,7 @@ def test_without_streaming_an_abandoned_generation_runs_on_and_the_retry_queues_
     assert gens[1]["start"] >= gens[0]["end"]
 
 
+@pytest.mark.slow
 def test_a_prompt_over_the_servers_context_is_asked_once_unstreamed_and_ends_with_the_servers_reason(
         calc, cfg_factory, capsys):
     # llama-cpp-python's server streams a 200 and then fails on a prompt over --n_ctx: the client
@@ -165,6 +173,7 @@ def test_a_prompt_over_the_servers_context_is_asked_once_unstreamed_and_ends_wit
     assert "planner call 1: empty stream after" in err and "asking once without streaming" in err
 
 
+@pytest.mark.slow
 def test_a_server_that_ignores_stream_gets_one_request_per_call(calc, cfg_factory):
     # Some OpenAI-compatible servers answer a streamed request with a plain JSON completion. Read
     # as an empty stream, every call was asked again without streaming: twice the requests, twice
@@ -180,6 +189,7 @@ def test_a_server_that_ignores_stream_gets_one_request_per_call(calc, cfg_factor
     assert usage["input_tokens"] == 120 * len(posts)  # the usage block of each JSON reply was read
 
 
+@pytest.mark.slow
 def test_a_json_reply_that_is_no_completion_still_gets_the_one_unstreamed_request(calc, cfg_factory):
     class Refusing(FakeLLMServer):
         """Answers a streamed request with a 200 JSON error, a plain request with the 400."""
@@ -196,6 +206,7 @@ def test_a_json_reply_that_is_no_completion_still_gets_the_one_unstreamed_reques
     assert rec["usage"]["requests"] == 2 and not rec["usage"].get("calls")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [True, False])
 def test_cut_tool_arguments_are_named_truncated_not_a_missing_call(calc, cfg_factory, stream):
     # The server cuts every reply's arguments at 30 characters yet says finish_reason: tool_calls.
@@ -210,6 +221,7 @@ def test_cut_tool_arguments_are_named_truncated_not_a_missing_call(calc, cfg_fac
     assert rec["usage"]["truncated"] == 2 and rec["usage"]["by_node"]["planner"]["truncated"] == 2
 
 
+@pytest.mark.slow
 def test_an_empty_plan_is_reasked_once_and_the_second_answer_used(calc, cfg_factory):
     script = calc_script(False)
     script["Plan"] = [{"files": [], "reasoning": "none"}] + script["Plan"]
@@ -222,6 +234,7 @@ def test_an_empty_plan_is_reasked_once_and_the_second_answer_used(calc, cfg_fact
     assert rec["usage"]["empty"] == 1 and rec["usage"]["reasks"] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tool,reply,node,why", [
     ("ExploreStep", {"suspects": []}, "explorer", "no suspects and no files to read next"),
     ("CodeChange", {"edits": [], "explanation": "nothing"}, "coder", "it had no edits"),
@@ -307,6 +320,7 @@ def test_a_reply_without_usage_is_charged_an_estimate():
     assert (usage.get("input_tokens"), usage.get("output_tokens")) == (100, 13) and meter.tokens == 113
 
 
+@pytest.mark.slow
 def test_local_model_smoke_reports_per_node_and_per_task(calc, tmp_path, capsys, monkeypatch):
     from eval import local_model_smoke
     from eval.fixtures.repos import write_dataset

@@ -7,16 +7,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from eval.fixtures.repos import calc_script
 from fixgraph.models.scripted import ScriptedChatModel
 from tests.conftest import read_record
 from tests.helpers.run_graph import run_tasks
+
+pytestmark = pytest.mark.slow
 
 
 def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_static_error_goes_back_to_coder_and_second_patch_fixes_the_bug(calc, cfg_factory, tmp_path):
     mirrors, inst = calc
     cfg = cfg_factory("redo")

@@ -41,6 +41,7 @@ def check(tmp_path: Path, base_url: str, *extra: str) -> subprocess.CompletedPro
 PLAN = {"files": ["pkg/module_3.py"], "reasoning": "render_3 lives there."}
 
 
+@pytest.mark.slow
 def test_check_against_a_good_server_exits_0(tmp_path: Path) -> None:
     with FakeLLMServer(ScriptResponder({"Ping": [{"ok": True}], "Plan": [PLAN]}), models=("m1",)) as srv:
         proc = check(tmp_path, srv.base_url)
@@ -67,6 +68,7 @@ def _speed(srv: LocalModelServer, **overrides: object) -> list[Check]:
     return [c for c in run_checks(cfg) if c.part.startswith(("speed", "tool calling"))]
 
 
+@pytest.mark.slow
 def test_check_measures_a_slow_server_and_warns_before_a_run_would_time_out(tmp_path: Path) -> None:
     # About 0.05 s a token: the Planner-sized reply takes about a second.
     with LocalModelServer(ScriptResponder({"Ping": [{"ok": True}], "Plan": [PLAN]}), token_s=0.05) as srv:
@@ -83,6 +85,7 @@ def test_check_measures_a_slow_server_and_warns_before_a_run_would_time_out(tmp_
                                   "smaller model")
 
 
+@pytest.mark.slow
 def test_check_without_a_key_or_a_server_still_checks_every_other_part(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "FIXGRAPH", "EVAL_MODE", "GITHUB"))}
     env.update(EVAL_MODE="true", FIXGRAPH_LOCAL_SERVERS="", FIXGRAPH_CACHE_DIR=str(tmp_path / "cache"))
@@ -106,6 +109,7 @@ def test_pyright_is_found_beside_the_interpreter_and_the_advice_is_said_once(mon
     assert detail.count("pip install pyright") == 1 and f"on PATH and in {Path(sys.executable).parent}" in detail
 
 
+@pytest.mark.slow
 def test_check_against_a_server_without_tool_calling_says_exactly_that(tmp_path: Path) -> None:
     with FakeLLMServer(ScriptResponder({}), models=("m1",), tools=False) as srv:
         proc = check(tmp_path, srv.base_url)
@@ -114,6 +118,7 @@ def test_check_against_a_server_without_tool_calling_says_exactly_that(tmp_path:
     assert proc.stdout.strip().splitlines()[-1] == "1 part(s) not ready"
 
 
+@pytest.mark.slow
 def test_a_model_the_server_lacks_and_a_server_that_is_down(tmp_path: Path) -> None:
     with FakeLLMServer(ScriptResponder({}), models=("other",)) as srv:
         cfg = load_config("baseline", env={"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": srv.base_url})
@@ -129,6 +134,7 @@ def test_a_model_the_server_lacks_and_a_server_that_is_down(tmp_path: Path) -> N
     assert out[0].startswith("NOT READY  LLM endpoint: http://127.0.0.1:9/v1 does not answer")
 
 
+@pytest.mark.slow
 def test_tool_calling_check_passes_through_the_llm_class(tmp_path: Path) -> None:
     with FakeLLMServer(ScriptResponder({"Ping": [{"ok": True}]}), models=("m1",)) as srv:
         cfg = load_config("redo", env={"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": srv.base_url},
@@ -144,6 +150,7 @@ def github(tmp_path: Path) -> Iterator[FakeGitHub]:
     gh.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("token", "ready", "says"), [
     ("ghp_classic", True, "token of fixgraph-bot, scopes repo, workflow"),
     ("ghp_narrow", False, "has scopes read:org; publishing needs repo"),

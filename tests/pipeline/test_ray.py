@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Every test that starts Ray runs on one xdist worker (--dist loadgroup): two local clusters started
 # at once on a machine with no ~/.ray/auth_token each write a new token there, and the first
 # cluster's processes then hang on the second's (a fresh CI machine: the suite stopped at 82%).
-pytestmark = pytest.mark.xdist_group("ray")
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 VOLATILE = {"seconds", "started_at", "finished_at", "worker", "run_id"}
 

@@ -38,6 +38,7 @@ def _race(n: int, open_one) -> list[BaseException]:
     return errors
 
 
+@pytest.mark.slow
 def test_threads_opening_a_fresh_blob_cache_together_all_get_it(tmp_path):
     for round_ in range(15):
         path = tmp_path / f"r{round_}" / "blobs.sqlite"
@@ -59,6 +60,7 @@ def test_threads_opening_a_fresh_blob_cache_together_all_get_it(tmp_path):
             assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+@pytest.mark.slow
 def test_threads_opening_a_fresh_checkpoint_database_together_all_get_it(tmp_path):
     for round_ in range(15):
         path = tmp_path / f"r{round_}" / "checkpoints.sqlite"
@@ -82,6 +84,7 @@ def _open_and_write(path: str, i: int, start: Any) -> None:
     db.close()
 
 
+@pytest.mark.slow
 def test_processes_opening_a_fresh_database_together_all_write(tmp_path):
     ctx = multiprocessing.get_context("spawn")
     for round_ in range(3):

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from eval.fixtures.repos import BUGGY_LINE, calc_script
 from fixgraph.models.scripted import ScriptedChatModel
 from tests.conftest import read_record
 from tests.helpers.run_graph import run_tasks
 from tests.helpers.testrun_helpers import locals_section
+
+pytestmark = pytest.mark.slow
 
 # Clean for pyright (``values`` is untyped) and for the scripted runtime check, but a TypeError
 # inside the repository's code as soon as the test calls it.

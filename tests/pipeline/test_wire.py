@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from eval.fakes.llm_server import FakeLLMServer, ScriptResponder
 from eval.fixtures.repos import calc_script
 from fixgraph.config import Price
 from tests.conftest import TEST_KEY, read_record
 from tests.helpers.run_graph import run_tasks
+
+pytestmark = pytest.mark.slow
 
 
 def test_chatopenai_on_the_wire_structured_output_auth_and_usage(calc, cfg_factory):

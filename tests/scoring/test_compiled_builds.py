@@ -55,6 +55,7 @@ def _build(src: Path, env: dict[str, str], env_dir: Path) -> tuple[list[str], li
     return sorted(results), sorted(links), int(value)
 
 
+@pytest.mark.slow
 def test_a_later_commit_compiles_only_what_changed(tmp_path: Path) -> None:
     assert shutil.which("ccache"), "ccache is needed (Debian's ccache package; .ci/run installs it)"
     env_dir = tmp_path / "env"
@@ -83,6 +84,7 @@ def test_a_later_commit_compiles_only_what_changed(tmp_path: Path) -> None:
     assert not list((src).glob(".linkcache-*")) and not list((env_dir / "linkcache").glob(".new-*"))
 
 
+@pytest.mark.slow
 def test_a_link_is_reused_only_while_every_library_it_read_is_the_same(tmp_path: Path) -> None:
     """The link cache keys a link by its objects' bytes and arguments, and keeps beside it the bytes
     of each library the linker opened: the same static library again is a hit; the same objects and
@@ -168,6 +170,7 @@ def test_build_failures_are_told_apart(log: str, timed_out: bool, kind: str, tra
     assert kind == "other" or failure.reason
 
 
+@pytest.mark.slow
 def test_a_test_that_segfaults_in_compiled_code_is_a_finding_with_the_signal(tmp_path: Path) -> None:
     """A crash in compiled code kills pytest before its summary: the test that was running fails
     with the signal in its crash record, the tests it finished keep their outcomes, nothing hangs."""
@@ -191,6 +194,7 @@ def test_a_test_that_segfaults_in_compiled_code_is_a_finding_with_the_signal(tmp
     assert any("SIGSEGV in tests/test_calc.py::test_crash" in n for n in run.notes)
 
 
+@pytest.mark.slow
 def test_an_install_stopped_midway_leaves_nothing_that_is_reused(tmp_path: Path) -> None:
     """fixgraph killed during a reinstall leaves a half-built ``src`` tree beside the good install:
     the next use drops it and the env leads to the last complete install again."""

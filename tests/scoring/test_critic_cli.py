@@ -61,6 +61,7 @@ def read(out: Path) -> dict[str, dict[str, Any]]:
     return {row["instance_id"].split("-", 1)[1]: row for row in map(json.loads, out.read_text().splitlines())}
 
 
+@pytest.mark.slow
 def test_one_verdict_per_instance(setup: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "verdicts.jsonl"
     assert cli(setup, out) == 0
@@ -95,6 +96,7 @@ def test_missing_pyright_is_a_one_line_error(setup: dict[str, Any], tmp_path: Pa
     assert not (tmp_path / "out.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_missing_pyright_exits_non_zero_as_a_process(setup: dict[str, Any], tmp_path: Path) -> None:
     git = subprocess.run(["which", "git"], capture_output=True, text=True).stdout.strip()
     bin_dir = tmp_path / "bin"
@@ -114,6 +116,7 @@ def test_missing_pyright_exits_non_zero_as_a_process(setup: dict[str, Any], tmp_
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_bad_predictions_file(setup: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"instance_id": "x", "model_patch": ""}\n{not json\n')
@@ -128,6 +131,7 @@ def _instance(setup: dict[str, Any]) -> Instance:
     return Instance(instance_id="demo__shapes-x", repo=REPO, base_commit=setup["src"].base, problem_statement="p")
 
 
+@pytest.mark.slow
 def test_judge_llm_without_verdict_is_no_verdict(setup: dict[str, Any], tmp_path: Path) -> None:
     wt = make_repo(tmp_path / "repo")
     patch = edit(wt, "pkg/shapes.py", 'return "circle of radius %s" % c.r', 'return "circle of radius %s" % c.radius')
@@ -139,6 +143,7 @@ def test_judge_llm_without_verdict_is_no_verdict(setup: dict[str, Any], tmp_path
     assert isinstance(wt, Worktree)
 
 
+@pytest.mark.slow
 def test_guard_block_policy_makes_it_unsafe(tmp_path: Path) -> None:
     wt = make_repo(tmp_path / "repo")
     patch = edit(wt, "pkg/util.py", "    return None\n", "    subprocess.run(['rm', path])\n    return None\n")

@@ -64,6 +64,7 @@ def test_the_reproducers_test_must_sit_in_an_existing_test_app_as_a_test_case(dj
     assert "unittest test cases only" in check_draft(ReproTestDraft(path=REPRO_PATH, content=alone, explanation=""), ctx)
 
 
+@pytest.mark.slow
 def test_the_test_runs_by_its_label_fails_at_the_base_and_passes_with_the_fix(django_wt, tmp_path: Path) -> None:
     wt, task = django_wt
     runner = make_runner(local_settings(run_root=tmp_path / "runs"), tmp_path / "cache")
@@ -77,6 +78,7 @@ def test_the_test_runs_by_its_label_fails_at_the_base_and_passes_with_the_fix(dj
     assert ReproTest(REPRO_PATH, REPRO_TEST, tuple(failing)).statuses_after(after) == {failing[0]: "PASSED"}
 
 
+@pytest.mark.slow
 def test_a_label_the_runner_cannot_import_is_refused_with_its_output(django_wt, tmp_path: Path) -> None:
     wt, task = django_wt
     runner = make_runner(local_settings(run_root=tmp_path / "runs"), tmp_path / "cache")
@@ -121,6 +123,7 @@ def test_the_replay_configures_django_unless_the_snippet_does() -> None:
     assert "settings.configure(" in DJANGO_PRELUDE and "sqlite3" in DJANGO_PRELUDE
 
 
+@pytest.mark.slow
 def test_a_django_test_s_error_is_a_runtime_finding_though_another_s_traceback_comes_last(
         django_wt, tmp_path: Path) -> None:
     """The patch makes capfirst raise and wrap return a wrong result: unittest prints the ERROR

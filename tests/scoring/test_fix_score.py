@@ -52,6 +52,7 @@ def test_semantic_fallback_and_none() -> None:
     assert fix_score.compute(None, 2.0, 1.5)["fix_score"] == 1.0  # inputs clamped to [0, 1]
 
 
+@pytest.mark.slow
 def test_repo_where_nothing_is_collected_falls_back_to_the_llm(tmp_path: Path) -> None:
     from fixgraph.models.scripted import ScriptedChatModel
 

@@ -20,7 +20,7 @@ from scoring.execution import interpreters
 from scoring.execution.interpreters import resolve
 
 XY = f"{sys.version_info[0]}.{sys.version_info[1]}"
-pytestmark = pytest.mark.skipif(interpreters.uv_binary() is None, reason="uv is not installed: pip install uv")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(interpreters.uv_binary() is None, reason="uv is not installed: pip install uv")]
 
 
 def _archive() -> bytes:

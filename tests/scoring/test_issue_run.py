@@ -155,6 +155,7 @@ def test_caps_on_blocks_and_characters_and_determinism() -> None:
 # ---- running them ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @sandboxed
 def test_error_frames_and_calls_are_recorded_imported_only_file_is_not(fixture) -> None:
     runner, task, wt = fixture
@@ -174,6 +175,7 @@ def test_error_frames_and_calls_are_recorded_imported_only_file_is_not(fixture) 
     assert again.to_dict() == trace.to_dict()
 
 
+@pytest.mark.slow
 @sandboxed
 def test_a_name_the_package_exports_is_resolved_without_its_import(fixture) -> None:
     runner, task, wt = fixture
@@ -184,6 +186,7 @@ def test_a_name_the_package_exports_is_resolved_without_its_import(fixture) -> N
     assert "size:5" in trace.calls["mylib/core.py"]
 
 
+@pytest.mark.slow
 @sandboxed
 def test_conventional_aliases_and_modules_are_imported_for_the_snippet(fixture) -> None:
     runner, task, wt = fixture
@@ -195,6 +198,7 @@ def test_conventional_aliases_and_modules_are_imported_for_the_snippet(fixture) 
     assert trace.errors[0].message == "negative: -7" and trace.errors[0].statement == 2
 
 
+@pytest.mark.slow
 @sandboxed
 def test_a_name_nobody_exports_stays_a_name_error(fixture) -> None:
     runner, task, wt = fixture
@@ -212,6 +216,7 @@ def _bounded(fixture, code: str, timeout_s: float, within_s: float) -> IssueTrac
     return trace
 
 
+@pytest.mark.slow
 @sandboxed
 def test_an_endless_statement_is_cut_by_its_timer_and_the_next_one_runs(fixture) -> None:
     code = "import mylib\nwhile True:\n    try:\n        pass\n    except Exception:\n        pass\nmylib.parse('abcdefghijkl')\n"
@@ -221,6 +226,7 @@ def test_an_endless_statement_is_cut_by_its_timer_and_the_next_one_runs(fixture)
     assert trace.statements == 3 and trace.first == {"mylib/core.py": 2}
 
 
+@pytest.mark.slow
 @sandboxed
 def test_code_that_swallows_the_timer_is_killed_by_the_wall_clock(fixture) -> None:
     runner = fixture[0]
@@ -232,6 +238,7 @@ def test_code_that_swallows_the_timer_is_killed_by_the_wall_clock(fixture) -> No
     assert not list((runner.cache_dir / "issue-traces").glob("*.json"))  # a timed-out run is not pinned
 
 
+@pytest.mark.slow
 @sandboxed
 def test_snippet_sees_no_secret_from_the_parent_environment(fixture, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-exec-must-not-leak-7781")
@@ -246,6 +253,7 @@ def test_snippet_sees_no_secret_from_the_parent_environment(fixture, monkeypatch
     assert [(e.type, e.message) for e in trace.errors] == [("RuntimeError", "None None False")]
 
 
+@pytest.mark.slow
 @sandboxed
 def test_snippet_cannot_write_outside_its_working_copy(fixture, tmp_path: Path) -> None:
     runner, task, wt = fixture
@@ -264,6 +272,7 @@ def test_snippet_cannot_write_outside_its_working_copy(fixture, tmp_path: Path) 
     assert not any(t.exists() for t in targets)
 
 
+@pytest.mark.slow
 @sandboxed
 def test_the_cache_serves_the_second_call_without_running(fixture) -> None:
     runner, task, wt = fixture
@@ -284,6 +293,7 @@ def test_the_cache_serves_the_second_call_without_running(fixture) -> None:
     assert not other.cached and other.errors[0].message != token
 
 
+@pytest.mark.slow
 @sandboxed
 def test_an_output_file_turned_into_a_link_is_not_followed(fixture, tmp_path: Path) -> None:
     runner, task, wt = fixture
@@ -304,6 +314,7 @@ def test_an_output_file_turned_into_a_link_is_not_followed(fixture, tmp_path: Pa
     assert not list((runner.cache_dir / "issue-traces").glob("*.json"))
 
 
+@pytest.mark.slow
 @sandboxed
 def test_a_huge_allocation_is_a_memory_error_not_a_dead_run(tmp_path: Path) -> None:
     mirrors, commit = make_repo(tmp_path, FILES, repo=REPO)

@@ -40,6 +40,7 @@ def llm_with(*replies: Any, reasks: int = 1) -> tuple[LLM, ScriptedChatModel]:
     return LLM(lambda role: model, meter, reasks), model
 
 
+@pytest.mark.slow
 def test_llm_finds_an_attribute_error_static_analysis_cannot_see(wt: Worktree, tmp_path: Path) -> None:
     patch = edit(wt, "pkg/shapes.py", OLD, NEW)
     static = analyze_patch(wt, patch, settings=CriticSettings(), cache_dir=tmp_path)

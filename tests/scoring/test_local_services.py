@@ -63,6 +63,7 @@ def test_httpbin_is_given_nothing_of_the_run():
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(netns_prefix() is None, reason="no network namespaces on this kernel")
 def test_a_test_that_reads_httpbin_url_gets_httpbin_in_the_sandbox(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,6 +98,7 @@ def test_a_test_that_reads_httpbin_url_gets_httpbin_in_the_sandbox(tmp_path: Pat
                 time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_a_service_that_does_not_start_leaves_the_variable_unset_and_the_tests_run(tmp_path: Path) -> None:
     # this interpreter has no such app (nor, maybe, gunicorn): the reason is said, the command runs
     done = subprocess.run([sys.executable, "-I", "-c", services.SERVE_SOURCE.read_text(), "SERVED_URL",

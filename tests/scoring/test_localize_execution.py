@@ -67,6 +67,7 @@ def test_execution_signal_is_how_late_a_file_was_first_called() -> None:
     assert execution_signal({"a.py": 1, "b.py": 2, "c.py": 5}) == {"b.py": 0.25, "c.py": 1.0}
 
 
+@pytest.mark.slow
 @sandboxed
 def test_the_file_the_issue_code_reaches_late_climbs(repo, tmp_path: Path) -> None:
     _, task, wt = repo
@@ -111,6 +112,7 @@ def _context(task: Task, wt: Worktree, tmp_path: Path, execute: bool) -> TaskCon
     )
 
 
+@pytest.mark.slow
 @sandboxed
 def test_the_planners_index_carries_the_evidence_unless_switched_off(repo, tmp_path: Path) -> None:
     _, task, wt = repo
@@ -124,6 +126,7 @@ def test_the_planners_index_carries_the_evidence_unless_switched_off(repo, tmp_p
     assert "issue_trace" not in off.scratch
 
 
+@pytest.mark.slow
 @sandboxed
 def test_localization_bench_executes_and_records_why_not(
     repo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -209,6 +212,7 @@ def test_the_planner_is_told_what_the_issue_code_raised_in_the_repository() -> N
     assert IssueTrace(statements=2).evidence() == ""
 
 
+@pytest.mark.slow
 @sandboxed
 def test_the_planners_and_coders_prompts_carry_the_exception_the_issue_code_raised(repo, tmp_path: Path) -> None:
     from langgraph.graph import END, START, StateGraph

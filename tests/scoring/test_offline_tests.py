@@ -61,6 +61,7 @@ def test_only_a_failure_at_the_base_with_a_network_error_is_set_aside() -> None:
     assert len(kept) == BASE_CRASH_RECORDS + 1 and kept[-1] == base.crash_records[0]
 
 
+@pytest.mark.slow
 def test_the_hidden_tests_set_aside_what_needs_the_internet(tmp_path: Path) -> None:
     inst, wt, _ = calc_instance(tmp_path, extra_tests=ONLINE_TEST, f2p=[ADD, ONLINE])
     fix = diff_for(tmp_path, "calc.py", CALC, CALC.replace("return a - b", "return a + b"))
@@ -74,6 +75,7 @@ def test_the_hidden_tests_set_aside_what_needs_the_internet(tmp_path: Path) -> N
     assert not out.runnable and out.reason == f"every FAIL_TO_PASS test is not runnable here: {NEEDS_INTERNET}"
 
 
+@pytest.mark.slow
 def test_the_grader_sets_aside_what_fails_offline_at_the_base_for_every_prediction(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     inst, _, _ = calc_instance(tmp_path, extra_tests=ONLINE_TEST, f2p=[ADD, ONLINE])

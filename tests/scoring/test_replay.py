@@ -94,6 +94,7 @@ def _replayed(fixture: tuple[SubprocessRunner, Path, str, Worktree], issue: str,
 # ---- against the real sandbox --------------------------------------------------------------
 
 
+@pytest.mark.slow
 @sandboxed
 def test_a_crash_the_patch_introduces_on_the_issues_path_is_a_finding_with_its_frame(fixture) -> None:
     result = _replayed(fixture, ISSUE_CLEAN, NAME_ERROR)
@@ -110,6 +111,7 @@ def test_a_crash_the_patch_introduces_on_the_issues_path_is_a_finding_with_its_f
     assert "introduced NameError at statement 3" in result.note
 
 
+@pytest.mark.slow
 @sandboxed
 def test_a_correct_patch_and_one_the_issue_never_reaches_stay_clean(fixture) -> None:
     assert _replayed(fixture, ISSUE_CLEAN, GOOD_SCALE).summaries == []
@@ -118,6 +120,7 @@ def test_a_correct_patch_and_one_the_issue_never_reaches_stay_clean(fixture) -> 
     assert result.summaries == [] and "no new error" in result.note
 
 
+@pytest.mark.slow
 @sandboxed
 def test_the_issues_reported_crash_still_raised_means_the_patch_does_not_fix_it(fixture) -> None:
     result = _replayed(fixture, ISSUE_CRASH, NOT_A_FIX)
@@ -128,6 +131,7 @@ def test_the_issues_reported_crash_still_raised_means_the_patch_does_not_fix_it(
     assert _replayed(fixture, ISSUE_CRASH, GOOD_AREA).summaries == []
 
 
+@pytest.mark.slow
 @sandboxed
 def test_an_exception_type_the_issue_does_not_ask_for_is_a_changed_crash(fixture) -> None:
     result = _replayed(fixture, ISSUE_CRASH, OTHER_CRASH)
@@ -138,6 +142,7 @@ def test_an_exception_type_the_issue_does_not_ask_for_is_a_changed_crash(fixture
     assert _replayed(fixture, asks, OTHER_CRASH).summaries == []
 
 
+@pytest.mark.slow
 @sandboxed
 def test_the_patched_run_is_cached_by_patch_and_the_base_run_is_shared(fixture) -> None:
     first = _replayed(fixture, ISSUE_CLEAN, NAME_ERROR)
@@ -149,6 +154,7 @@ def test_the_patched_run_is_cached_by_patch_and_the_base_run_is_shared(fixture) 
     assert other.base.cached and not other.patched.cached
 
 
+@pytest.mark.slow
 @sandboxed
 def test_a_hostile_patch_cannot_write_outside_its_copy_or_read_a_secret(fixture, monkeypatch) -> None:
     runner, tmp_path, commit, wt = fixture
@@ -169,6 +175,7 @@ def test_a_hostile_patch_cannot_write_outside_its_copy_or_read_a_secret(fixture,
 RUNTIME_ONLY = "    return sum(values) / len(values.count)\n"  # TypeError when run; pyright sees no type
 
 
+@pytest.mark.slow
 @sandboxed
 def test_in_the_graph_the_replay_rejects_a_patch_before_its_tests_and_tells_the_coder(calc, cfg_factory) -> None:
     """The whole loop, scripted LLM: the first patch passes static analysis and the LLM check, and
@@ -300,6 +307,7 @@ def test_only_a_crash_the_issue_reports_inside_the_repository_is_a_reproduction(
     assert replay.reproductions(base, IssueTrace(reason="env could not be built"), issue) == []
 
 
+@pytest.mark.slow
 @sandboxed
 def test_the_sandboxed_replay_reproduces_the_issues_crash_without_an_llm(fixture) -> None:
     fixed = _replayed(fixture, ISSUE_CRASH, GOOD_AREA)
@@ -349,6 +357,7 @@ def _empty_mean_run(calc, cfg_factory, issue_code: bool) -> tuple[list[dict], Sc
     return read_record(cfg, "issue-code", inst.instance_id)["attempts"], model
 
 
+@pytest.mark.slow
 @sandboxed
 def test_in_the_graph_the_issues_own_code_is_the_reproduction_test_that_decides_the_retry(calc, cfg_factory) -> None:
     attempts, model = _empty_mean_run(calc, cfg_factory, issue_code=True)
@@ -366,6 +375,7 @@ def test_in_the_graph_the_issues_own_code_is_the_reproduction_test_that_decides_
     assert model.prompts_for("PatchJudgment") == []
 
 
+@pytest.mark.slow
 @sandboxed
 def test_without_the_issues_code_as_a_test_the_llms_word_lets_the_crash_through(calc, cfg_factory) -> None:
     attempts, model = _empty_mean_run(calc, cfg_factory, issue_code=False)

@@ -72,6 +72,7 @@ def _judge(tmp_path: Path, new_calc: str, files: dict[str, str] | None = None, b
     return outcome, patch
 
 
+@pytest.mark.slow
 def test_a_type_error_in_the_patched_code_is_an_unsafe_runtime_finding_with_its_frame(tmp_path: Path) -> None:
     broken = CALC.replace("    return [mul(v, factor) for v in values]\n",
                           "    return [mul(v, factor) for v in values] + factor\n")
@@ -86,6 +87,7 @@ def test_a_type_error_in_the_patched_code_is_an_unsafe_runtime_finding_with_its_
     assert crashed_tests(outcome, patch) == {"tests/test_calc.py::test_scale"}
 
 
+@pytest.mark.slow
 def test_a_finding_names_the_repository_s_paths_not_the_run_s_copy(tmp_path: Path) -> None:
     broken = CALC.replace("    return [mul(v, factor) for v in values]\n",
                           "    raise ValueError('scale is broken in ' + __file__)\n")
@@ -95,6 +97,7 @@ def test_a_finding_names_the_repository_s_paths_not_the_run_s_copy(tmp_path: Pat
     assert all(str(rec["message"]).count("/") <= 1 for rec in outcome.regression_crashes)
 
 
+@pytest.mark.slow
 def test_a_module_that_no_longer_imports_is_a_runtime_finding_where_it_raised(tmp_path: Path) -> None:
     """pytest reports a test module that fails to import as its own CollectError; the finding
     names the exception under it, in the patched module."""
@@ -106,6 +109,7 @@ def test_a_module_that_no_longer_imports_is_a_runtime_finding_where_it_raised(tm
     assert finding["code"] == "LIMIT = max_limit()" and "(and 1 more tests)" in finding["message"]
 
 
+@pytest.mark.slow
 def test_a_broken_assertion_is_a_regression_not_a_runtime_error(tmp_path: Path) -> None:
     outcome, patch = _judge(tmp_path, CALC.replace("return a + b", "return a + b + 1"))
     assert outcome.pass_to_pass_before["tests/test_calc.py::test_add"] == "PASSED"
@@ -114,6 +118,7 @@ def test_a_broken_assertion_is_a_regression_not_a_runtime_error(tmp_path: Path) 
     assert runtime_findings(outcome, patch) == [] and crashed_tests(outcome, patch) == set()
 
 
+@pytest.mark.slow
 def test_a_crash_only_in_test_code_stays_a_regression_in_both_scopes(tmp_path: Path) -> None:
     """A renamed function: the test raises AttributeError in its own frame, in no source file, so
     it is not evidence of an error in the library's code (it is still a regression)."""
@@ -151,6 +156,7 @@ def test_summary():
 WITH_COUNT = CALC + "\n\ndef count(values):\n    return len(values)\n"
 
 
+@pytest.mark.slow
 def test_a_helper_s_new_return_type_crashing_its_untouched_caller_is_unsafe_only_in_scope_source(
         tmp_path: Path) -> None:
     """count() now returns a str: the untouched report.summary raises TypeError in test_summary.
@@ -174,6 +180,7 @@ def test_a_helper_s_new_return_type_crashing_its_untouched_caller_is_unsafe_only
     assert crashed_tests(outcome, patch, "source") == {test}
 
 
+@pytest.mark.slow
 def test_in_scope_source_a_crash_past_the_patched_frame_names_both_frames(tmp_path: Path) -> None:
     """label() now calls the untouched fmt.pad with a str width: the TypeError is raised in fmt.py,
     through the touched calc.py. ``touched`` reports the touched frame (as before); ``source`` the
@@ -189,6 +196,7 @@ def test_in_scope_source_a_crash_past_the_patched_frame_names_both_frames(tmp_pa
             'return fmt.pad("n=%d" % x, "8")') in source["message"]
 
 
+@pytest.mark.slow
 def test_a_crash_in_a_test_folder_s_helper_stays_a_regression_in_both_scopes(tmp_path: Path) -> None:
     """add() now returns a str and the test's own helper (tests/helpers.py, test code) raises on
     it: the innermost repository frame is test code, so neither scope calls it a runtime error."""
@@ -203,6 +211,7 @@ def test_a_crash_in_a_test_folder_s_helper_stays_a_regression_in_both_scopes(tmp
         assert runtime_findings(outcome, patch, scope) == []
 
 
+@pytest.mark.slow
 def test_a_change_no_selected_test_notices_stays_clean(tmp_path: Path) -> None:
     outcome, patch = _judge(tmp_path, CALC.replace("def label(x):", "def label(x):  # formats x"))
     assert outcome.regression_ran and outcome.pass_to_pass_before
@@ -210,6 +219,7 @@ def test_a_change_no_selected_test_notices_stays_clean(tmp_path: Path) -> None:
     assert outcome.regression_crashes == [] and runtime_findings(outcome, patch) == []
 
 
+@pytest.mark.slow
 def test_a_test_that_flips_between_base_runs_is_left_out_and_recorded(tmp_path: Path, monkeypatch) -> None:
     """A test whose outcome changes from one run to the next. The sandbox keeps no state between
     runs (by design), so the flip is made at the runner's boundary: every other base run reports it
@@ -250,6 +260,7 @@ def test_a_test_that_flips_between_base_runs_is_left_out_and_recorded(tmp_path: 
     assert twice.pass_to_pass_before and all(s == "PASSED" for s in twice.pass_to_pass_after.values())
 
 
+@pytest.mark.slow
 def test_a_base_run_cut_by_its_timeout_runs_once_and_prices_its_files_for_the_next_task(tmp_path: Path) -> None:
     """sympy's rubi tests took the 300 s timeout twice per task, and again on every task: nothing
     was learnt from a cut run. Now it is not repeated, and the files it did not finish carry the
@@ -272,6 +283,7 @@ def test_a_base_run_cut_by_its_timeout_runs_once_and_prices_its_files_for_the_ne
                for why in again.left_out), again.left_out
 
 
+@pytest.mark.slow
 def test_tests_a_patched_run_cut_by_its_timeout_did_not_reach_are_not_broken(tmp_path: Path) -> None:
     """The patch makes the first test hang: the patched run is killed and reports nothing, and
     the tests it never reached are left out (unknown), not counted as regressions."""
@@ -288,6 +300,7 @@ def test_tests_a_patched_run_cut_by_its_timeout_did_not_reach_are_not_broken(tmp
     assert not [t for t, st in outcome.pass_to_pass_after.items() if st != "PASSED"], outcome.pass_to_pass_after
 
 
+@pytest.mark.slow
 def test_on_a_busy_machine_the_selection_s_timeout_stretches_with_the_load(tmp_path: Path, monkeypatch) -> None:
     """A test that takes 6 s runs out a 4 s timeout on an idle machine; at several processes per
     core it takes longer for the same work, and the timeout grows with it (five per core: 20 s)."""
@@ -352,6 +365,7 @@ PRETTY_PATCH = ("diff --git a/sympy/printing/pretty/pretty.py b/sympy/printing/p
                 "+\n")
 
 
+@pytest.mark.slow
 def test_a_patched_package_that_breaks_a_conftest_import_is_a_runtime_error_where_it_raised(tmp_path: Path) -> None:
     """The repository's conftest.py imports the package (astropy's, sphinx's do): when the patch
     makes it raise at import, pytest runs no test and prints a short traceback under "ImportError
@@ -396,6 +410,7 @@ def _fix_mean_and_change_add(mirrors: Path, inst: Instance, cfg: RunConfig,
     return model, read_record(cfg, "rt", inst.instance_id)["attempts"]
 
 
+@pytest.mark.slow
 def test_the_critic_rejects_a_patch_whose_existing_test_crashes_and_the_coder_gets_the_place(
         tmp_path: Path, calc, cfg_factory) -> None:
     """End to end: attempt 1 fixes mean() but breaks add() in a way static analysis cannot see
@@ -415,6 +430,7 @@ def test_the_critic_rejects_a_patch_whose_existing_test_crashes_and_the_coder_ge
     assert second["verdict"] == "Safe" and not [f for f in second["findings"] if f["source"] == "runtime"]
 
 
+@pytest.mark.slow
 def test_a_selected_file_that_cannot_run_at_the_base_does_not_silence_the_others(tmp_path: Path) -> None:
     """A selected test module that does not import at the base stops the whole run (pytest's
     collection error; sympy's bin/test crashes): each file then runs alone at the base, the dead one
@@ -428,6 +444,7 @@ def test_a_selected_file_that_cannot_run_at_the_base_does_not_silence_the_others
     assert outcome.pass_to_pass_after["tests/test_calc.py::test_add"] == "FAILED"
 
 
+@pytest.mark.slow
 def test_a_slow_file_still_gives_the_tests_that_name_the_changed_code(tmp_path: Path) -> None:
     """A file measured too slow to run whole is left out, but its tests that name the changed
     function run alone (by node id) and catch the regression; its other tests do not run."""
@@ -512,6 +529,7 @@ def test_without_the_plugin_pytest_s_long_report_gives_the_frames(tmp_path: Path
     assert finding["code"] == "for i, line in enumerate(self.process_doc(docstrings)):"
 
 
+@pytest.mark.slow
 def test_a_base_run_that_reports_no_test_is_not_cached(tmp_path: Path) -> None:
     """Nothing reported at all may be the environment's passing trouble (caught mid-reinstall):
     it is run again next time rather than pinned."""
@@ -539,6 +557,7 @@ def test_a_base_run_that_reports_no_test_is_not_cached(tmp_path: Path) -> None:
     assert read.statuses == kept["statuses"] and read.seconds == 0.0
 
 
+@pytest.mark.slow
 def test_the_patched_run_goes_beside_an_uncached_base_run_and_alone_after_a_cached_one(
         tmp_path: Path, monkeypatch) -> None:
     """The first check of a patch runs the base and the patched tests side by side (the verdict is
@@ -587,6 +606,7 @@ def test_the_patched_run_goes_beside_an_uncached_base_run_and_alone_after_a_cach
     assert apart.pass_to_pass_before == first.pass_to_pass_before
 
 
+@pytest.mark.slow
 def test_a_base_run_on_a_busy_machine_is_priced_as_on_an_idle_one(tmp_path: Path, monkeypatch) -> None:
     """Seconds measured while the machine ran four processes per core are a quarter of that on an
     idle one: else a file measured under load is priced out of every later selection, and, never
@@ -605,6 +625,7 @@ def test_a_base_run_on_a_busy_machine_is_priced_as_on_an_idle_one(tmp_path: Path
     assert book.book["tests/test_calc.py"] == {"s": 75.0, "n": 0}
 
 
+@pytest.mark.slow
 def test_a_run_killed_by_its_timeout_still_reports_the_tests_it_finished(tmp_path: Path) -> None:
     """pytest prints its summary at the end: a run killed by its timeout printed none, and every
     test it had finished was lost. The plugin writes each outcome as it comes."""
@@ -680,6 +701,7 @@ def test_a_chained_traceback_is_read_to_the_patched_frame_before_the_runner_s_ow
         "AttributeError"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scope", ["touched", "source"])
 def test_the_critic_reads_the_runtime_scope_from_the_config(tmp_path: Path, calc, cfg_factory, scope: str) -> None:
     """End to end: attempt 1 fixes mean() but makes add() return a str, and the untouched
@@ -724,6 +746,7 @@ def test_add_three():
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("new_add, test, found", [
     ("return a + b + '1'", REPRO_ADD, "TypeError"),  # raises in calc.py: runtime evidence
     ("return a + b + 5", REPRO_ADD, None),  # still a wrong result: a failing reproduction test

@@ -70,6 +70,7 @@ def judged(calc: tuple[Path, Instance], tmp_path: Path):
     return judge
 
 
+@pytest.mark.slow
 def test_of_three_the_one_that_breaks_an_existing_test_loses(judged):
     # It fixes the bug (it contains the others' fix) and comes first; it breaks clamp().
     cands = [judged("breaks", FIX_BREAKS_CLAMP), judged("fix", FIX), judged("other", FIX_OTHER)]
@@ -81,6 +82,7 @@ def test_of_three_the_one_that_breaks_an_existing_test_loses(judged):
     assert picked is not None and picked.candidate.name != "breaks"
 
 
+@pytest.mark.slow
 def test_of_two_that_pass_everything_the_one_the_others_agree_with_wins(judged):
     cands = [judged("other", FIX_OTHER), judged("fix", FIX), judged("fix-again", FIX_AGAIN), judged("wrong", WRONG)]
     assert cands[0].test_pass_rate == cands[1].test_pass_rate == 1.0 and cands[3].test_pass_rate == 0.0
@@ -94,6 +96,7 @@ def test_of_two_that_pass_everything_the_one_the_others_agree_with_wins(judged):
     assert picked.features["soft"] > choose_patch.rank(cands)[1].features["soft"]
 
 
+@pytest.mark.slow
 def test_a_candidate_the_guard_blocks_is_never_delivered(judged):
     blocked = judged("network", FIX_WITH_NETWORK)
     assert blocked.guard_blocked and blocked.test_pass_rate == 1.0 and not blocked.broke
@@ -114,6 +117,7 @@ def scratch_patch() -> str:
         "--- a/reproduce.py", "new file mode 100644\n--- /dev/null")
 
 
+@pytest.mark.slow
 def test_empty_and_non_applying_patches_are_never_picked_over_one_that_applies(judged):
     stale = FIX.replace("sum(values) / len(values) - 1", "sum(values) / len(values) - 7")
     cands = [choose_patch.Candidate("empty", ""), judged("stale", stale), judged("wrong", WRONG),

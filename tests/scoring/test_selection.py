@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from fixgraph.config import RegressionSettings
 from fixgraph.config import TestSettings as RunnerSettings
 from fixgraph.dataset import Task
@@ -68,6 +70,7 @@ def test_test_file_names_and_module_names() -> None:
     assert module_name("src/pkg/a/b.py") == "pkg.a.b" and module_name("pkg/__init__.py") == "pkg"
 
 
+@pytest.mark.slow
 def test_a_patch_the_harness_cannot_apply_after_its_install_step_is_caught(tmp_path: Path) -> None:
     """swebench's pre-install steps edit setup.py (sphinx pins Jinja2 this way); a patch to the same
     line applies to the clean base and not to the tree the harness prepares."""
@@ -124,6 +127,7 @@ def test_a_mirrored_test_tree_is_the_module_s_test_folder(tmp_path: Path) -> Non
     assert "testing/test_recwarn.py" not in sel.scores
 
 
+@pytest.mark.slow
 def test_a_root_test_file_importing_a_small_package_tests_its_modules(tmp_path: Path) -> None:
     """requests' test_requests.py sits at the root and says ``import requests``: for a small package
     that exercises every module; vendored code does not make the package big."""
@@ -141,6 +145,7 @@ def test_a_root_test_file_importing_a_small_package_tests_its_modules(tmp_path: 
     assert select_tests(wt2, patch2, RegressionSettings()).files == []
 
 
+@pytest.mark.slow
 def test_the_selection_is_bounded_by_expected_seconds_measured_per_file(tmp_path: Path) -> None:
     """A file measured slow at an earlier base run is left out (with the reason) and the budget
     goes to the next; a file never measured is estimated from its test functions."""
@@ -244,6 +249,7 @@ def test_a_file_over_budget_gives_its_tests_that_name_a_specific_changed_name(tm
     assert select_tests(wt, patch, settings, costs=book).tests == []
 
 
+@pytest.mark.slow
 def test_a_namesake_in_another_package_is_not_the_module_s_test_file(tmp_path: Path) -> None:
     """sympy/functions/combinatorial/numbers.py is tested by its package's tests/test_comb_numbers.py,
     not by sympy/core/tests/test_numbers.py, which tests sympy/core/numbers.py."""
@@ -263,6 +269,7 @@ def test_a_namesake_in_another_package_is_not_the_module_s_test_file(tmp_path: P
     assert select_tests(wt, own, RegressionSettings()).why["pkg/core/tests/test_numbers.py"][0].startswith("convention")
 
 
+@pytest.mark.slow
 def test_a_crowded_mirror_is_the_fallback_when_nothing_else_reaches_the_code(tmp_path: Path) -> None:
     """sphinx/ext/autodoc/typehints.py: no test names, imports or mirrors it within the cap, but
     eleven tests/test_ext_autodoc_*.py exercise autodoc: with nothing else they are run, bounded as

@@ -47,6 +47,7 @@ def test_shipped_table_covers_the_swebench_repos_and_says_where_it_came_from() -
         assert all("test_cmd" in spec and "python" in spec for spec in versions.values()), repo
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(netns_prefix() is None, reason="no network namespaces on this kernel")
 def test_specs_load_with_the_network_cut() -> None:
     code = ("from pathlib import Path\nfrom swebench.harness import constants as c\n"

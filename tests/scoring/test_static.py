@@ -33,6 +33,7 @@ def analyze(wt: Worktree, patch: str, cache: Path, settings: CriticSettings = SE
     return result
 
 
+@pytest.mark.slow
 def test_undefined_name_is_new_runtime_evidence(wt: Worktree, cache: Path) -> None:
     patch = edit(wt, "pkg/shapes.py", "for s in shapes)", "for s in shapez)")
     result = analyze(wt, patch, cache)
@@ -42,6 +43,7 @@ def test_undefined_name_is_new_runtime_evidence(wt: Worktree, cache: Path) -> No
     assert '"shapez" is not defined' in result.new[0]["message"]
 
 
+@pytest.mark.slow
 def test_wrong_arity_call_is_found_in_its_method(wt: Worktree, cache: Path) -> None:
     patch = edit(wt, "pkg/shapes.py", "return Circle(self.r * k)", "return Circle(self.r, k)")
     result = analyze(wt, patch, cache)
@@ -49,6 +51,7 @@ def test_wrong_arity_call_is_found_in_its_method(wt: Worktree, cache: Path) -> N
     assert "positional argument" in result.new[0]["message"]
 
 
+@pytest.mark.slow
 def test_moved_code_with_an_old_error_is_not_new(wt: Worktree, cache: Path) -> None:
     # legacy() already calls an undefined name; moving it to the top of the file changes every
     # line number but not what is wrong.
@@ -63,6 +66,7 @@ def test_moved_code_with_an_old_error_is_not_new(wt: Worktree, cache: Path) -> N
     assert result.new == [] and result.all_new == []
 
 
+@pytest.mark.slow
 def test_same_message_in_another_function_is_new(wt: Worktree, cache: Path) -> None:
     # REDO's set of message strings misses this: '"undefined_helper" is not defined' exists already.
     patch = edit(wt, "pkg/shapes.py", 'return "circle of radius %s" % c.r',
@@ -71,6 +75,7 @@ def test_same_message_in_another_function_is_new(wt: Worktree, cache: Path) -> N
     assert [(f["rule"], f["symbol"]) for f in result.new] == [("reportUndefinedVariable", "describe")]
 
 
+@pytest.mark.slow
 def test_attribute_error_pyright_already_reports_on_base_code_is_not_evidence(wt: Worktree, cache: Path) -> None:
     # pyright says Circle has no radius about code that works (set at run time, as Sphinx's
     # config does); the same complaint about the patch's new function is that misjudgement again.
@@ -81,6 +86,7 @@ def test_attribute_error_pyright_already_reports_on_base_code_is_not_evidence(wt
     assert [(f["rule"], f["symbol"]) for f in result.all_new] == [("reportAttributeAccessIssue", "diameter_of")]
 
 
+@pytest.mark.slow
 def test_second_copy_of_an_old_error_is_new_and_points_at_the_added_line(wt: Worktree, cache: Path) -> None:
     patch = edit(wt, "pkg/shapes.py", "    return undefined_helper(c)\n",
                  "    first = undefined_helper(c)\n    return undefined_helper(first)\n")
@@ -89,6 +95,7 @@ def test_second_copy_of_an_old_error_is_new_and_points_at_the_added_line(wt: Wor
     assert result.new[0]["code"] in ("first = undefined_helper(c)", "return undefined_helper(first)")
 
 
+@pytest.mark.slow
 def test_fine_patch_has_no_new_diagnostic(wt: Worktree, cache: Path) -> None:
     patch = edit(wt, "pkg/shapes.py", "return Circle(self.r * k)", "return Circle(r=self.r * k)")
     result = analyze(wt, patch, cache)
@@ -96,12 +103,14 @@ def test_fine_patch_has_no_new_diagnostic(wt: Worktree, cache: Path) -> None:
     assert result.seconds > 0
 
 
+@pytest.mark.slow
 def test_unknown_attribute_of_self_is_found(wt: Worktree, cache: Path) -> None:
     patch = edit(wt, "pkg/shapes.py", "return math.pi * self.r ** 2", "return math.pi * self.radius ** 2")
     result = analyze(wt, patch, cache)
     assert [(f["rule"], f["symbol"]) for f in result.new] == [("reportAttributeAccessIssue", "Circle.area")]
 
 
+@pytest.mark.slow
 def test_caller_of_a_changed_signature_is_checked(wt: Worktree, cache: Path) -> None:
     # unit_area is untouched, but it calls area(), whose signature the patch changes.
     patch = edit(wt, "pkg/shapes.py", "    def area(self):\n", "    def area(self, unit):\n")
@@ -109,6 +118,7 @@ def test_caller_of_a_changed_signature_is_checked(wt: Worktree, cache: Path) -> 
     assert ("reportCallIssue", "unit_area") in [(f["rule"], f["symbol"]) for f in result.new]
 
 
+@pytest.mark.slow
 def test_src_layout_imports_resolve(wt: Worktree, cache: Path) -> None:
     # srcpkg lives under src/: unless pyright looks there, scale() is Unknown and any call passes.
     patch = edit(wt, "src/srcpkg/api.py", "return scale(x, 2)", "return scale(x)")
@@ -117,6 +127,7 @@ def test_src_layout_imports_resolve(wt: Worktree, cache: Path) -> None:
     assert '"k"' in result.new[0]["message"]
 
 
+@pytest.mark.slow
 def test_attribute_that_exists_nowhere_is_evidence(wt: Worktree, cache: Path) -> None:
     # c is an unannotated parameter, so pyright cannot know it has no radius_in_cm; but nothing in
     # the repository or the standard library has an attribute of that name.
@@ -127,6 +138,7 @@ def test_attribute_that_exists_nowhere_is_evidence(wt: Worktree, cache: Path) ->
     assert '"radius_in_cm"' in result.new[0]["message"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("old,new", [
     ('% c.r\n', '% c.r.hex()\n'),  # a method of float: the standard library has it
     ('% c.r\n', '% c.area()\n'),  # defined in the repository
@@ -140,6 +152,7 @@ def test_attribute_check_is_silent_on_attributes_that_exist(wt: Worktree, cache:
     assert [f for f in result.all_new if f["source"] == "names"] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("param,evidence", [("int", True), ("int | str", False)])
 def test_operator_issue_counts_only_when_it_fails_for_the_whole_type(wt: Worktree, cache: Path, param: str,
                                                                      evidence: bool) -> None:
@@ -151,6 +164,7 @@ def test_operator_issue_counts_only_when_it_fails_for_the_whole_type(wt: Worktre
     assert [f["rule"] for f in result.new] == (["reportOperatorIssue"] if evidence else [])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("line,evidence", [
     ("from pkg.nothere import thing", True),  # the repository's own package has no such module
     ("from .nothere import thing", True),
@@ -164,6 +178,7 @@ def test_import_of_a_module_the_repository_lacks_is_evidence(wt: Worktree, cache
     assert [f["rule"] for f in result.new] == (["reportRelativeImport"] if evidence else [])
 
 
+@pytest.mark.slow
 def test_possibly_unbound_variable_is_evidence(wt: Worktree, cache: Path) -> None:
     # An UnboundLocalError waiting for c.r == 0 (sphinx-8801 failed this way).
     patch = edit(wt, "pkg/shapes.py", '    return "circle of radius %s" % c.r',
@@ -172,6 +187,7 @@ def test_possibly_unbound_variable_is_evidence(wt: Worktree, cache: Path) -> Non
     assert [(f["rule"], f["symbol"]) for f in result.new] == [("reportPossiblyUnboundVariable", "describe")]
 
 
+@pytest.mark.slow
 def test_unpacking_what_an_untouched_function_returns_is_checked(wt: Worktree, cache: Path) -> None:
     # bounds() is untouched and returns three values; its body must not be stubbed out, or the
     # ValueError in describe() would be invisible (sympy-18698 failed this way).
@@ -181,6 +197,7 @@ def test_unpacking_what_an_untouched_function_returns_is_checked(wt: Worktree, c
     assert [(f["symbol"], "Tuple size mismatch" in f["message"]) for f in result.new] == [("describe", True)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("infer", "expected"), [
     (False, []),
     (True, [("reportAttributeAccessIssue", "double")]),
@@ -197,6 +214,7 @@ def test_what_another_modules_unannotated_function_returns_is_inferred_only_when
     assert [(f["rule"], f["symbol"]) for f in result.new] == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api_edit", [
     # a comment in double(), whose call to scale() the patch leaves as it was
     ("    return scale(x, 2)", "    # twice\n    return scale(x, 2)"),
@@ -216,6 +234,7 @@ def test_a_call_broken_by_a_signature_changed_in_another_touched_file_is_new(
         ("src/srcpkg/api.py", "reportCallIssue", "double")]
 
 
+@pytest.mark.slow
 def test_pyflakes_adds_what_pyright_does_not_report(wt: Worktree, cache: Path) -> None:
     patch = edit(wt, "pkg/shapes.py", 'return "circle of radius %s" % c.r', 'return "circle %s of radius %s" % (c.r,)')
     result = analyze(wt, patch, cache)
@@ -224,6 +243,7 @@ def test_pyflakes_adds_what_pyright_does_not_report(wt: Worktree, cache: Path) -
     assert all(f["source"] != "pyflakes" for f in quiet.new + quiet.all_new)
 
 
+@pytest.mark.slow
 def test_unused_import_is_new_but_not_evidence(wt: Worktree, cache: Path) -> None:
     patch = edit(wt, "pkg/shapes.py", "import math\n", "import math\nimport os\n")
     result = analyze(wt, patch, cache)
@@ -231,6 +251,7 @@ def test_unused_import_is_new_but_not_evidence(wt: Worktree, cache: Path) -> Non
     assert [f["rule"] for f in result.all_new] == ["UnusedImport"]
 
 
+@pytest.mark.slow
 def test_syntax_error_after_the_patch_is_evidence(wt: Worktree, cache: Path) -> None:
     patch = edit(wt, "pkg/shapes.py", "def describe(c):", "def describe(c)")
     result = analyze(wt, patch, cache)
@@ -239,12 +260,14 @@ def test_syntax_error_after_the_patch_is_evidence(wt: Worktree, cache: Path) -> 
     assert "SyntaxError" in result.new[0]["message"]
 
 
+@pytest.mark.slow
 def test_new_file_is_analyzed_whole(wt: Worktree, cache: Path) -> None:
     patch = edit(wt, "pkg/extra.py", "", "from pkg.shapes import Circle\n\n\ndef big():\n    return Circle(1, 2)\n")
     result = analyze(wt, patch, cache)
     assert [(f["file"], f["rule"], f["symbol"]) for f in result.new] == [("pkg/extra.py", "reportCallIssue", "big")]
 
 
+@pytest.mark.slow
 def test_base_side_is_cached_and_reused(wt: Worktree, tmp_path: Path) -> None:
     patch = edit(wt, "pkg/shapes.py", "for s in shapes)", "for s in shapez)")
     first = analyze(wt, patch, tmp_path)
@@ -352,12 +375,14 @@ def feed(tmp_path_factory: pytest.TempPathFactory) -> Worktree:
     return Worktree(root, git(root, "rev-parse", "HEAD").strip())
 
 
+@pytest.mark.slow
 def test_an_old_complaint_whose_quoted_types_changed_is_not_new(feed: Worktree, cache: Path) -> None:
     patch = edit(feed, "pkg/feed.py", 'return ("a", "b")', 'return ("a", "b", "c")')
     result = analyze(feed, patch, cache)
     assert result.status == "ok" and result.new == [] and result.all_new == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("old,new,symbol", [
     # The same complaint in a function that had none is new...
     ("    return len(pieces(text))", '    return b"-".join(pieces(text))', "other"),
@@ -370,6 +395,7 @@ def test_the_same_complaint_elsewhere_or_once_more_is_new(feed: Worktree, cache:
     assert [(f["rule"], f["symbol"]) for f in result.new] == [("reportArgumentType", symbol)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["reproduce.py", "tests/test_more.py", "pkg/tests/test_more.py"])
 def test_what_a_scratch_script_or_test_file_would_raise_is_not_evidence(wt: Worktree, cache: Path, path: str) -> None:
     patch = edit(wt, path, "", "from pkg.shapes import Circle\n\n\ndef check():\n    return Circle(1, 2)\n")

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from eval.hidden import run_hidden
 from scoring.execution.runner import make_runner
 from scoring.verdict import fix_score
 from tests.helpers.testrun_helpers import CALC, apply_to, calc_instance, diff_for, local_settings
+
+pytestmark = pytest.mark.slow
 
 FIXED = CALC.replace("return a - b", "return a + b")
 BREAKS_ONE = FIXED.replace("    return a * b", "    if a == 3:\n        return 0\n    return a * b")

@@ -33,6 +33,7 @@ def test_test_patch_that_does_not_apply(tmp_path: Path) -> None:
     assert fix_score.compute(out, 1.0, None).get("kind") == "none"
 
 
+@pytest.mark.slow
 def test_test_id_that_does_not_exist(tmp_path: Path) -> None:
     inst, wt, _ = calc_instance(tmp_path, f2p=[F2P, "tests/test_calc.py::test_no_such_test"])
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
@@ -42,6 +43,7 @@ def test_test_id_that_does_not_exist(tmp_path: Path) -> None:
     assert fix_score.compute(out, 1.0, None).get("test_pass_rate") == 0.5
 
 
+@pytest.mark.slow
 def test_only_unknown_test_ids_means_nothing_collected(tmp_path: Path) -> None:
     inst, wt, _ = calc_instance(tmp_path, f2p=["tests/test_calc.py::test_ghost"])
     inst = inst.model_copy(update={"PASS_TO_PASS": []})
@@ -50,6 +52,7 @@ def test_only_unknown_test_ids_means_nothing_collected(tmp_path: Path) -> None:
     assert out.reason.startswith("nothing collected")
 
 
+@pytest.mark.slow
 def test_hanging_test_command(tmp_path: Path) -> None:
     # conftest.py hangs at import: the command never gets to a single test
     hang = "import time\ntime.sleep(600)\n"
@@ -61,6 +64,7 @@ def test_hanging_test_command(tmp_path: Path) -> None:
     assert out.seconds < 20
 
 
+@pytest.mark.slow
 def test_output_that_is_not_utf8(tmp_path: Path) -> None:
     extra = ("\n\ndef test_bytes():\n    import sys\n"
              "    sys.stdout.buffer.write(b'\\xff\\xfe\\x80 invalid \\xc3\\x28\\n')\n"
@@ -73,6 +77,7 @@ def test_output_that_is_not_utf8(tmp_path: Path) -> None:
     out.log_tail.encode("utf-8")  # valid text, whatever the tests printed
 
 
+@pytest.mark.slow
 def test_patch_that_deletes_the_test_file(tmp_path: Path) -> None:
     inst, wt, _ = calc_instance(tmp_path)
     fix = diff_for(tmp_path, "calc.py", CALC, FIXED)

@@ -210,6 +210,7 @@ def test_a_django_block_cut_short_or_malformed_gives_no_record(cut: str) -> None
     assert failures_of([], cut, str(ROOT), DJANGO_IDS) == []
 
 
+@pytest.mark.slow
 def test_many_django_blocks_are_read_in_bounded_time() -> None:
     block = DJANGO_LOG[DJANGO_LOG.index("=" * 70):DJANGO_LOG.index("-" * 70 + "\nRan")]
     recs = records_from_log(block * 2000, ROOT)

@@ -28,6 +28,7 @@ FIXED = CALC.replace("return a - b", "return a + b")
 F2P = "tests/test_calc.py::test_add"
 
 
+@pytest.mark.slow
 def test_test_process_sees_no_api_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak-123")
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_must_not_leak")
@@ -74,11 +75,13 @@ def _socket_case(tmp_path: Path, isolate: bool) -> str:
         srv.close()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(netns_prefix() is None, reason="no network namespaces on this kernel")
 def test_socket_to_loopback_fails_in_a_network_namespace(tmp_path: Path) -> None:
     assert _socket_case(tmp_path, isolate=True) == "FAILED"
 
 
+@pytest.mark.slow
 def test_socket_to_loopback_works_without_isolation(tmp_path: Path) -> None:
     # The control: the same test passes when isolation is off, so the failure above is the netns.
     assert _socket_case(tmp_path, isolate=False) == "PASSED"
@@ -143,6 +146,7 @@ def _reach_script(targets: list[tuple[str, int]]) -> str:
             "        print('refused', addr, exc)\n")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(netns_prefix() is None, reason="no network namespaces on this kernel")
 def test_the_hosts_loopback_and_its_outside_address_stay_out_of_reach(tmp_path: Path) -> None:
     # Loopback is up inside, but it is the namespace's own: a service on the host's 127.0.0.1 and
@@ -164,6 +168,7 @@ def test_the_hosts_loopback_and_its_outside_address_stay_out_of_reach(tmp_path: 
             srv.close()
 
 
+@pytest.mark.slow
 def test_sleeping_test_is_killed_with_its_children(tmp_path: Path) -> None:
     marker = f"{time.time_ns() % 10**6 + 300}.5"  # a sleep argument no other process has
     extra = ("\n\ndef test_sleep():\n    import subprocess, time\n"
@@ -221,6 +226,7 @@ def _gone(pid: int, wait_s: float = 5.0) -> bool:
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_patch_that_hangs_scores_zero(tmp_path: Path) -> None:
     hangs = CALC.replace("    return a - b", "    while True:\n        pass")
     inst, wt, _ = calc_instance(tmp_path)
@@ -231,6 +237,7 @@ def test_patch_that_hangs_scores_zero(tmp_path: Path) -> None:
     assert out.fail_to_pass[F2P] == "MISSING"
 
 
+@pytest.mark.slow
 def test_crash_context_names_exception_frames_and_locals(tmp_path: Path) -> None:
     crashing = CALC.replace("    return a - b", "    total = [a]\n    return total + b")
     inst, wt, _ = calc_instance(tmp_path)
@@ -246,6 +253,7 @@ def test_crash_context_names_exception_frames_and_locals(tmp_path: Path) -> None
     assert "total = [2]" in names and "b = 3" in names
 
 
+@pytest.mark.slow
 def test_crash_locals_are_truncated(tmp_path: Path) -> None:
     crashing = CALC.replace("    return a - b", "    big = 'x' * 5000\n    return big + a")
     inst, wt, _ = calc_instance(tmp_path)
@@ -256,6 +264,7 @@ def test_crash_locals_are_truncated(tmp_path: Path) -> None:
     assert line.strip().endswith("...")
 
 
+@pytest.mark.slow
 def test_memory_limit_turns_a_huge_allocation_into_a_failure(tmp_path: Path) -> None:
     extra = "\n\ndef test_alloc():\n    block = bytearray(2 * 1024 ** 3)\n    assert block\n"
     inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P, "tests/test_calc.py::test_alloc"])
@@ -266,6 +275,7 @@ def test_memory_limit_turns_a_huge_allocation_into_a_failure(tmp_path: Path) -> 
     assert "MemoryError" in out.crash
 
 
+@pytest.mark.slow
 def test_cpu_time_limit_kills_a_spinning_patch_before_the_wall_clock(tmp_path: Path) -> None:
     spins = CALC.replace("    return a - b", "    n = 0\n    while True:\n        n += 1")
     inst, wt, _ = calc_instance(tmp_path)
@@ -277,6 +287,7 @@ def test_cpu_time_limit_kills_a_spinning_patch_before_the_wall_clock(tmp_path: P
     assert out.fail_to_pass[F2P] == "MISSING"
 
 
+@pytest.mark.slow
 def test_secret_printed_by_a_test_is_redacted_in_the_outcome_and_the_baseline_cache(tmp_path: Path) -> None:
     from fixgraph import redaction
 
@@ -293,6 +304,7 @@ def test_secret_printed_by_a_test_is_redacted_in_the_outcome_and_the_baseline_ca
     assert cached and all(secret not in p.read_text() for p in cached)
 
 
+@pytest.mark.slow
 def test_test_cannot_write_into_the_repository_cache(tmp_path: Path) -> None:
     extra = ("\n\ndef test_plant():\n    import glob\n"
              f"    for d in glob.glob({str(tmp_path / 'cache' / '*' / '*')!r}):\n"
