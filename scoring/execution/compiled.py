@@ -243,6 +243,7 @@ def compiled_build(repo: str, version: str, env_dir: Path) -> CompiledBuild:
         env.update(PYTHONPATH=str(cython_hook(env_dir)), FIXGRAPH_CYTHON_CACHE=str(env_dir / CYTHON_CACHE_SUBDIR),
                    FIXGRAPH_CYTHON_STATSLOG=str(env_dir / CYTHON_STATS_LOG))
     if repo == "matplotlib/matplotlib":
+        env_dir.mkdir(parents=True, exist_ok=True)  # without ccache nothing above made it
         cfg = env_dir / "mplsetup.cfg"
         cfg.write_text(MPL_SETUP_CFG)
         env["MPLSETUPCFG"] = str(cfg)
