@@ -78,6 +78,122 @@ def _json_part(body: bytes, content_type: str) -> bytes:
     return body
 
 
+class WebhookHandler(BaseHTTPRequestHandler):
+    """One webhook request per connection; :func:`make_server` gives a subclass its settings."""
+    gh: GitHubSettings
+    secret: str
+    seen: DeliveryLog
+    submit: Callable[[Trigger], bool]
+    deadline_s: float = REQUEST_DEADLINE_S
+    server_version = "fixgraph-bot"
+    protocol_version = "HTTP/1.1"
+    # A client that stops sending mid-request frees its thread after this many seconds...
+    timeout: float | None = REQUEST_DEADLINE_S
+
+    def setup(self) -> None:
+        super().setup()
+        # ...and one that keeps sending a byte at a time is cut at the deadline all the same.
+        self._deadline = threading.Timer(self.deadline_s, self._cut)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    def _cut(self) -> None:
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def finish(self) -> None:
+        self._deadline.cancel()
+        try:
+            super().finish()
+        except OSError:
+            pass
+
+    def handle(self) -> None:
+        self.close_connection = True
+        try:
+            self.handle_one_request()  # one request per connection: the deadline bounds it
+        except OSError:
+            pass
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def _reply(self, status: int, payload: dict[str, Any] | None = None, note: str = "") -> None:
+        data = json.dumps(payload).encode() if payload is not None else b""
+        self.send_response(status)
+        if note:
+            self.send_header("X-Fixgraph-Note", note[:200].encode("ascii", "replace").decode())
+        if data:
+            self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")  # one request per connection (the deadline)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path.rstrip("/") == "/healthz":
+            self._reply(200, {"ok": True})
+        else:
+            self._reply(404, {"error": "not found"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        try:
+            self._post()
+        except Exception as exc:  # answer rather than drop the connection; GitHub shows the 500
+            log.error("webhook handler failed: %s", type(exc).__name__)
+            self._reply(500, {"error": "internal error"})
+
+    def _post(self) -> None:
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            self._reply(411, {"error": "Content-Length required"})
+            return
+        try:
+            length = int(raw.strip())
+        except ValueError:
+            length = -1
+        if length < 0 or not raw.strip().isdigit():
+            self._reply(400, {"error": "bad Content-Length"})
+            return
+        if length > MAX_BODY:
+            self._reply(413, {"error": "payload too large"})
+            return
+        body = self.rfile.read(length)
+        if len(body) != length:
+            return  # the client went away, or the deadline cut it
+        if not verify_signature(self.secret, body, self.headers.get("X-Hub-Signature-256")):
+            log.warning("webhook from %s refused: bad or missing signature", self.address_string())
+            self._reply(401, {"error": "bad or missing X-Hub-Signature-256"})
+            return
+        event = self.headers.get("X-GitHub-Event")
+        if not event:
+            self._reply(400, {"error": "no X-GitHub-Event header"})
+            return
+        try:
+            payload = json.loads(_json_part(body, self.headers.get("Content-Type", "")))
+        except (ValueError, KeyError):  # bad JSON, bad UTF-8, bad form encoding, no payload field
+            self._reply(400, {"error": "body is not JSON"})
+            return
+        if event == "ping":
+            self._reply(200, {"ok": True, "pong": True})
+            return
+        delivery = self.headers.get("X-GitHub-Delivery")
+        if delivery and not self.seen.first_time(delivery):
+            log.info("delivery %s already handled; redelivery ignored", delivery[:80])
+            self._reply(200, {"queued": False, "reason": "delivery already handled"})
+            return
+        found = from_webhook(event, payload, self.gh)
+        if isinstance(found, Ignored):
+            log.info("delivery %s ignored: %s", self.headers.get("X-GitHub-Delivery", "?"), found.reason)
+            self._reply(204, note=found.reason)
+            return
+        queued = self.submit(found)
+        self._reply(202, {"queued": queued, "job": found.key,
+                          **({} if queued else {"reason": "a job for this issue is already in flight"})})
+
+
 def make_server(gh: GitHubSettings, submit: Callable[[Trigger], bool], host: str | None = None,
                 port: int | None = None, deliveries: DeliveryLog | None = None,
                 deadline_s: float = REQUEST_DEADLINE_S) -> ThreadingHTTPServer:
@@ -87,114 +203,8 @@ def make_server(gh: GitHubSettings, submit: Callable[[Trigger], bool], host: str
     secret = gh.webhook_secret.get_secret_value()
     seen = deliveries or DeliveryLog(None)
 
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "fixgraph-bot"
-        protocol_version = "HTTP/1.1"
-        # A client that stops sending mid-request frees its thread after this many seconds...
-        timeout = deadline_s
-
-        def setup(self) -> None:
-            super().setup()
-            # ...and one that keeps sending a byte at a time is cut at the deadline all the same.
-            self._deadline = threading.Timer(deadline_s, self._cut)
-            self._deadline.daemon = True
-            self._deadline.start()
-
-        def _cut(self) -> None:
-            try:
-                self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-        def finish(self) -> None:
-            self._deadline.cancel()
-            try:
-                super().finish()
-            except OSError:
-                pass
-
-        def handle(self) -> None:
-            self.close_connection = True
-            try:
-                self.handle_one_request()  # one request per connection: the deadline bounds it
-            except OSError:
-                pass
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
-            log.debug("%s %s", self.address_string(), format % args)
-
-        def _reply(self, status: int, payload: dict[str, Any] | None = None, note: str = "") -> None:
-            data = json.dumps(payload).encode() if payload is not None else b""
-            self.send_response(status)
-            if note:
-                self.send_header("X-Fixgraph-Note", note[:200].encode("ascii", "replace").decode())
-            if data:
-                self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Connection", "close")  # one request per connection (the deadline)
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            if self.path.rstrip("/") == "/healthz":
-                self._reply(200, {"ok": True})
-            else:
-                self._reply(404, {"error": "not found"})
-
-        def do_POST(self) -> None:  # noqa: N802
-            try:
-                self._post()
-            except Exception as exc:  # answer rather than drop the connection; GitHub shows the 500
-                log.error("webhook handler failed: %s", type(exc).__name__)
-                self._reply(500, {"error": "internal error"})
-
-        def _post(self) -> None:
-            raw = self.headers.get("Content-Length")
-            if raw is None:
-                self._reply(411, {"error": "Content-Length required"})
-                return
-            try:
-                length = int(raw.strip())
-            except ValueError:
-                length = -1
-            if length < 0 or not raw.strip().isdigit():
-                self._reply(400, {"error": "bad Content-Length"})
-                return
-            if length > MAX_BODY:
-                self._reply(413, {"error": "payload too large"})
-                return
-            body = self.rfile.read(length)
-            if len(body) != length:
-                return  # the client went away, or the deadline cut it
-            if not verify_signature(secret, body, self.headers.get("X-Hub-Signature-256")):
-                log.warning("webhook from %s refused: bad or missing signature", self.address_string())
-                self._reply(401, {"error": "bad or missing X-Hub-Signature-256"})
-                return
-            event = self.headers.get("X-GitHub-Event")
-            if not event:
-                self._reply(400, {"error": "no X-GitHub-Event header"})
-                return
-            try:
-                payload = json.loads(_json_part(body, self.headers.get("Content-Type", "")))
-            except (ValueError, KeyError):  # bad JSON, bad UTF-8, bad form encoding, no payload field
-                self._reply(400, {"error": "body is not JSON"})
-                return
-            if event == "ping":
-                self._reply(200, {"ok": True, "pong": True})
-                return
-            delivery = self.headers.get("X-GitHub-Delivery")
-            if delivery and not seen.first_time(delivery):
-                log.info("delivery %s already handled; redelivery ignored", delivery[:80])
-                self._reply(200, {"queued": False, "reason": "delivery already handled"})
-                return
-            found = from_webhook(event, payload, gh)
-            if isinstance(found, Ignored):
-                log.info("delivery %s ignored: %s", self.headers.get("X-GitHub-Delivery", "?"), found.reason)
-                self._reply(204, note=found.reason)
-                return
-            queued = submit(found)
-            self._reply(202, {"queued": queued, "job": found.key,
-                              **({} if queued else {"reason": "a job for this issue is already in flight"})})
-
+    handler = type("Handler", (WebhookHandler,), {
+        "gh": gh, "secret": secret, "seen": seen, "submit": staticmethod(submit),
+        "deadline_s": deadline_s, "timeout": deadline_s})
     return _Server((host if host is not None else gh.webhook_host, port if port is not None else gh.webhook_port),
-                   Handler)
+                   handler)
