@@ -178,53 +178,11 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
         findings += weigh.weigh(suspicions, ran=False, lines=None, crashes=[], texts={},
                                 why_not="the attempt ended before the tests")
     else:
-        texts = {f: wt.read(f) or "" for f in sorted({str(s.get("file", "")) for s in suspicions if s.get("file")})}
-        outcome = _run_tests(ctx, state, patch, replayed.reproduced if replayed is not None else [],
-                             weigh.trace_specs(suspicions, texts))
-        # Tests that assert what the issue asks to change: a warning to update them, not a regression.
-        expected = (expected_change.of_outcome(outcome, ctx.task.problem_statement, ctx.task.repo)
-                    if outcome is not None and outcome.source == "own" and ctx.cfg.regression.expected_changes
-                    else {})
-        llm_score = None
-        ran = outcome is not None and outcome.runnable
-        # Suspicions the tests cannot weigh decide (score 0 below): no judgment is worth asking for.
-        if fix_score.needs_judgment(outcome) and (ran or not suspicions):
-            judgment, delta = ctx.llm.structured("critic", "critic", PatchJudgment, messages(
-                "the Critic", "judge", repo=ctx.task.repo, problem=ctx.task.issue, patch=patch))
-            usage = merge_usage(usage, delta)
-            llm_score = judgment.score
-        score = fix_score.compute(outcome, code_quality, llm_score, leave_out=expected.keys(),
-                                  why_left_out=expected_change.WHY)
-        weighed = weigh.weigh(suspicions, ran=ran, lines=outcome.lines if outcome is not None else None,
-                              crashes=(outcome.regression_crashes + outcome.repro_crashes) if outcome else [],
-                              texts=texts,
-                              why_not=(outcome.reason if outcome is not None else "tests are off"))
-        findings += weighed
-        if weigh.confirmed(weighed):
+        score, more, unsafe, crash, delta = _with_tests(ctx, state, patch, replayed, suspicions, code_quality)
+        usage = merge_usage(usage, delta)
+        findings += more
+        if unsafe:
             verdict = "Unsafe"
-        if weighed:
-            score["note"] = "; ".join(n for n in (score.get("note", ""), weigh.summary(weighed)) if n)
-        if weighed and not ran:
-            # The tests could not run here: the static finding decides, as it did before the tests.
-            score = ScoreParts(fix_score=0.0, kind="none", code_quality=code_quality,
-                               note=f"rejected on static evidence alone: {weigh.summary(weighed)}")
-        if outcome is not None:
-            crash = outcome.crash
-            score["test_run"] = {
-                "backend": outcome.backend, "runnable": outcome.runnable, "reason": outcome.reason,
-                "source": outcome.source, "repro_ran": outcome.repro_ran, "regression_ran": outcome.regression_ran,
-                "seconds": round(outcome.seconds, 1), "timed_out": outcome.timed_out,
-                "network_isolated": outcome.network_isolated, "selection": outcome.selection}
-            # A selected test that crashed in the patched code, or a reproduction test still
-            # raising in the repository's code, is runtime evidence, as strong as a static
-            # finding: the patch is Unsafe, and the Coder gets the place that raised.
-            scope = ctx.cfg.regression.runtime_scope
-            summaries = evidence(outcome, patch, settings.repro_crashes)
-            crashes = findings_of(summaries, scope)
-            if crashes:
-                verdict = "Unsafe"
-            findings += crashes + expected_change.findings(outcome, expected) + _test_findings(
-                outcome, skip=explained(summaries, scope) | set(expected))
     score["quality_detail"] = quality_detail
     if replayed is not None:
         score["replay"] = replayed.to_dict()
@@ -238,6 +196,64 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
     # A suspicion the tests contradicted stays in the record, not in the Coder's feedback.
     told = [f for f in findings if f.get("status") != "contradicted"]
     return attempt, usage, "\n".join(notes + [_fmt(f) for f in told])
+
+
+def _with_tests(ctx: TaskContext, state: TaskState, patch: str, replayed: replay.Replay | None,
+                suspicions: list[Finding], code_quality: float) -> tuple[ScoreParts, list[Finding], bool, str, Usage]:
+    """The patch's tests run and the suspicions weighed by them: the score, the findings they add,
+    whether they make the patch Unsafe, the crash context for the Coder, and the LLM usage."""
+    settings = ctx.cfg.critic
+    wt = ctx.worktree
+    usage: Usage = {}
+    found: list[Finding] = []
+    unsafe = False
+    crash = ""
+    texts = {f: wt.read(f) or "" for f in sorted({str(s.get("file", "")) for s in suspicions if s.get("file")})}
+    outcome = _run_tests(ctx, state, patch, replayed.reproduced if replayed is not None else [],
+                         weigh.trace_specs(suspicions, texts))
+    # Tests that assert what the issue asks to change: a warning to update them, not a regression.
+    expected = (expected_change.of_outcome(outcome, ctx.task.problem_statement, ctx.task.repo)
+                if outcome is not None and outcome.source == "own" and ctx.cfg.regression.expected_changes
+                else {})
+    llm_score = None
+    ran = outcome is not None and outcome.runnable
+    # Suspicions the tests cannot weigh decide (score 0 below): no judgment is worth asking for.
+    if fix_score.needs_judgment(outcome) and (ran or not suspicions):
+        judgment, delta = ctx.llm.structured("critic", "critic", PatchJudgment, messages(
+            "the Critic", "judge", repo=ctx.task.repo, problem=ctx.task.issue, patch=patch))
+        usage = merge_usage(usage, delta)
+        llm_score = judgment.score
+    score = fix_score.compute(outcome, code_quality, llm_score, leave_out=expected.keys(),
+                              why_left_out=expected_change.WHY)
+    weighed = weigh.weigh(suspicions, ran=ran, lines=outcome.lines if outcome is not None else None,
+                          crashes=(outcome.regression_crashes + outcome.repro_crashes) if outcome else [],
+                          texts=texts,
+                          why_not=(outcome.reason if outcome is not None else "tests are off"))
+    found += weighed
+    unsafe = bool(weigh.confirmed(weighed))
+    if weighed:
+        score["note"] = "; ".join(n for n in (score.get("note", ""), weigh.summary(weighed)) if n)
+    if weighed and not ran:
+        # The tests could not run here: the static finding decides, as it did before the tests.
+        score = ScoreParts(fix_score=0.0, kind="none", code_quality=code_quality,
+                           note=f"rejected on static evidence alone: {weigh.summary(weighed)}")
+    if outcome is not None:
+        crash = outcome.crash
+        score["test_run"] = {
+            "backend": outcome.backend, "runnable": outcome.runnable, "reason": outcome.reason,
+            "source": outcome.source, "repro_ran": outcome.repro_ran, "regression_ran": outcome.regression_ran,
+            "seconds": round(outcome.seconds, 1), "timed_out": outcome.timed_out,
+            "network_isolated": outcome.network_isolated, "selection": outcome.selection}
+        # A selected test that crashed in the patched code, or a reproduction test still
+        # raising in the repository's code, is runtime evidence, as strong as a static
+        # finding: the patch is Unsafe, and the Coder gets the place that raised.
+        scope = ctx.cfg.regression.runtime_scope
+        summaries = evidence(outcome, patch, settings.repro_crashes)
+        crashes = findings_of(summaries, scope)
+        unsafe = unsafe or bool(crashes)
+        found += crashes + expected_change.findings(outcome, expected) + _test_findings(
+            outcome, skip=explained(summaries, scope) | set(expected))
+    return score, found, unsafe, crash, usage
 
 
 def _run_tests(ctx: TaskContext, state: TaskState, patch: str, issue_code: list[dict[str, str]],
