@@ -306,12 +306,9 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
     ``issue_code``: the issue's own code as a reproduction test, already run with the patch by the
     Critic's replay (``scoring.runtime.replay.reproductions``: id, status, detail); its statements count
     with the reproduction tests. ``trace``: files whose lines the patched runs record (``out.lines``)."""
-    from scoring.execution import choose_tests
-
     out = TestOutcome(runnable=False, reason="", source="own", backend=runner.backend)
     why: list[str] = []
     failing_runs: list[tuple[SuiteRun, list[str]]] = []
-    # Reproduction tests: each accepted test id should pass now.
     out.repro_ran = bool(issue_code)
     out.fail_to_pass = {r["id"]: r["status"] for r in issue_code}
     still_crashing = [r["detail"] for r in issue_code if r["status"] not in PASSING]
@@ -321,16 +318,32 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
     if not repro and not issue_code:
         why.append("no reproduction test")
     traced = tuple(trace)
+    _own_repro(runner, task, wt, patch, repro, repro_timeout_s, traced, out, why, failing_runs)
+    out.regression_ran = False
+    _own_regression(runner, task, wt, patch, settings, traced, out, why, failing_runs)
+    out.runnable = out.repro_ran or out.regression_ran
+    out.reason = "; ".join(why)
+    contexts = ["\n".join(still_crashing)] if still_crashing else []
+    contexts += [_failure_context(run, ids) for run, ids in failing_runs]
+    out.crash = "\n\n".join(c for c in contexts if c)
+    out.notes = list(dict.fromkeys(out.notes))
+    return out
 
-    def seen(run: SuiteRun) -> None:
-        if run.lines is not None:
-            if out.lines is None:
-                out.lines = Lines()
-            out.lines.merge(run.lines)
 
+def _seen(out: TestOutcome, run: SuiteRun) -> None:
+    if run.lines is not None:
+        if out.lines is None:
+            out.lines = Lines()
+        out.lines.merge(run.lines)
+
+
+def _own_repro(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro: list[ReproTest],
+               repro_timeout_s: float | None, traced: tuple[str, ...], out: TestOutcome, why: list[str],
+               failing_runs: list[tuple[SuiteRun, list[str]]]) -> None:
+    """Reproduction tests: each accepted test id should pass now."""
     for test in repro:
         after = runner.run_suite(task, wt, patch, replace(test.suite(repro_timeout_s), trace=traced))
-        seen(after)
+        _seen(out, after)
         out.seconds += after.seconds
         out.notes += after.notes
         out.timed_out = out.timed_out or after.timed_out
@@ -346,8 +359,14 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
             # The plugin's records, else the runner's log (django's ERROR/FAIL blocks, sympy's).
             out.repro_crashes += crash.failures_of(after.crash_records, after.log, after.root, still,
                                                    [] if after.timed_out else [t for t in still if t not in after.statuses])
-    # Regression tests: what passed at the base should still pass.
-    out.regression_ran = False
+
+
+def _own_regression(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, settings: RegressionSettings,
+                    traced: tuple[str, ...], out: TestOutcome, why: list[str],
+                    failing_runs: list[tuple[SuiteRun, list[str]]]) -> None:
+    """Regression tests: what passed at the base should still pass."""
+    from scoring.execution import choose_tests
+
     # A reproduction test that rewrites an existing test file does not hide that file's base
     # version from the selection: the two run separately.
     costs = choose_tests.CostBook(runner.cache_dir, task.repo, task.version)
@@ -358,95 +377,95 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
         node_ids = labels = False
     chosen = (choose_tests.select_tests(wt, patch, settings, costs=costs, node_ids=labels, repo=task.repo)
               if settings.enabled else None)
-    beside: _Beside | None = None
     if chosen is not None:
         out.selection = chosen.to_dict()
     if chosen is None or not chosen.files:
         why.append("no existing test exercises the changed code" if chosen is not None
                    else "regression tests are off")
-    else:
-        first = _first_suite(chosen, settings)
-        _, cached = _baseline_path(runner, task, wt, first, settings.base_runs)
-        beside = (_Beside(runner, task, wt, patch, replace(first, trace=traced))
-                  if settings.patched_beside_base and not cached.is_file() else None)
-        suite, narrowed, before = _base_run(runner, task, wt, chosen, settings)
-        out.seconds += before.seconds
-        out.base_seconds += before.seconds
+        return
+    first = _first_suite(chosen, settings)
+    _, cached = _baseline_path(runner, task, wt, first, settings.base_runs)
+    beside = (_Beside(runner, task, wt, patch, replace(first, trace=traced))
+              if settings.patched_beside_base and not cached.is_file() else None)
+    suite, narrowed, before = _base_run(runner, task, wt, chosen, settings)
+    out.seconds += before.seconds
+    out.base_seconds += before.seconds
+    out.selection = chosen.to_dict()
+    if (not before.error and not before.timed_out and len(chosen.files) > 1
+            and not any(st in PASSING for st in before.statuses.values())):
+        suite, before, alone_s = _runnable_files(runner, task, wt, chosen, settings)
+        out.seconds += before.seconds + alone_s
+        out.base_seconds += before.seconds + alone_s
         out.selection = chosen.to_dict()
-        if (not before.error and not before.timed_out and len(chosen.files) > 1
-                and not any(st in PASSING for st in before.statuses.values())):
-            suite, before, alone_s = _runnable_files(runner, task, wt, chosen, settings)
-            out.seconds += before.seconds + alone_s
-            out.base_seconds += before.seconds + alone_s
-            out.selection = chosen.to_dict()
-        # A fresh, complete run: what each file costs, for later selections. A run cut by its timeout
-        # says only that the files it did not finish are slow (not 300 s shared by the 8 tests it
-        # reached): at least the timeout is theirs, or the next task selects them again.
-        if before.seconds and not before.error and not before.timed_out:
-            costs.record(wt, chosen.files, before.statuses, before.seconds / settings.base_runs, before.slowdown)
-        elif before.timed_out:
-            costs.record_timeout(wt, chosen.files, before.statuses, before.timeout_s or settings.timeout_s,
-                                 before.slowdown)
-        out.notes += before.notes
-        if before.error or not before.statuses:
-            why.append("existing tests could not run at the base: "
-                       + (before.error or _nothing_collected(before)))
+    # A fresh, complete run: what each file costs, for later selections. A run cut by its timeout
+    # says only that the files it did not finish are slow (not 300 s shared by the 8 tests it
+    # reached): at least the timeout is theirs, or the next task selects them again.
+    if before.seconds and not before.error and not before.timed_out:
+        costs.record(wt, chosen.files, before.statuses, before.seconds / settings.base_runs, before.slowdown)
+    elif before.timed_out:
+        costs.record_timeout(wt, chosen.files, before.statuses, before.timeout_s or settings.timeout_s,
+                             before.slowdown)
+    out.notes += before.notes
+    if before.error or not before.statuses:
+        why.append("existing tests could not run at the base: "
+                   + (before.error or _nothing_collected(before)))
+    else:
+        owned = {t: s for t, s in before.statuses.items() if owned_by(t, (*chosen.files, *narrowed))}
+        # The run started beside the base one serves when the base run kept its suite.
+        after = ((beside.result() if beside is not None and beside.suite == replace(suite, trace=traced)
+                  else runner.run_suite(task, wt, patch, replace(suite, trace=traced))) if owned else None)
+        if after is not None:
+            _seen(out, after)
+        if after is None:
+            why.append("no selected existing test reported a result at the base")
+        elif after.error:
+            out.seconds += after.seconds
+            why.append(f"existing tests: {after.error}")
         else:
-            owned = {t: s for t, s in before.statuses.items() if owned_by(t, (*chosen.files, *narrowed))}
-            # The run started beside the base one serves when the base run kept its suite.
-            after = ((beside.result() if beside is not None and beside.suite == replace(suite, trace=traced)
-                      else runner.run_suite(task, wt, patch, replace(suite, trace=traced))) if owned else None)
-            if after is not None:
-                seen(after)
-            if after is None:
-                why.append("no selected existing test reported a result at the base")
-            elif after.error:
-                out.seconds += after.seconds
-                why.append(f"existing tests: {after.error}")
-            else:
-                out.seconds += after.seconds
-                out.notes += after.notes
-                out.timed_out = out.timed_out or after.timed_out
-                out.network_isolated = after.network_isolated
-                out.regression_ran = True
-                # A test the base run did not reach (timeout) is left out, as the selection says; so
-                # are ids that are no selected file's own (the inner sessions a test of pytest runs),
-                # and those a patched run cut by its timeout did not reach: not broken, unknown.
-                if after.timed_out:
-                    owned = {t: s for t, s in owned.items() if t in after.statuses}
-                out.pass_to_pass_before = owned
-                out.pass_to_pass_after = {t: after.statuses.get(t, "MISSING") for t in owned}
-                _set_aside_unmatched(out, task.repo, runner.backend, wt, "", keep_runnable=True, base=before)
-                broken = out.broken()
-                if broken and settings.confirm_runs:
-                    flaky, spent = _unconfirmed(runner, task, wt, patch, suite, broken, settings.confirm_runs)
-                    out.seconds += spent
-                    if flaky:
-                        out.notes.append("broke with the patch but flaky (not every run again agreed), left out: "
-                                         + ", ".join(flaky[:20]) + (f" (+{len(flaky) - 20} more)" if len(flaky) > 20 else ""))
-                        for t in flaky:
-                            out.pass_to_pass_before.pop(t, None)
-                            out.pass_to_pass_after.pop(t, None)
-                        broken = out.broken()
-                if broken:
-                    failing_runs.append((after, broken))
-                    # Tests a run that ended early never reached (not one cut by its timeout).
-                    unreported = [] if after.timed_out else [t for t in broken if t not in after.statuses]
-                    out.regression_crashes = crash.failures_of(after.crash_records, after.log, after.root, broken,
-                                                               unreported)
-                    if not node_ids:  # sympy's and Django's runners: F is an assertion, traceback or not
-                        out.regression_crashes += crash.assertions_by_status(after.statuses, broken,
-                                                                             out.regression_crashes)
-                out.log_tail = after.log_tail()
+            _compare_regression(runner, task, wt, patch, suite, settings, node_ids, owned, before, after, out,
+                                failing_runs)
     if beside is not None:  # unused when the base run changed the suite: it must not outlive the check
         beside.result()
-    out.runnable = out.repro_ran or out.regression_ran
-    out.reason = "; ".join(why)
-    contexts = ["\n".join(still_crashing)] if still_crashing else []
-    contexts += [_failure_context(run, ids) for run, ids in failing_runs]
-    out.crash = "\n\n".join(c for c in contexts if c)
-    out.notes = list(dict.fromkeys(out.notes))
-    return out
+
+
+def _compare_regression(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, suite: Suite,
+                        settings: RegressionSettings, node_ids: bool, owned: dict[str, str], before: SuiteRun,
+                        after: SuiteRun, out: TestOutcome, failing_runs: list[tuple[SuiteRun, list[str]]]) -> None:
+    """The selected tests' patched run against their base run: which broke, confirmed, and why."""
+    out.seconds += after.seconds
+    out.notes += after.notes
+    out.timed_out = out.timed_out or after.timed_out
+    out.network_isolated = after.network_isolated
+    out.regression_ran = True
+    # A test the base run did not reach (timeout) is left out, as the selection says; so
+    # are ids that are no selected file's own (the inner sessions a test of pytest runs),
+    # and those a patched run cut by its timeout did not reach: not broken, unknown.
+    if after.timed_out:
+        owned = {t: s for t, s in owned.items() if t in after.statuses}
+    out.pass_to_pass_before = owned
+    out.pass_to_pass_after = {t: after.statuses.get(t, "MISSING") for t in owned}
+    _set_aside_unmatched(out, task.repo, runner.backend, wt, "", keep_runnable=True, base=before)
+    broken = out.broken()
+    if broken and settings.confirm_runs:
+        flaky, spent = _unconfirmed(runner, task, wt, patch, suite, broken, settings.confirm_runs)
+        out.seconds += spent
+        if flaky:
+            out.notes.append("broke with the patch but flaky (not every run again agreed), left out: "
+                             + ", ".join(flaky[:20]) + (f" (+{len(flaky) - 20} more)" if len(flaky) > 20 else ""))
+            for t in flaky:
+                out.pass_to_pass_before.pop(t, None)
+                out.pass_to_pass_after.pop(t, None)
+            broken = out.broken()
+    if broken:
+        failing_runs.append((after, broken))
+        # Tests a run that ended early never reached (not one cut by its timeout).
+        unreported = [] if after.timed_out else [t for t in broken if t not in after.statuses]
+        out.regression_crashes = crash.failures_of(after.crash_records, after.log, after.root, broken,
+                                                   unreported)
+        if not node_ids:  # sympy's and Django's runners: F is an assertion, traceback or not
+            out.regression_crashes += crash.assertions_by_status(after.statuses, broken,
+                                                                 out.regression_crashes)
+    out.log_tail = after.log_tail()
 
 
 # pytest's words for a node id it cannot find (older releases, then 8+), after which it runs nothing.
