@@ -501,6 +501,82 @@ def _references(node: ast.AST) -> set[str]:
             if isinstance(sub, ast.Name | ast.Attribute)}
 
 
+def _sides(wt: Worktree, py: list[FileChange]) -> tuple[dict[str, str | None], dict[str, str]] | str:
+    """Each changed file's text at the base (None for a new file) and after the patch, or why not."""
+    befores: dict[str, str | None] = {}
+    afters: dict[str, str] = {}
+    for c in py:
+        before = None if c.is_new else base_content(wt, c.path)
+        if not c.is_new and before is None:
+            return f"{c.path} is not in the base commit {wt.base[:12]}"
+        if before is not None and SymbolMap(before).tree is None:
+            return f"{c.path} does not parse before the patch"
+        after = wt.read(c.path)
+        if after is None:
+            return f"{c.path} is missing or unreadable after the patch"
+        befores[c.path] = before
+        afters[c.path] = after
+    return befores, afters
+
+
+def _checked_copies(py: list[FileChange], befores: dict[str, str | None], afters: dict[str, str], own_rules: str
+                    ) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], SymbolMap], dict[str, Diag]]:
+    """What pyright checks: copies of both sides beside the real file (so relative imports resolve
+    as they do for it), with the bodies of functions the patch does not concern stubbed out; each
+    side's symbols; and the files the patch leaves unparsable, with their syntax error."""
+    checked: dict[tuple[str, str], str] = {}
+    syms: dict[tuple[str, str], SymbolMap] = {}
+    broken: dict[str, Diag] = {}
+    for c in py:
+        syms[(c.path, "before")], syms[(c.path, "after")] = SymbolMap(befores[c.path]), SymbolMap(afters[c.path])
+    changed = set().union(*(changed_names(c, syms[(c.path, "before")], syms[(c.path, "after")]) for c in py))
+    for c in py:
+        sym_b, sym_a = syms[(c.path, "before")], syms[(c.path, "after")]
+        if sym_a.tree is None:
+            # The patch breaks the syntax: that is the finding, and whatever else a type checker
+            # says about a file it cannot parse is noise from its error recovery.
+            broken[c.path] = _syntax_error(afters[c.path], c.path)
+            continue
+        keep = keep_set(c, sym_b, sym_a, changed)
+        checked[(c.path, "after")] = (focus(afters[c.path], keep) or afters[c.path]) + own_rules
+        if befores[c.path] is not None:
+            checked[(c.path, "before")] = (focus(befores[c.path] or "", keep) or "") + own_rules
+    return checked, syms, broken
+
+
+def _unknown_attributes(wt: Worktree, py: list[FileChange], syms: dict[tuple[str, str], SymbolMap],
+                        broken: dict[str, Diag]) -> dict[str, list[Diag]]:
+    """Attributes the patch uses that nothing in the repository or the standard library has."""
+    unknown: dict[str, list[Diag]] = {}
+    trees = [(c, syms[(c.path, "after")].tree) for c in py if c.path not in broken]
+    try:
+        for c, attr, line in names.unknown_attributes(wt.path, wt.base, [(c, t) for c, t in trees if t]):
+            unknown.setdefault(c.path, []).append(Diag(
+                "names", names.RULE, f'"{attr}" is not an attribute of anything: no file of the repository '
+                "mentions it and the standard library does not have it", line, "error"))
+    except (RuntimeError, OSError, subprocess.TimeoutExpired):
+        pass  # the search is an extra; pyright and pyflakes still count
+    return unknown
+
+
+def _cached_base_diags(cache_dir: Path, wt: Worktree, py: list[FileChange], checked: dict[tuple[str, str], str],
+                       broken: dict[str, Diag], version: str, config: dict[str, Any]) -> dict[str, list[Diag]]:
+    """pyright's diagnostics of each file's base side where an earlier analysis cached them (none
+    for a new or broken file): only the files missing here are checked at the base again."""
+    pyright_before: dict[str, list[Diag]] = {}
+    for c in py:
+        if (c.path, "before") not in checked or c.path in broken:
+            pyright_before[c.path] = []
+            continue
+        cp = _cache_path(cache_dir, wt, c.path, version, checked[(c.path, "before")], config)
+        if cp.is_file():
+            try:
+                pyright_before[c.path] = [Diag(*row) for row in json.loads(cp.read_text())]
+            except (json.JSONDecodeError, TypeError):
+                pass
+    return pyright_before
+
+
 def analyze_patch(wt: Worktree, patch: str, *, settings: CriticSettings, cache_dir: Path) -> StaticResult:
     """The runtime-error evidence a patch introduces, by differential pyright and pyflakes.
 
@@ -530,51 +606,13 @@ def analyze_patch(wt: Worktree, patch: str, *, settings: CriticSettings, cache_d
     # The checked copies themselves are always analyzed in full, whatever other modules get.
     own_rules = "" if settings.infer_unannotated else f"\n{OWN_FILE_RULES}\n"
 
-    befores: dict[str, str | None] = {}
-    afters: dict[str, str] = {}
-    for c in py:
-        before = None if c.is_new else base_content(wt, c.path)
-        if not c.is_new and before is None:
-            return done("cannot_analyze", [], f"{c.path} is not in the base commit {wt.base[:12]}")
-        if before is not None and SymbolMap(before).tree is None:
-            return done("cannot_analyze", [], f"{c.path} does not parse before the patch")
-        after = wt.read(c.path)
-        if after is None:
-            return done("cannot_analyze", [], f"{c.path} is missing or unreadable after the patch")
-        befores[c.path] = before
-        afters[c.path] = after
+    sides = _sides(wt, py)
+    if isinstance(sides, str):
+        return done("cannot_analyze", [], sides)
+    befores, afters = sides
+    checked, syms, broken = _checked_copies(py, befores, afters, own_rules)
 
-    # What pyright checks: copies of both sides beside the real file (so relative imports resolve
-    # as they do for it), with the bodies of functions the patch does not concern stubbed out.
-    checked: dict[tuple[str, str], str] = {}
-    syms: dict[tuple[str, str], SymbolMap] = {}
-    broken: dict[str, Diag] = {}
-    for c in py:
-        syms[(c.path, "before")], syms[(c.path, "after")] = SymbolMap(befores[c.path]), SymbolMap(afters[c.path])
-    changed = set().union(*(changed_names(c, syms[(c.path, "before")], syms[(c.path, "after")]) for c in py))
-    for c in py:
-        sym_b, sym_a = syms[(c.path, "before")], syms[(c.path, "after")]
-        if sym_a.tree is None:
-            # The patch breaks the syntax: that is the finding, and whatever else a type checker
-            # says about a file it cannot parse is noise from its error recovery.
-            broken[c.path] = _syntax_error(afters[c.path], c.path)
-            continue
-        keep = keep_set(c, sym_b, sym_a, changed)
-        checked[(c.path, "after")] = (focus(afters[c.path], keep) or afters[c.path]) + own_rules
-        if befores[c.path] is not None:
-            checked[(c.path, "before")] = (focus(befores[c.path] or "", keep) or "") + own_rules
-
-    pyright_before: dict[str, list[Diag]] = {}
-    for c in py:
-        if (c.path, "before") not in checked or c.path in broken:
-            pyright_before[c.path] = []
-            continue
-        cp = _cache_path(cache_dir, wt, c.path, version, checked[(c.path, "before")], config)
-        if cp.is_file():
-            try:
-                pyright_before[c.path] = [Diag(*row) for row in json.loads(cp.read_text())]
-            except (json.JSONDecodeError, TypeError):
-                pass
+    pyright_before = _cached_base_diags(cache_dir, wt, py, checked, broken, version, config)
 
     todo = {k: text for k, text in checked.items() if not (k[1] == "before" and k[0] in pyright_before)}
     clash = next((k for k in todo if _sidecar(wt.path / k[0], k[1]).exists()), None)
@@ -600,16 +638,7 @@ def analyze_patch(wt: Worktree, patch: str, *, settings: CriticSettings, cache_d
         last = len((text or "").splitlines())
         return _repo_import_diags([d for d in results.get((path, side), []) if d.line <= last], wt.path, local_tops)
 
-    unknown: dict[str, list[Diag]] = {}
-    if settings.names:
-        trees = [(c, syms[(c.path, "after")].tree) for c in py if c.path not in broken]
-        try:
-            for c, attr, line in names.unknown_attributes(wt.path, wt.base, [(c, t) for c, t in trees if t]):
-                unknown.setdefault(c.path, []).append(Diag(
-                    "names", names.RULE, f'"{attr}" is not an attribute of anything: no file of the repository '
-                    "mentions it and the standard library does not have it", line, "error"))
-        except (RuntimeError, OSError, subprocess.TimeoutExpired):
-            pass  # the search is an extra; pyright and pyflakes still count
+    unknown = _unknown_attributes(wt, py, syms, broken) if settings.names else {}
 
     all_new: list[Finding] = []
     new: list[Finding] = []
