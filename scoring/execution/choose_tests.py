@@ -145,6 +145,57 @@ def changed_names(wt: Worktree, patch: str) -> list[str]:
     return [n for n in names if len(n) >= 4 and n not in _COMMON and not n.startswith("test")]
 
 
+def _fill(sel: Selection, ranked: list[str], cost: dict[str, tuple[float, str]], sizes: dict[str, int],
+          settings: RegressionSettings, budget: float, django: bool) -> float:
+    """The ranked files into ``sel.files`` within the limits, each left out with its reason; the
+    expected seconds left of the budget."""
+    for t in ranked:
+        unrunnable = django_layout.not_runnable(t) if django else ""
+        if unrunnable:
+            sel.left_out.append(f"{t}: not runnable here, {unrunnable}")
+            continue
+        if sizes.get(t, 0) > settings.max_file_bytes:
+            sel.left_out.append(f"{t}: {sizes[t]} bytes, over regression.max_file_bytes")
+            continue
+        if len(sel.files) >= settings.max_files:
+            sel.left_out.append(f"{t}: over regression.max_files ({settings.max_files})")
+            continue
+        if cost:
+            expected, how = cost[t]
+            # The best file runs whatever it costs (up to the run's timeout): the module's own test
+            # file is the strongest evidence there is, and a small unrelated one is no substitute.
+            if sel.files and expected > budget:
+                sel.left_out.append(f"{t}: {how} {expected:.0f}s, over regression.max_expected_s "
+                                    f"({max(budget, 0):.0f}s left of {settings.max_expected_s:g}s)")
+                continue
+            if not sel.files and expected > settings.timeout_s:
+                sel.left_out.append(f"{t}: {how} {expected:.0f}s, over regression.timeout_s")
+                continue
+            budget -= expected
+        sel.files.append(t)
+    return budget
+
+
+def _narrow(sel: Selection, wt: Worktree, ranked: list[str], why: dict[str, list[str]], specific: list[str],
+            costs: CostBook | None, allowance: float, django: bool) -> None:
+    """Single tests that name changed code, from files left out as a whole, within ``allowance``."""
+    for t in ranked:
+        if t in sel.files or not any(r.startswith("names") for r in why.get(t, [])) or len(sel.tests) >= MAX_NARROW_TESTS:
+            continue
+        if django and django_layout.not_runnable(t):
+            continue
+        ids = tests_naming(_base_text(wt, t) or "", t, specific)
+        per_test = costs.per_test(t, _count_tests(wt, t)) if costs is not None else 0.0
+        for node in ids[:MAX_NARROW_TESTS - len(sel.tests)]:
+            if per_test > allowance:
+                break
+            sel.tests.append(node)
+            allowance -= per_test
+        if ids:
+            sel.left_out.append(f"{t}: as a whole; {sum(n.startswith(t + '::') for n in sel.tests)} of its "
+                                f"{len(ids)} tests that name changed code run alone")
+
+
 def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
                  exclude: set[str] | None = None, costs: CostBook | None = None,
                  node_ids: bool = False, repo: str = "") -> Selection:
@@ -237,48 +288,10 @@ def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
     ranked = sorted(scores, key=lambda t: (-scores[t], cost[t][0] if cost else 0.0, t))
     sizes = _sizes(wt, ranked)
     budget = settings.max_expected_s - (S_PER_RUN if costs is not None else 0.0)
-    for t in ranked:
-        unrunnable = django_layout.not_runnable(t) if django else ""
-        if unrunnable:
-            sel.left_out.append(f"{t}: not runnable here, {unrunnable}")
-            continue
-        if sizes.get(t, 0) > settings.max_file_bytes:
-            sel.left_out.append(f"{t}: {sizes[t]} bytes, over regression.max_file_bytes")
-            continue
-        if len(sel.files) >= settings.max_files:
-            sel.left_out.append(f"{t}: over regression.max_files ({settings.max_files})")
-            continue
-        if cost:
-            expected, how = cost[t]
-            # The best file runs whatever it costs (up to the run's timeout): the module's own test
-            # file is the strongest evidence there is, and a small unrelated one is no substitute.
-            if sel.files and expected > budget:
-                sel.left_out.append(f"{t}: {how} {expected:.0f}s, over regression.max_expected_s "
-                                    f"({max(budget, 0):.0f}s left of {settings.max_expected_s:g}s)")
-                continue
-            if not sel.files and expected > settings.timeout_s:
-                sel.left_out.append(f"{t}: {how} {expected:.0f}s, over regression.timeout_s")
-                continue
-            budget -= expected
-        sel.files.append(t)
+    budget = _fill(sel, ranked, cost, sizes, settings, budget, django)
     specific = [n for n in names[:20] if spread.get(n, 0) <= MAX_NAME_FILES]
     if node_ids and cost and specific:
-        allowance = max(budget, NARROW_MIN_S)
-        for t in ranked:
-            if t in sel.files or not has(t, "names") or len(sel.tests) >= MAX_NARROW_TESTS:
-                continue
-            if django and django_layout.not_runnable(t):
-                continue
-            ids = tests_naming(_base_text(wt, t) or "", t, specific)
-            per_test = costs.per_test(t, _count_tests(wt, t)) if costs is not None else 0.0
-            for node in ids[:MAX_NARROW_TESTS - len(sel.tests)]:
-                if per_test > allowance:
-                    break
-                sel.tests.append(node)
-                allowance -= per_test
-            if ids:
-                sel.left_out.append(f"{t}: as a whole; {sum(n.startswith(t + '::') for n in sel.tests)} of its "
-                                    f"{len(ids)} tests that name changed code run alone")
+        _narrow(sel, wt, ranked, why, specific, costs, max(budget, NARROW_MIN_S), django)
     sel.scores = {t: scores[t] for t in ranked}
     sel.why = {t: why[t] for t in ranked}
     return sel
