@@ -201,23 +201,11 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(args: argparse.Namespace) -> int:
-    only, shard = row_choice(args)
-    cfg = load_config(args.config)
-    settings = cfg.critic
-    scope: Scope = args.runtime_scope or cfg.regression.runtime_scope
-    other: Scope = next(s for s in SCOPES if s != scope)
-    if args.llm:
-        cfg.require_llm()
-    if args.repro_standin and not args.runtime:
-        raise InputError("--repro-standin gives the runtime column a reproduction test: it needs --runtime")
-    ablation = ORACLE if args.repro_standin else ""
-    say = _sayer(ablation)
-    cmd = static.pyright_command(settings)
-    static.pyright_version(cmd)
-    dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
+def _labelled_rows(args: argparse.Namespace, dataset: dict[str, Instance], only: Any, shard: Any,
+                   skipped: dict[str, int]) -> list[dict[str, Any]]:
+    """The labelled predictions with a mirror, each file sampled alone (several runs' files give
+    each run its own sample); what was left out counted in ``skipped``."""
     rows: list[dict[str, Any]] = []
-    skipped = {"unlabelled": 0, "no mirror": 0, "not in dataset": 0, "other repo": 0}
     for path in args.predictions:
         labelled = []
         for row in load_predictions(path):
@@ -227,17 +215,88 @@ def run(args: argparse.Namespace) -> int:
                 skipped["unlabelled"] += 1
             else:
                 labelled.append(row)
-        # Each file is sampled alone, so that several runs' files give each run's own sample.
         rows += sample(mirrored_rows(labelled, dataset, args.repos, only, skipped), args.stride, args.limit, shard)
     if not rows:
         raise InputError("no labelled rows with a mirror to judge")
+    return rows
 
+
+def _table(say: Callable[[str], None], tallies: list[Tally]) -> None:
+    """One line per method: the confusion counts, precision, recall, F1, accuracy and seconds."""
+    width = max(28, *(len(t.name) + 1 for t in tallies))
+    say(f"{'method':<{width}}{'rows':>6}{'TP':>5}{'FP':>5}{'FN':>5}{'TN':>5}{'prec':>7}{'recall':>8}{'F1':>7}"
+        f"{'acc':>7}{'med_s':>8}{'p95_s':>8}{'n/a':>5}")
+    for t in tallies:
+        say(f"{t.name:<{width}}{t.rows:>6}{t.tp:>5}{t.fp:>5}{t.fn:>5}{t.tn:>5}{t.precision:>7.3f}{t.recall:>8.3f}"
+            f"{t.f1:>7.3f}{t.accuracy:>7.3f}{t.median_s:>8.2f}{t.p95_s:>8.2f}{t.not_analyzed:>5}")
+
+
+def _summary(say: Callable[[str], None], args: argparse.Namespace, *, scope: str, other: str, ablation: str,
+             unrecorded: int, no_verdict: int, spent: float, redo: Tally, ours: Tally, withrt: Tally,
+             withother: Tally, before: Tally, repro_raises: Tally, either: Tally) -> None:
+    """The lines under the table, the headline figures last."""
+    if args.llm:
+        say(f"LLM gave no verdict on {no_verdict} patches (counted as not flagged); "
+            f"spent ${spent:.4f}")
+    ratio = ours.median_s / redo.median_s if redo.median_s else 0.0
+    say(f"F1 gain {ours.f1 - redo.f1:+.3f}, precision gain {ours.precision - redo.precision:+.3f}, "
+        f"median time ratio {ratio:.2f}")
+    if args.runtime:
+        say(f"tests could not run on {withrt.not_analyzed} of the patches the static phase passed "
+            "(counted as not flagged)")
+        say(f"runtime scope: {scope} (ours_static+runtime); {other} counted from the saved crashes"
+            + (f", except {unrecorded} rows saved without them (their saved verdict)" if unrecorded else ""))
+    if ablation:
+        say("the runtime column's reproduction test is the hidden test's stand-in (an upper bound, never a "
+            "SWE-bench result); its fate per row: " + ", ".join(f"{k} {v}" for k, v in sorted(repro_raises.fates.items())))
+    if args.runtime:
+        say(f"F1={ours.f1:.3f} F1_redo_static={redo.f1:.3f} F1_runtime={withrt.f1:.3f} P_runtime={withrt.precision:.3f} "
+            f"median_s={ours.median_s:.2f} median_s_redo={redo.median_s:.2f} median_s_runtime={withrt.median_s:.2f} "
+            f"F1_runtime_{other}={withother.f1:.3f} P_runtime_{other}={withother.precision:.3f} "
+            f"F1_runtime_pre36={before.f1:.3f} P_runtime_pre36={before.precision:.3f} "
+            f"median_s_runtime_pre36={before.median_s:.2f}"
+            + (f" F1_repro_raises={repro_raises.f1:.3f} P_repro_raises={repro_raises.precision:.3f} "
+               f"F1_runtime_or_repro={either.f1:.3f} P_runtime_or_repro={either.precision:.3f}" if ablation else ""))
+    else:
+        say(f"F1={ours.f1:.3f} F1_redo_static={redo.f1:.3f} median_s={ours.median_s:.2f} "
+            f"median_s_redo={redo.median_s:.2f}")
+
+
+def _previous(args: argparse.Namespace, ablation: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """The rows a resumed run keeps; rows of the other ablation are refused (one output, one kind)."""
     previous = previous_rows(args.output, system_instance_key) if args.resume else {}
     mixed = [k for k, rec in previous.items() if rec.get("ablation", "") != ablation]
     if mixed:
         raise InputError(f"{args.output}: {len(mixed)} rows were judged "
                          + (f"without --repro-standin: an {ORACLE} run needs rows of its own (another -o)"
                             if ablation else f"with --repro-standin ({ORACLE}): rerun with it, or use another -o"))
+    return previous
+
+
+def _ablation(args: argparse.Namespace) -> str:
+    """The oracle label when the runtime column's reproduction test is the hidden test's stand-in."""
+    if args.repro_standin and not args.runtime:
+        raise InputError("--repro-standin gives the runtime column a reproduction test: it needs --runtime")
+    return ORACLE if args.repro_standin else ""
+
+
+def run(args: argparse.Namespace) -> int:
+    only, shard = row_choice(args)
+    cfg = load_config(args.config)
+    settings = cfg.critic
+    scope: Scope = args.runtime_scope or cfg.regression.runtime_scope
+    other: Scope = next(s for s in SCOPES if s != scope)
+    if args.llm:
+        cfg.require_llm()
+    ablation = _ablation(args)
+    say = _sayer(ablation)
+    cmd = static.pyright_command(settings)
+    static.pyright_version(cmd)
+    dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
+    skipped = {"unlabelled": 0, "no mirror": 0, "not in dataset": 0, "other repo": 0}
+    rows = _labelled_rows(args, dataset, only, shard, skipped)
+
+    previous = _previous(args, ablation)
     work = Path(tempfile.mkdtemp(prefix="critic-bench-"))
     cache_root = (args.cache_dir or work).resolve()
     static_cache = work / "static"
@@ -249,7 +308,6 @@ def run(args: argparse.Namespace) -> int:
     before = Tally("ours_static+runtime_pre36")
     unrecorded = 0  # rows saved before the crashes were: their other-scope verdict is the saved one
     runner = make_runner(cfg.tests, cfg.cache_dir.resolve()) if args.runtime else None
-    no_verdict = 0
     run_meter = RunMeter(cfg.budget.run_dollars)
     repro_raises, either = Tally("repro_raises"), Tally("ours_static+runtime|repro_raises")
     standins: dict[str, dict[str, Any]] = {}
@@ -262,7 +320,7 @@ def run(args: argparse.Namespace) -> int:
             wt.apply(patch)
         return standins[inst.instance_id]
     out = open_rows(args.output, args.resume)
-    judged = 0
+    judged = no_verdict = 0
     say(f"judging {len(rows)} labelled rows (skipped: "
         + ", ".join(f"{k} {v}" for k, v in skipped.items()) + ")", sys.stderr)
     try:
@@ -366,37 +424,10 @@ def run(args: argparse.Namespace) -> int:
     tallies = [redo, ours] + ([full] if args.llm else []) + ([withrt, withother, noreplay, before] if args.runtime else [])
     tallies += [repro_raises, either] if ablation else []
     say("skipped: " + ", ".join(f"{k} {v}" for k, v in skipped.items()))
-    width = max(28, *(len(t.name) + 1 for t in tallies))
-    say(f"{'method':<{width}}{'rows':>6}{'TP':>5}{'FP':>5}{'FN':>5}{'TN':>5}{'prec':>7}{'recall':>8}{'F1':>7}"
-        f"{'acc':>7}{'med_s':>8}{'p95_s':>8}{'n/a':>5}")
-    for t in tallies:
-        say(f"{t.name:<{width}}{t.rows:>6}{t.tp:>5}{t.fp:>5}{t.fn:>5}{t.tn:>5}{t.precision:>7.3f}{t.recall:>8.3f}"
-            f"{t.f1:>7.3f}{t.accuracy:>7.3f}{t.median_s:>8.2f}{t.p95_s:>8.2f}{t.not_analyzed:>5}")
-    if args.llm:
-        say(f"LLM gave no verdict on {no_verdict} patches (counted as not flagged); "
-            f"spent ${run_meter.spent:.4f}")
-    ratio = ours.median_s / redo.median_s if redo.median_s else 0.0
-    say(f"F1 gain {ours.f1 - redo.f1:+.3f}, precision gain {ours.precision - redo.precision:+.3f}, "
-        f"median time ratio {ratio:.2f}")
-    if args.runtime:
-        say(f"tests could not run on {withrt.not_analyzed} of the patches the static phase passed "
-            "(counted as not flagged)")
-        say(f"runtime scope: {scope} (ours_static+runtime); {other} counted from the saved crashes"
-            + (f", except {unrecorded} rows saved without them (their saved verdict)" if unrecorded else ""))
-    if ablation:
-        say("the runtime column's reproduction test is the hidden test's stand-in (an upper bound, never a "
-            "SWE-bench result); its fate per row: " + ", ".join(f"{k} {v}" for k, v in sorted(repro_raises.fates.items())))
-    if args.runtime:
-        say(f"F1={ours.f1:.3f} F1_redo_static={redo.f1:.3f} F1_runtime={withrt.f1:.3f} P_runtime={withrt.precision:.3f} "
-            f"median_s={ours.median_s:.2f} median_s_redo={redo.median_s:.2f} median_s_runtime={withrt.median_s:.2f} "
-            f"F1_runtime_{other}={withother.f1:.3f} P_runtime_{other}={withother.precision:.3f} "
-            f"F1_runtime_pre36={before.f1:.3f} P_runtime_pre36={before.precision:.3f} "
-            f"median_s_runtime_pre36={before.median_s:.2f}"
-            + (f" F1_repro_raises={repro_raises.f1:.3f} P_repro_raises={repro_raises.precision:.3f} "
-               f"F1_runtime_or_repro={either.f1:.3f} P_runtime_or_repro={either.precision:.3f}" if ablation else ""))
-    else:
-        say(f"F1={ours.f1:.3f} F1_redo_static={redo.f1:.3f} median_s={ours.median_s:.2f} "
-            f"median_s_redo={redo.median_s:.2f}")
+    _table(say, tallies)
+    _summary(say, args, scope=scope, other=other, ablation=ablation, unrecorded=unrecorded, no_verdict=no_verdict,
+             spent=run_meter.spent, redo=redo, ours=ours, withrt=withrt, withother=withother, before=before,
+             repro_raises=repro_raises, either=either)
     return 0
 
 
