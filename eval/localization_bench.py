@@ -52,7 +52,10 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fixgraph.dataset import Instance
 
 KS = (1, 3, 5, 8)
 # The weight grid searched by cross-validation: (W_HISTORY, W_COCHANGE, W_LITERAL, W_TESTS, W_TITLE,
@@ -411,23 +414,11 @@ def measure(inst, git_dir: Path, args: argparse.Namespace, settings, first: bool
     return row
 
 
-def run(args: argparse.Namespace) -> int:
-    from eval.rows import open_rows, write_row
-    from fixgraph import localize
-    from fixgraph.config import ExplorerSettings
-    from fixgraph.dataset import DatasetError, load_jsonl
-    from fixgraph.localize import LocalizeError
-    from fixgraph.records import atomic_write
+def _chosen(args: argparse.Namespace, instances: list[Instance]) -> tuple[dict[str, Path], list[Instance]]:
+    """Each repository's mirror, and the instances to localize: with a mirror and a gold patch,
+    of ``--repo``, every ``--stride``-th of each repository in the dataset's order, up to ``--limit``."""
     from fixgraph.repo.workspace import find_mirror
 
-    try:
-        instances = load_jsonl(args.dataset)
-    except DatasetError as exc:
-        print(f"localization_bench: {exc}", file=sys.stderr)
-        return 2
-    if not args.repos.is_dir():
-        print(f"localization_bench: --repos {args.repos} is not a directory", file=sys.stderr)
-        return 2
     mirrors: dict[str, Path] = {}
     for inst in instances:
         if inst.repo not in mirrors:
@@ -437,7 +428,7 @@ def run(args: argparse.Namespace) -> int:
     chosen = [i for i in instances if i.repo in mirrors and gold_files(i.patch)]
     if args.repo:
         chosen = [i for i in chosen if i.repo in args.repo]
-    if args.stride > 1:  # every K-th instance of each repository, in the dataset's order
+    if args.stride > 1:
         position: Counter[str] = Counter()
         kept = []
         for inst in chosen:
@@ -445,8 +436,26 @@ def run(args: argparse.Namespace) -> int:
                 kept.append(inst)
             position[inst.repo] += 1
         chosen = kept
-    if args.limit:
-        chosen = chosen[: args.limit]
+    return mirrors, chosen[: args.limit] if args.limit else chosen
+
+
+def run(args: argparse.Namespace) -> int:
+    from eval.rows import open_rows, write_row
+    from fixgraph import localize
+    from fixgraph.config import ExplorerSettings
+    from fixgraph.dataset import DatasetError, load_jsonl
+    from fixgraph.localize import LocalizeError
+    from fixgraph.records import atomic_write
+
+    try:
+        instances = load_jsonl(args.dataset)
+    except DatasetError as exc:
+        print(f"localization_bench: {exc}", file=sys.stderr)
+        return 2
+    if not args.repos.is_dir():
+        print(f"localization_bench: --repos {args.repos} is not a directory", file=sys.stderr)
+        return 2
+    mirrors, chosen = _chosen(args, instances)
     if not chosen:
         print(f"localization_bench: no instance of the dataset has a mirror under {args.repos}", file=sys.stderr)
         return 2
