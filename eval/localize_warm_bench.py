@@ -97,7 +97,11 @@ def _reference_tree(rev: str, into: Path) -> Path:
         subprocess.run(["git", "-C", str(ROOT), "archive", rev], stdout=fh, check=True, capture_output=False,
                        stderr=subprocess.PIPE)
     with tarfile.open(archive) as tar:
-        tar.extractall(into / "ref", filter="data")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(into / "ref", filter="data")
+        else:  # Pythons before 3.11.4 (Debian 12's 3.11.2) lack extraction filters: plain files and folders only
+            tar.extractall(into / "ref", members=[m for m in tar.getmembers() if (m.isfile() or m.isdir())
+                                                  and not m.name.startswith("/") and ".." not in Path(m.name).parts])
     return into / "ref"
 
 
