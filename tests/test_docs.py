@@ -372,8 +372,8 @@ def test_every_docs_path_cited_in_code_exists() -> None:
 # --- comments explain, not narrate ----------------------------------------------------------------
 
 NARRATION = r"[Ss]ession [0-9]+|issue [0-9]+|[0-9]+(st|nd|rd|th) pass"
-# History lives in git log and docs/notebook/; the docs pages below still carry theirs.
-NARRATION_EXEMPT = [":!docs/notebook", ":!CHANGELOG.md", ":!docs"]
+# History lives in git log and docs/notebook/; nothing else narrates it.
+NARRATION_EXEMPT = [":!docs/notebook", ":!CHANGELOG.md"]
 
 
 def test_no_comment_or_page_narrates_history() -> None:
