@@ -62,10 +62,10 @@ KS = (1, 3, 5, 8)
 # W_PROSE, W_TEST_COCHANGE, W_LITERAL_TOP). Co-change with the top files and quoted literals as a
 # term of the formula stay at 0: cross-validated, tuning them generalized worse in the earlier passes
 # (README, "Localization"), and every extra knob on 140 rows is one more way to overfit. The
-# literals' reordering of the top 8 (W_LITERAL_TOP, sixth pass) is searched: it is the last step, so
+# literals' reordering of the top 8 (W_LITERAL_TOP) is searched: it is the last step, so
 # its points share the linear ranking. Co-change with the matching tests (W_TEST_COCHANGE, seventh
 # pass) is searched on the same log-spaced steps as the others, up to 1.
-# Execution evidence (W_EXECUTED, ninth pass) on coarse steps: most rows have none, so every
+# Execution evidence (W_EXECUTED) on coarse steps: most rows have none, so every
 # extra step is a knob the few that do would tune.
 LITERAL_TOP_WEIGHTS = (0.0, 0.2, 0.5, 1.0)
 TEST_COCHANGE_WEIGHTS = (0.0, 0.1, 0.2, 0.5, 1.0)

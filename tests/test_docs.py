@@ -371,7 +371,8 @@ def test_every_docs_path_cited_in_code_exists() -> None:
 
 # --- comments explain, not narrate ----------------------------------------------------------------
 
-NARRATION = r"[Ss]ession [0-9]+|issue [0-9]+|[0-9]+(st|nd|rd|th) pass"
+NARRATION = (r"[Ss]ession [0-9]+|issue [0-9]+|[0-9]+(st|nd|rd|th) pass"
+             r"|([Ff]irst|[Ss]econd|[Tt]hird|[Ff]ourth|[Ff]ifth|[Ss]ixth|[Ss]eventh|[Ee]ighth|[Nn]inth|[Tt]enth|[Ee]leventh|[Tt]welfth) pass\b")
 # History lives in git log and docs/notebook/; nothing else narrates it.
 NARRATION_EXEMPT = [":!docs/notebook", ":!CHANGELOG.md"]
 

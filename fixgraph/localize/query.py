@@ -200,7 +200,7 @@ def literal_first(parts: RankParts, ranked: list[Candidate], weight: float) -> l
     ``weight`` x its quoted-literal score (relative to the best file's, scaled to today's best score,
     with the penalty). Only their order changes: the set of the top ``LITERAL_TOP`` stays the
     formula's, since a message quoted in an issue is often said in several files, and pulling one
-    in from far below costs more than it brings (fourth pass)."""
+    in from far below costs more than it brings."""
     best = max(parts.literal.values(), default=0.0)
     if not weight or best <= 0:
         return ranked
