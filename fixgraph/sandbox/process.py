@@ -329,6 +329,10 @@ def _prefixes(paths: Sequence[Path]) -> list[Path]:
     """An interpreter's installation (``<prefix>/bin/python`` -> ``<prefix>``: its standard library
     and shared libraries), for each path that is one."""
     out = [p.parent.parent for p in paths if p.parent.name == "bin" and p.name.startswith("python")]
+    # A venv named by its folder (VIRTUAL_ENV) or its bin (PATH): a build step's ``bash -c "python
+    # -m pip install -e ."`` runs its python without naming it.
+    out += [p for p in paths if (p / "pyvenv.cfg").is_file()]
+    out += [p.parent for p in paths if p.name == "bin" and (p.parent / "pyvenv.cfg").is_file()]
     # A venv's python (a copy, with --copies) loads the base installation's libpython and stdlib.
     return out + [base for p in out if (base := _venv_base(p)) is not None]
 

@@ -43,3 +43,17 @@ def test_a_relative_interpreter_path_runs_a_sandboxed_test(tmp_path: Path) -> No
     if mode != "none":
         # A file beside its run folder (fixgraph's own script here) is not there for the test.
         assert [r.strip() for r in rest] == ["RAN False"], proc.stdout
+
+
+def test_a_venv_named_only_by_its_folder_keeps_its_base_installation(tmp_path: Path) -> None:
+    """A build step runs ``bash -c "python -m pip install -e ."``: its python (a --copies venv's,
+    loading the base's libpython) is reached through PATH and VIRTUAL_ENV, never named."""
+    from fixgraph.sandbox.process import _masks
+
+    base, venv = tmp_path / "pyenv" / "3.9", tmp_path / "env" / "venv"
+    (base / "bin").mkdir(parents=True)
+    (base / "bin" / "python3.9").write_text("")
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text(f"home = {base / 'bin'}\ninclude-system-site-packages = false\n")
+    _, keep = _masks([Path("/usr/bin/bash")], {"VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}:/usr/bin"})
+    assert str(base) in keep and str(venv.parent) in keep
