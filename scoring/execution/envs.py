@@ -246,7 +246,8 @@ class VenvEnvs:
         failed in a step that may succeed later (``retryable``: pip, the index may have been busy)
         and it was built fewer than :data:`BUILD_TRIES` times (a failed record without
         ``build_tries`` counts as one); and when it was built but changed outside fixgraph's build
-        and installs (:func:`_tainted`), never used as it is: rebuilt, counted as a first build.
+        and installs (:func:`_tainted`), never used as it is: rebuilt, counted as a first build; and
+        when it failed on what the machine lacked (:func:`machine_fault`) and the machine has it now.
         Any other failed build is final. A failed install at one base commit is not a build (its
         own tries: ``install_tries``)."""
         if meta is None:
@@ -255,6 +256,8 @@ class VenvEnvs:
             tries = 1
         elif not meta.get("ok") and meta.get("retryable") and meta.get("build_tries", 1) < BUILD_TRIES:
             tries = meta.get("build_tries", 1) + 1
+        elif machine_fault(meta) and not self.lacks(task, spec):
+            tries = 1  # the user did what the reason said (installed the Python or the package)
         else:
             return meta
         # A tainted env was built, so runs may be using it: none may while it is rebuilt.
@@ -264,6 +267,16 @@ class VenvEnvs:
             meta["rebuilt_because"] = tainted
         atomic_write(path / "env.json", json.dumps(meta, indent=1))
         return meta
+
+    def lacks(self, task: Task, spec: dict[str, Any]) -> str:
+        """What this machine lacks to build ``task``'s env ("" when nothing): a system package, or an
+        interpreter that is neither here nor one uv may still install. Nothing is downloaded."""
+        missing = missing_system_packages(task.repo)
+        if missing:
+            return missing
+        got = resolve(str(spec.get("python", "3")), cache_dir=self.cache_dir, provision=False, repo=task.repo,
+                      version=task.version)
+        return "" if got.path or got.provisionable else got.reason
 
     def _steps(self, path: Path, task: Task, meta: dict[str, Any]) -> _Steps:
         env = build_env(path / "home", path / "venv")
@@ -306,9 +319,11 @@ class VenvEnvs:
 
         missing = missing_system_packages(task.repo)
         if missing:
+            meta["machine_fault"] = True
             return fail(missing)
         got = resolve(str(spec.get("python", "3")), cache_dir=self.cache_dir, repo=task.repo, version=task.version)
         if got.path is None:
+            meta["machine_fault"] = True
             return fail(got.reason)
         python, version = got.path, got.python
         meta.update(python=python, python_version=version, python_how=got.how, python_note=got.reason)
@@ -470,6 +485,18 @@ class _Steps:
 
     def tail(self) -> str:
         return "".join(self.log)[-4000:]
+
+
+# What a build that failed for the machine's lack said, in records written before they carried
+# ``machine_fault``.
+_MACHINE_REASON = re.compile(r"^(needs Python \d|building offline needs Debian's )")
+
+
+def machine_fault(meta: dict[str, Any] | None) -> bool:
+    """The failed build stopped before any step, on what the machine lacks (an interpreter, a system
+    package): not final, since the reason names the one command that removes it."""
+    return bool(meta and not meta.get("ok")
+                and (meta.get("machine_fault") or _MACHINE_REASON.match(str(meta.get("reason", "")))))
 
 
 def _tainted(path: Path, meta: dict[str, Any] | None) -> str:

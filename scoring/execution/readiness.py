@@ -16,7 +16,7 @@ from typing import Literal
 from fixgraph.config import TestSettings
 from fixgraph.dataset import Task
 from scoring.execution.compiled import missing_system_packages
-from scoring.execution.envs import HARNESS_PYTHON, VenvEnvs
+from scoring.execution.envs import HARNESS_PYTHON, VenvEnvs, machine_fault
 from scoring.execution.interpreters import resolve
 from scoring.execution.specs import repo_specs
 
@@ -56,6 +56,8 @@ def recorded(envs: VenvEnvs, task: Task) -> EnvReport | None:
         meta = json.loads((envs.env_path(task) / "env.json").read_text())
     except (OSError, ValueError):
         return None
+    if machine_fault(meta):
+        return None  # said again from the machine as it is now: what it lacked may be installed since
     env = f"{task.repo} {task.version}"
     python = str(meta.get("python_version") or meta.get("wanted_python") or "?")
     if meta.get("ok"):

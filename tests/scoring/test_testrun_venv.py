@@ -65,7 +65,7 @@ def test_venv_backend_builds_once_and_runs_the_patched_code(tmp_path: Path, monk
     assert out.runnable, (out.reason, out.log_tail)
     assert out.fail_to_pass == {"tests/test_calc.py::test_add": "PASSED"}
     assert set(out.pass_to_pass_after.values()) == {"PASSED"}
-    env_dir = envs.env_path(inst)
+    env_dir = envs.env_path(inst.task())
     meta = json.loads((env_dir / "env.json").read_text())
     assert meta["ok"] and meta["python_version"] == spec["python"]
     # what the install step wrote into the checkout is listed and laid over each working copy
@@ -118,10 +118,10 @@ def test_a_failed_build_is_cached_with_its_reason(tmp_path: Path) -> None:
     out = run_hidden(runner, inst, wt, "")
     assert not out.runnable
     assert out.reason.startswith("env could not be built: needs Python 1.0 for calc 0.1: `uv python install 1.0`")
-    meta = json.loads((envs.env_path(inst) / "env.json").read_text())
+    meta = json.loads((envs.env_path(inst.task()) / "env.json").read_text())
     assert meta["ok"] is False and "needs Python 1.0" in meta["reason"]
     assert run_hidden(runner, inst, wt, "").reason == out.reason
-    again = json.loads((envs.env_path(inst) / "env.json").read_text())
+    again = json.loads((envs.env_path(inst.task()) / "env.json").read_text())
     assert (again["build_id"], again["build_tries"], again["retryable"]) == (meta["build_id"], 1, False)
 
 
@@ -141,7 +141,7 @@ def test_a_failed_install_is_tried_once_more_then_its_failure_is_final(tmp_path:
     for _ in range(3):
         with pytest.raises(EnvError, match="install step failed"):
             envs.get(inst.task(), wt)
-    assert (envs.env_path(inst) / "tries").read_text().splitlines() == ["try", "try"]
+    assert (envs.env_path(inst.task()) / "tries").read_text().splitlines() == ["try", "try"]
 
 
 @pytest.mark.slow
@@ -157,7 +157,7 @@ def test_a_build_that_failed_in_pip_is_built_once_more_then_its_failure_is_final
             "test_cmd": "pytest -rA"}
     settings = config.TestSettings(backend="venv")
     envs = VenvEnvs(tmp_path / "envs", tmp_path / "cache", settings, specs=lambda repo, version: spec)
-    meta_path = envs.env_path(inst) / "env.json"
+    meta_path = envs.env_path(inst.task()) / "env.json"
     builds = []
     for _ in range(3):
         with pytest.raises(EnvError, match="installing pip_packages failed"):
@@ -181,7 +181,7 @@ def test_when_an_env_is_built_again(tmp_path: Path, monkeypatch: pytest.MonkeyPa
                                     interpreter: bool, built: tuple[int, str | None] | None) -> None:
     inst, wt, _ = calc_instance(tmp_path)
     envs = VenvEnvs(tmp_path / "envs", tmp_path / "cache", config.TestSettings(backend="venv"))
-    path = envs.env_path(inst)
+    path = envs.env_path(inst.task())
     if interpreter:
         (path / "venv" / "bin").mkdir(parents=True)
         (path / "venv" / "bin" / "python").write_text("")
@@ -192,6 +192,40 @@ def test_when_an_env_is_built_again(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     else:
         assert (meta["build_id"], meta["build_tries"], meta.get("rebuilt_because")) == ("new", *built)
         assert json.loads((path / "env.json").read_text()) == meta
+
+
+@pytest.mark.parametrize("reason", [
+    "needs Python 3.9 for calc 0.1: `uv python install 3.9` or `pyenv install 3.9`",
+    "building offline needs Debian's libqhull-dev: apt-get install libqhull-dev",
+])
+def test_a_build_that_failed_on_what_the_machine_lacked_is_built_once_the_machine_has_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reason: str) -> None:
+    """The reason names one command; once the user ran it, the env is built, not refused for good.
+    Records written before ``machine_fault`` existed are known by their reason."""
+    from scoring.execution import envs as envs_mod
+    from scoring.execution.readiness import check_env
+
+    inst, wt, _ = calc_instance(tmp_path)
+    inst = inst.model_copy(update={"version": "0.1"})
+    spec = {"python": "{}.{}".format(*sys.version_info[:2]), "test_cmd": "pytest -rA"}
+    settings = config.TestSettings(backend="venv")
+    envs = VenvEnvs(tmp_path / "cache" / "envs", tmp_path / "cache", settings, specs=lambda repo, version: spec)
+    monkeypatch.setattr("scoring.execution.readiness.repo_specs", lambda cache_dir, repo, version: spec)
+    path = envs.env_path(inst.task())
+    path.mkdir(parents=True)
+    record = {"ok": False, "retryable": False, "reason": reason, "build_id": "old"}
+    (path / "env.json").write_text(json.dumps(record))
+    monkeypatch.setattr(VenvEnvs, "_build", lambda self, task, wt, spec, path: {"ok": False, "build_id": "new"})
+    lacking = "building offline needs Debian's libqhull-dev: apt-get install libqhull-dev"
+    monkeypatch.setattr(envs_mod, "missing_system_packages", lambda repo: lacking)
+    monkeypatch.setattr("scoring.execution.readiness.missing_system_packages", lambda repo: lacking)
+    assert envs._built(inst.task(), wt, spec, path, record) is record  # still lacking: not built again
+    assert check_env(inst.task(), tmp_path / "cache", settings).reason == lacking  # said as the machine is now
+    monkeypatch.setattr(envs_mod, "missing_system_packages", lambda repo: "")
+    monkeypatch.setattr("scoring.execution.readiness.missing_system_packages", lambda repo: "")
+    assert envs._built(inst.task(), wt, spec, path, record)["build_id"] == "new"
+    assert json.loads((path / "env.json").read_text())["build_id"] == "new"
+    assert check_env(inst.task(), tmp_path / "cache", settings).state == "failed"  # the new record's word
 
 
 def test_requirements_are_flattened_as_swebench_does(tmp_path: Path) -> None:
