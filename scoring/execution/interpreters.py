@@ -15,6 +15,7 @@ installs through a temporary folder, so a cut or corrupted download leaves nothi
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import shutil
@@ -94,6 +95,31 @@ def uv_binary() -> str | None:
 # A failed download is not retried within one process: every task of a repository would wait on it.
 _failed: dict[tuple[str, str], str] = {}
 _lock = threading.Lock()
+# uv's answer per (minor, downloads list), once per process.
+_offered: dict[tuple[str, str], bool] = {}
+
+
+def uv_offers(xy: str) -> bool:
+    """Whether uv has a CPython ``xy`` build to install: its own list (which starts at 3.8), or the
+    organisation's (``UV_PYTHON_DOWNLOADS_JSON_URL``). Listing downloads nothing, so ``--check`` can
+    say that 3.6 will not come from uv instead of promising it."""
+    uv = uv_binary()
+    if uv is None:
+        return False
+    key = (xy, os.environ.get("UV_PYTHON_DOWNLOADS_JSON_URL", ""))
+    if key not in _offered:
+        try:
+            proc = subprocess.run([uv, "python", "list", "--only-downloads", "--output-format", "json", xy],
+                                  capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                                  env={**os.environ, "UV_NO_PROGRESS": "1"})
+            rows = json.loads(proc.stdout) if proc.returncode == 0 else None
+        except (subprocess.TimeoutExpired, OSError, ValueError):
+            rows = None
+        # A uv that cannot list (too old for json output, a JSON URL it cannot read): the install
+        # itself is tried and says why it failed.
+        _offered[key] = rows is None or any(isinstance(r, dict) and r.get("implementation") == "cpython"
+                                            for r in rows)
+    return _offered[key]
 
 
 def provision(xy: str, cache_dir: Path) -> tuple[str | None, str]:
@@ -109,6 +135,9 @@ def provision(xy: str, cache_dir: Path) -> tuple[str | None, str]:
         uv = uv_binary()
         if uv is None:
             return None, "uv is not installed (pip install uv)"
+        if not uv_offers(xy):
+            _failed[key] = f"uv offers no Python {xy} build (its list starts at 3.8)"
+            return None, _failed[key]
         install_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "UV_PYTHON_INSTALL_DIR": str(install_dir),
                "UV_CACHE_DIR": str(cache_dir / "uv-cache"), "UV_NO_PROGRESS": "1"}
@@ -163,10 +192,13 @@ def resolve(wanted: str, *, cache_dir: Path, provision: bool = True, repo: str =
         if sub_t in have:
             return Resolution(have[sub_t], sub, "substitute",
                               f"Python {sub} for {xy} (measured safe for {repo} {version})")
-    hint = f"`uv python install {xy}` or `pyenv install {xy}`"
+    offered = uv_binary() is None or uv_offers(xy)  # without uv, installing it is the first step
+    hint = f"`uv python install {xy}` or `pyenv install {xy}`" if offered else \
+        f"`pyenv install {xy}` (uv offers no Python {xy} build)"
     if provision:
-        return Resolution(None, xy, "missing", f"{_needs(xy, repo, version)}: {hint} (uv: {why})")
-    can = uv_binary() is not None and xy not in {k for k, _ in _failed}
+        return Resolution(None, xy, "missing", f"{_needs(xy, repo, version)}: {hint}"
+                          + (f" (uv: {why})" if offered else ""))
+    can = uv_binary() is not None and offered and xy not in {k for k, _ in _failed}
     return Resolution(None, xy, "missing", f"{_needs(xy, repo, version)}: {hint}", provisionable=can)
 
 

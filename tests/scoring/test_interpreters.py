@@ -83,6 +83,7 @@ def mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Mirror]:
     # A machine without this minor: only what fixgraph installs into its cache counts.
     monkeypatch.setattr(interpreters, "system_pythons", lambda: {})
     monkeypatch.setattr(interpreters, "_failed", {})
+    monkeypatch.setattr(interpreters, "_offered", {})
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("UV_PYTHON_INSTALL_MIRROR", raising=False)
     yield m
@@ -147,3 +148,16 @@ def test_substitute_only_where_measured(mirror: Mirror, tmp_path: Path, monkeypa
     assert other.reason == "needs Python 3.9 for django 4.2: `uv python install 3.9` or `pyenv install 3.9`"
     assert resolve("3.11", cache_dir=tmp_path, provision=False).how == "found"
     assert resolve("", cache_dir=tmp_path, provision=False).how == "missing"
+
+
+def test_a_minor_uv_does_not_offer_is_missing_without_a_download(mirror: Mirror, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """uv's list starts at 3.8: the check must not promise 3.6 from uv, nor a build wait on it."""
+    monkeypatch.setenv("UV_PYTHON_DOWNLOADS_JSON_URL", str(mirror.downloads_json(tmp_path / "dl.json")))
+    other = "3.6" if XY != "3.6" else "3.7"
+    check = resolve(other, cache_dir=tmp_path / "cache", provision=False, repo="django/django", version="3.0")
+    assert check.how == "missing" and not check.provisionable
+    assert check.reason == f"needs Python {other} for django 3.0: `pyenv install {other}` (uv offers no Python {other} build)"
+    built = resolve(other, cache_dir=tmp_path / "cache", repo="django/django", version="3.0")
+    assert built.how == "missing" and built.reason == check.reason and not mirror.asked
+    assert resolve(XY, cache_dir=tmp_path / "cache", provision=False).provisionable  # the list has this one
