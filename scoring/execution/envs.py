@@ -179,13 +179,7 @@ class VenvEnvs:
         path = self.env_path(task)
         with file_lock(path.parent / f"{path.name}.lock"):
             meta_path = path / "env.json"
-            meta: dict[str, Any] | None = None
-            if meta_path.is_file():
-                try:
-                    meta = json.loads(meta_path.read_text())
-                except json.JSONDecodeError:
-                    meta = None
-            meta = self._built(task, wt, spec, path, meta)
+            meta = self._built(task, wt, spec, path, env_record(path))
             if meta.get("ok") and "site" not in meta and (path / "venv").is_dir():
                 # Built before this check: what it holds now is what later runs must find.
                 site = envcheck.listing(path / "venv")
@@ -490,6 +484,15 @@ class _Steps:
 # What a build that failed for the machine's lack said, in records written before they carried
 # ``machine_fault``.
 _MACHINE_REASON = re.compile(r"^(needs Python \d|building offline needs Debian's )")
+
+
+def env_record(path: Path) -> dict[str, Any] | None:
+    """The env's ``env.json`` at ``path``: None when it has none, or one a kill left unreadable."""
+    try:
+        meta = json.loads((path / "env.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
 
 
 def machine_fault(meta: dict[str, Any] | None) -> bool:

@@ -6,7 +6,6 @@ says how many and why before its first LLM call, so nobody reads a semantic scor
 """
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -16,7 +15,7 @@ from typing import Literal
 from fixgraph.config import TestSettings
 from fixgraph.dataset import Task
 from scoring.execution.compiled import missing_system_packages
-from scoring.execution.envs import HARNESS_PYTHON, VenvEnvs, machine_fault
+from scoring.execution.envs import HARNESS_PYTHON, VenvEnvs, env_record, machine_fault
 from scoring.execution.interpreters import resolve
 from scoring.execution.specs import repo_specs
 
@@ -52,11 +51,8 @@ def by_env(tasks: Iterable[Task]) -> dict[tuple[str, str], list[Task]]:
 
 def recorded(envs: VenvEnvs, task: Task) -> EnvReport | None:
     """What the env's own record says, when it was built (or failed) before; None otherwise."""
-    try:
-        meta = json.loads((envs.env_path(task) / "env.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if machine_fault(meta):
+    meta = env_record(envs.env_path(task))
+    if meta is None or machine_fault(meta):
         return None  # said again from the machine as it is now: what it lacked may be installed since
     env = f"{task.repo} {task.version}"
     python = str(meta.get("python_version") or meta.get("wanted_python") or "?")
