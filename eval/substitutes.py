@@ -14,13 +14,14 @@ figures; the table for ``scoring.execution.interpreters.SAFE_SUBSTITUTES`` follo
 from __future__ import annotations
 
 import argparse
-import json
+import errno
 import re
 import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from eval.rows import instance_key, previous_rows
 from scoring.execution.specs import repo_specs
 
 MIN_FIX_SCORE = 0.95
@@ -29,15 +30,10 @@ SAME = ("gold_test_pass_rate", "gold_no_regression", "empty_test_pass_rate")
 
 
 def read_rows(path: Path) -> dict[str, dict[str, Any]]:
-    rows: dict[str, dict[str, Any]] = {}
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a kill
-        if isinstance(row, dict) and "instance_id" in row:
-            rows[row["instance_id"]] = row
-    return rows
+    """gold_bench's rows by instance (a line cut by a kill is skipped); a missing file is an error."""
+    if not path.is_file():
+        raise FileNotFoundError(errno.ENOENT, "no such file", str(path))
+    return previous_rows(path, instance_key)
 
 
 def agrees(spec: dict[str, Any], sub: dict[str, Any]) -> tuple[bool, str]:
