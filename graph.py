@@ -76,12 +76,13 @@ def make_graph() -> Any:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from fixgraph.dataset import DATASET_HELP
     from fixgraph.models.discover import ROLES
     from pipeline.cli import OneLineParser
 
     p = OneLineParser(prog="graph.py", description="Turn issues into verified patches.")
     p.add_argument("--tasks", default="stratified50", help="stratified50 | all | ID[,ID...]")
-    p.add_argument("--dataset", type=Path, help="SWE-bench-format JSONL (default: SWE-bench Lite from the hub)")
+    p.add_argument("--dataset", help=DATASET_HELP)
     p.add_argument("--config", default="redo", help="a config name in configs/ or a TOML path")
     p.add_argument("--workers", type=int, help="tasks at once: threads (default 1); with --executor ray, a cap "
                    "on tasks in flight (default: what the cluster's CPUs fit)")

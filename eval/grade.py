@@ -44,7 +44,7 @@ from eval.local_harness import (
     grader_label,
 )
 from fixgraph.config import TestSettings
-from fixgraph.dataset import HUB_DATASET, DatasetError, Instance, load_dataset_any
+from fixgraph.dataset import DATASET_HELP, DatasetError, Instance, load_dataset_any
 from fixgraph.records import atomic_write
 from fixgraph.repo.workspace import RepoCache
 from scoring.execution.runner import make_runner
@@ -266,7 +266,7 @@ def headline(s: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eval.grade", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--predictions", type=Path, required=True, help="the harness's predictions file (JSONL or JSON)")
-    ap.add_argument("--dataset", type=Path, default=None, help=f"SWE-bench JSONL (default: {HUB_DATASET} from the hub)")
+    ap.add_argument("--dataset", help=DATASET_HELP)
     ap.add_argument("--repos", type=Path, default=None, help="folder of local repository mirrors")
     ap.add_argument("--workers", type=int, default=1, help="predictions graded at once")
     ap.add_argument("--run-id", default="", help="default: local-<predictions file's stem>")

@@ -37,7 +37,7 @@ from dotenv import load_dotenv
 
 from eval.dashboard.rundata import RUN_META, read_json
 from fixgraph.config import ConfigError, RunConfig, load_config
-from fixgraph.dataset import HUB_DATASET, DatasetError, Instance, load_dataset_any, select
+from fixgraph.dataset import DATASET_HELP, HUB_DATASET, DatasetError, Instance, load_dataset_any, select
 from fixgraph.records import atomic_write
 from fixgraph.repo.workspace import WorkspaceError
 from pipeline.tasks import RunSummary
@@ -298,7 +298,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--configs", default="baseline,static,redo",
                    help="comma-separated config names (configs/<name>.toml) or TOML paths")
     p.add_argument("--tasks", default="stratified50", help="manifest name, 'all', or comma-separated ids")
-    p.add_argument("--dataset", type=Path, default=None, help=f"SWE-bench JSONL (default: {HUB_DATASET} from the hub)")
+    p.add_argument("--dataset", help=DATASET_HELP)
     p.add_argument("--repos", type=Path, default=None, help="folder of local repository mirrors")
     p.add_argument("--workers", type=int, default=1, help="tasks run at once")
     p.add_argument("--run-prefix", default="cmp", help="run ids are <prefix>-<config> (default cmp)")

@@ -10,7 +10,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 EVAL_DIR = Path(__file__).resolve().parent.parent / "eval"
 MANIFESTS = {"stratified50": EVAL_DIR / "stratified50.txt"}
-HUB_DATASET = "SWE-bench/SWE-bench_Lite"
+# Task sets by name: the dataset hub's SWE-bench datasets; any other --dataset is a JSONL path.
+HUB_DATASETS = {"lite": "SWE-bench/SWE-bench_Lite", "verified": "SWE-bench/SWE-bench_Verified",
+                "full": "SWE-bench/SWE-bench"}
+DEFAULT_DATASET = "lite"
+HUB_DATASET = HUB_DATASETS[DEFAULT_DATASET]
+DATASET_HELP = f"{' | '.join(HUB_DATASETS)} (from the dataset hub, cached) or a SWE-bench JSONL path (default: {DEFAULT_DATASET})"
 
 
 class DatasetError(Exception):
@@ -117,23 +122,31 @@ def load_jsonl(path: Path) -> list[Instance]:
     return out
 
 
-def load_hub(cache_dir: Path) -> list[Instance]:  # pragma: no cover - needs the dataset hub
+def hub_name(spec: str | Path | None) -> str | None:
+    """The hub dataset ``--dataset`` names (None: the default), or None when it is a path."""
+    name = DEFAULT_DATASET if spec is None else str(spec)
+    return HUB_DATASETS.get(name)
+
+
+def load_hub(cache_dir: Path, dataset: str = HUB_DATASET) -> list[Instance]:  # pragma: no cover - needs the hub
     try:
         from datasets import load_dataset  # type: ignore[import-untyped]
     except ImportError:
         raise DatasetError("no --dataset given and the 'datasets' package is not installed") from None
     try:
-        ds = load_dataset(HUB_DATASET, split="test", cache_dir=str(cache_dir / "hub"))
+        ds = load_dataset(dataset, split="test", cache_dir=str(cache_dir / "hub"))
     except Exception as exc:  # the hub's client raises many kinds
         raise DatasetError(
-            f"could not load {HUB_DATASET} from the dataset hub ({type(exc).__name__}); "
+            f"could not load {dataset} from the dataset hub ({type(exc).__name__}); "
             "pass --dataset PATH to a SWE-bench JSONL"
         ) from None
     return [Instance.model_validate(dict(row)) for row in ds]  # type: ignore[arg-type]
 
 
-def load_dataset_any(path: Path | None, cache_dir: Path) -> list[Instance]:
-    return load_jsonl(path) if path is not None else load_hub(cache_dir)
+def load_dataset_any(spec: str | Path | None, cache_dir: Path) -> list[Instance]:
+    """``--dataset``: a hub dataset's name (None: the default one) or a SWE-bench JSONL path."""
+    dataset = hub_name(spec)
+    return load_hub(cache_dir, dataset) if dataset else load_jsonl(Path(str(spec)))
 
 
 def read_manifest(name: str) -> list[str]:

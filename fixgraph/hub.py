@@ -33,21 +33,21 @@ def hub_reachable(endpoint: str, timeout_s: float = HUB_TIMEOUT_S) -> bool:
         return False
 
 
-def cached(cache_dir: Path) -> bool:
+def cached(cache_dir: Path, dataset: str = HUB_DATASET) -> bool:
     hub = cache_dir / "hub"
-    want = HUB_DATASET.split("/")[-1].lower()
+    want = dataset.split("/")[-1].lower()
     return hub.is_dir() and any(want in p.name.lower() for p in hub.iterdir())
 
 
-def prepare_hub(cache_dir: Path, timeout_s: float = HUB_TIMEOUT_S) -> None:
+def prepare_hub(cache_dir: Path, dataset: str = HUB_DATASET, timeout_s: float = HUB_TIMEOUT_S) -> None:
     """Raise DatasetError at once when the hub cannot be reached and nothing is cached; when it is
     cached, switch the hub client to offline mode so it reads the cache without retrying."""
     endpoint = hub_endpoint()
     if os.environ.get("HF_HUB_OFFLINE") == "1" or hub_reachable(endpoint, timeout_s):
         return
-    if cached(cache_dir):
+    if cached(cache_dir, dataset):
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ["HF_DATASETS_OFFLINE"] = "1"
         return
-    raise DatasetError(f"the dataset hub ({endpoint}) cannot be reached and {HUB_DATASET} is not cached; "
+    raise DatasetError(f"the dataset hub ({endpoint}) cannot be reached and {dataset} is not cached; "
                        "pass --dataset PATH to a SWE-bench JSONL")

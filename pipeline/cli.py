@@ -126,14 +126,19 @@ def check_all(args: argparse.Namespace) -> int:
     return 0 if ready else 1
 
 
-def load_tasks(args: argparse.Namespace, cfg: RunConfig) -> list[Task]:
-    from fixgraph.dataset import load_dataset_any, select
+def load_instances(args: argparse.Namespace, cfg: RunConfig) -> list[Instance]:
+    from fixgraph.dataset import hub_name, load_dataset_any, select
 
-    if args.dataset is None:
+    dataset = hub_name(args.dataset)
+    if dataset:
         from fixgraph.hub import prepare_hub
 
-        prepare_hub(cfg.cache_dir)  # offline: say so in seconds, not after the hub's retries
-    return [i.task() for i in select(load_dataset_any(args.dataset, cfg.cache_dir), args.tasks)]
+        prepare_hub(cfg.cache_dir, dataset)  # offline: say so in seconds, not after the hub's retries
+    return select(load_dataset_any(args.dataset, cfg.cache_dir), args.tasks)
+
+
+def load_tasks(args: argparse.Namespace, cfg: RunConfig) -> list[Task]:
+    return [i.task() for i in load_instances(args, cfg)]
 
 
 def check_envs(instances: list[Instance], cfg: RunConfig, require_tests: bool) -> set[str]:
@@ -193,13 +198,7 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
         _outside_checkouts(cfg, args.repos)
         if args.executor == "ray":
             check_ray(cfg)
-        from fixgraph.dataset import load_dataset_any, select
-
-        if args.dataset is None:
-            from fixgraph.hub import prepare_hub
-
-            prepare_hub(cfg.cache_dir)  # offline: say so in seconds, not after the hub's retries
-        instances = select(load_dataset_any(args.dataset, cfg.cache_dir), args.tasks)
+        instances = load_instances(args, cfg)
         if cfg.critic.enabled and cfg.critic.static:
             from scoring.static.differential import check_available
 
