@@ -113,7 +113,7 @@ def test_graph_py_without_key_finds_the_server_and_with_nothing_fails_in_3s(tmp_
     proc = subprocess.run([sys.executable, str(ROOT / "graph.py"), "--tasks", "all", "--dataset",
                            str(tmp_path / "none.jsonl")], cwd=tmp_path, capture_output=True, text=True,
                           env={**env, "FIXGRAPH_LOCAL_SERVERS": dead}, timeout=60)
-    assert time.monotonic() - t0 < 3.0 + 2.0  # the probe's 3 s, plus starting Python
+    assert time.monotonic() - t0 < 3.0 + 7.0  # the probe's 3 s, plus starting Python on a loaded machine
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "no local server answered" in lines[0] and dead.removesuffix("/v1") in lines[0]

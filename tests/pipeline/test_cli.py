@@ -169,7 +169,7 @@ def _gated(tmp_path: Path, base_url: str, *extra: str,
 
 def _one_line_exit_2(proc: subprocess.CompletedProcess[str], seconds: float, tmp_path: Path) -> str:
     assert proc.returncode == 2, proc.stderr
-    assert seconds < 5, seconds
+    assert seconds < 15, seconds  # starting Python and one refusal; a loaded CI machine is slow at the first
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("fixgraph: error: ") and "Traceback" not in proc.stderr
     assert not (tmp_path / "predictions").exists() and not (tmp_path / "runs").exists()

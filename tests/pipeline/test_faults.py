@@ -36,9 +36,12 @@ def _clean_diff(calc, cfg_factory, tmp_path: Path) -> str:
 def _faulty_run(calc, cfg_factory, schedule, **overrides):
     mirrors, inst = calc
     plan = FaultPlan(schedule=list(schedule), silent_s=5.0, trickle_s=3.0)
+    # A short timeout only where the fault is a slow server: elsewhere a loaded machine's slow
+    # reply would turn the fault under test into a timeout.
+    timeout_s = 0.5 if {"silent", "trickle"} & set(schedule) else 5.0
     with FaultyLLMServer(ScriptResponder(calc_script(False)), plan) as srv:
         cfg = cfg_factory("baseline", **{"llm.base_url": srv.base_url, "llm.max_retries": RETRIES,
-                                         "llm.timeout_s": 0.5, **overrides})
+                                         "llm.timeout_s": timeout_s, **overrides})
         t0 = time.monotonic()
         summary = run_tasks([inst], cfg, run_id="f", repos=mirrors, progress=False)
         seconds = time.monotonic() - t0

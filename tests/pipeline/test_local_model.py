@@ -133,9 +133,14 @@ def test_a_timed_out_call_stops_the_generation_and_is_retried_once_on_a_local_se
     assert idle_after < 1.0
     assert summary.failed == 1 and "timed out: 2 call(s) of 0.5 s" in rec["failed"]
     assert "llm.timeout_s / FIXGRAPH_LLM_TIMEOUT" in rec["failed"]
-    assert rec["usage"]["timeouts"] == 2 and rec["usage"]["retries"] == 1
-    # --no-progress: one line per event, saying which call, why it is retried and what to change.
     lines = [ln.split("] ", 1)[1] for ln in capsys.readouterr().err.splitlines() if ln.startswith("[")]
+    # On a loaded machine a retry can fail to connect while the server still holds the abandoned
+    # generation: a fault of its own, retried on its own count; it and the try after it are left
+    # out of the lines checked below.
+    blips = [i for i, ln in enumerate(lines) if " connection after " in ln]
+    lines = [ln for i, ln in enumerate(lines) if i not in blips and i - 1 not in blips]
+    assert rec["usage"]["timeouts"] == 2 and rec["usage"]["retries"] == 1 + len(blips)
+    # --no-progress: one line per event, saying which call, why it is retried and what to change.
     iid = rec["instance_id"]
     knob = "(a slow server needs a longer llm.timeout_s / FIXGRAPH_LLM_TIMEOUT)"
     assert lines[0] == f"{iid}: started" and lines[1] == f"{iid} planner call 1: started"
