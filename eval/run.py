@@ -37,12 +37,13 @@ from dotenv import load_dotenv
 
 from eval.dashboard.rundata import RUN_META, read_json
 from fixgraph.config import ConfigError, RunConfig, load_config
-from fixgraph.dataset import DATASET_HELP, HUB_DATASET, DatasetError, Instance, load_dataset_any, select
+from fixgraph.dataset import DATASET_HELP, DatasetError, Instance, hub_name, load_dataset_any, select
 from fixgraph.records import atomic_write
 from fixgraph.repo.workspace import WorkspaceError
 from pipeline.tasks import RunSummary
 
-SB_CLI_SUBSET = "swe-bench_lite"
+# sb-cli's name for each hub set it hosts (it has none for the full set).
+SB_CLI_SUBSETS = {"SWE-bench/SWE-bench_Lite": "swe-bench_lite", "SWE-bench/SWE-bench_Verified": "swe-bench_verified"}
 # Settings that say where things are or how to reach a server, not how the pipeline behaves:
 # a resumed run may change them (a new server port, another cache) and still be the same run.
 NOT_IDENTITY: dict[str, Any] = {
@@ -142,9 +143,17 @@ def harness_command(preds: Path, run_id: str, *, dataset: str, workers: int, rep
     return cmd + (["--modal", "true"] if modal else [])
 
 
-def sb_cli_commands(preds: Path, run_id: str, report_dir: Path) -> list[list[str]]:
-    return [["sb-cli", "submit", SB_CLI_SUBSET, "test", "--predictions_path", str(preds), "--run_id", run_id],
-            ["sb-cli", "get-report", SB_CLI_SUBSET, "test", run_id, "-o", str(report_dir)]]
+def harness_dataset(args: argparse.Namespace) -> str:
+    """The harness grades against the set the configs ran: --harness-dataset, else --dataset's hub
+    set, else its JSONL path (the harness reads a local file too)."""
+    if args.harness_dataset:
+        return args.harness_dataset
+    return hub_name(args.dataset) or str(Path(args.dataset).resolve())
+
+
+def sb_cli_commands(preds: Path, run_id: str, report_dir: Path, subset: str) -> list[list[str]]:
+    return [["sb-cli", "submit", subset, "test", "--predictions_path", str(preds), "--run_id", run_id],
+            ["sb-cli", "get-report", subset, "test", run_id, "-o", str(report_dir)]]
 
 
 def score_runs(runs: list[tuple[str, Path]], runs_dir: Path, *, dataset: str, workers: int, modal: bool,
@@ -181,10 +190,14 @@ def score_runs(runs: list[tuple[str, Path]], runs_dir: Path, *, dataset: str, wo
     for run_id, preds in ready:
         print("  " + shlex.join(harness_command(preds, run_id, dataset=dataset, workers=workers,
                                                 report_dir=runs_dir / run_id, modal=False)))
-    print("or on Modal: add --modal true to each command above; or hosted, with sb-cli (needs SWEBENCH_API_KEY):")
-    for run_id, preds in ready:
-        for cmd in sb_cli_commands(preds, run_id, runs_dir / run_id):
-            print("  " + shlex.join(cmd))
+    subset = SB_CLI_SUBSETS.get(dataset)
+    if subset is None:
+        print("or on Modal: add --modal true to each command above.")
+    else:
+        print("or on Modal: add --modal true to each command above; or hosted, with sb-cli (needs SWEBENCH_API_KEY):")
+        for run_id, preds in ready:
+            for cmd in sb_cli_commands(preds, run_id, runs_dir / run_id, subset):
+                print("  " + shlex.join(cmd))
     print(f"then: python -m eval.ingest {runs_dir} && python -m eval.dashboard {runs_dir} -o dashboard.html")
     return failures
 
@@ -308,7 +321,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="official: SWE-bench's harness (Docker, or --modal); local: eval.grade here, without "
                         "Docker (not the official harness); none: only run the configs")
     p.add_argument("--no-harness", action="store_true", help="same as --harness none")
-    p.add_argument("--harness-dataset", default=HUB_DATASET)
+    p.add_argument("--harness-dataset", default=None,
+                   help="the dataset the official harness grades against (default: --dataset's hub set, or its path)")
     p.add_argument("--harness-workers", type=int, default=4)
     p.add_argument("--no-progress", action="store_true")
     return p.parse_args(argv)
@@ -363,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         failures = score_runs_local(scored, runs_dir, instances, repos=args.repos, cache_dir=cfgs[0].cache_dir,
                                     workers=args.harness_workers, backend=backend, progress=not args.no_progress)
         return 1 if failures else 0
-    failures = score_runs(scored, runs_dir, dataset=args.harness_dataset, workers=args.harness_workers,
+    failures = score_runs(scored, runs_dir, dataset=harness_dataset(args), workers=args.harness_workers,
                           modal=args.modal, engine=False if args.modal else docker_answers())
     return 1 if failures else 0
 

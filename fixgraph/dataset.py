@@ -9,13 +9,21 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 EVAL_DIR = Path(__file__).resolve().parent.parent / "eval"
-MANIFESTS = {"stratified50": EVAL_DIR / "stratified50.txt"}
+# Fixed task lists by name: stratified50 draws from Lite, verified50 from Verified (eval/<name>.md says how).
+MANIFESTS = {"stratified50": EVAL_DIR / "stratified50.txt", "verified50": EVAL_DIR / "verified50.txt"}
 # Task sets by name: the dataset hub's SWE-bench datasets; any other --dataset is a JSONL path.
 HUB_DATASETS = {"lite": "SWE-bench/SWE-bench_Lite", "verified": "SWE-bench/SWE-bench_Verified",
                 "full": "SWE-bench/SWE-bench"}
+# The commit of the hub's dataset repository each set is read at, so an upstream edit of the data
+# (Verified's changed on 2026-08-10, dropping a PASS_TO_PASS test of astropy-7606) cannot move scores
+# unnoticed. None: no commit known here to be the current one (see docs/verified.md); the set is
+# read at the hub's main branch and the run names the commit it read. ``--dataset NAME@COMMIT`` pins
+# one run.
+HUB_REVISIONS: dict[str, str | None] = {"lite": None, "verified": None, "full": None}
 DEFAULT_DATASET = "lite"
 HUB_DATASET = HUB_DATASETS[DEFAULT_DATASET]
-DATASET_HELP = f"{' | '.join(HUB_DATASETS)} (from the dataset hub, cached) or a SWE-bench JSONL path (default: {DEFAULT_DATASET})"
+DATASET_HELP = (f"{' | '.join(HUB_DATASETS)} (from the dataset hub, cached; NAME@COMMIT reads that revision) "
+                f"or a SWE-bench JSONL path (default: {DEFAULT_DATASET})")
 
 
 class DatasetError(Exception):
@@ -122,31 +130,34 @@ def load_jsonl(path: Path) -> list[Instance]:
     return out
 
 
+def hub_spec(spec: str | Path | None) -> tuple[str, str | None, str | None] | None:
+    """What ``--dataset`` names on the hub: (dataset, revision to read, pinned revision), or None
+    when it is a path. None is the default set at its pinned revision."""
+    text = DEFAULT_DATASET if spec is None else str(spec)
+    name, _, revision = text.partition("@")
+    if name not in HUB_DATASETS:
+        return None
+    if "@" in text and not revision.strip():
+        raise DatasetError(f"--dataset {text}: no revision after '@'")
+    pinned = HUB_REVISIONS[name]
+    return HUB_DATASETS[name], revision.strip() or pinned, pinned
+
+
 def hub_name(spec: str | Path | None) -> str | None:
     """The hub dataset ``--dataset`` names (None: the default), or None when it is a path."""
-    name = DEFAULT_DATASET if spec is None else str(spec)
-    return HUB_DATASETS.get(name)
-
-
-def load_hub(cache_dir: Path, dataset: str = HUB_DATASET) -> list[Instance]:  # pragma: no cover - needs the hub
-    try:
-        from datasets import load_dataset  # type: ignore[import-untyped]
-    except ImportError:
-        raise DatasetError("no --dataset given and the 'datasets' package is not installed") from None
-    try:
-        ds = load_dataset(dataset, split="test", cache_dir=str(cache_dir / "hub"))
-    except Exception as exc:  # the hub's client raises many kinds
-        raise DatasetError(
-            f"could not load {dataset} from the dataset hub ({type(exc).__name__}); "
-            "pass --dataset PATH to a SWE-bench JSONL"
-        ) from None
-    return [Instance.model_validate(dict(row)) for row in ds]  # type: ignore[arg-type]
+    hub = hub_spec(spec)
+    return hub[0] if hub else None
 
 
 def load_dataset_any(spec: str | Path | None, cache_dir: Path) -> list[Instance]:
-    """``--dataset``: a hub dataset's name (None: the default one) or a SWE-bench JSONL path."""
-    dataset = hub_name(spec)
-    return load_hub(cache_dir, dataset) if dataset else load_jsonl(Path(str(spec)))
+    """``--dataset``: a hub dataset's name (None: the default one), optionally ``@revision``, or a
+    SWE-bench JSONL path."""
+    hub = hub_spec(spec)
+    if hub is None:
+        return load_jsonl(Path(str(spec)))
+    from fixgraph.hub import load_hub
+
+    return load_hub(cache_dir, *hub)
 
 
 def read_manifest(name: str) -> list[str]:
@@ -155,7 +166,7 @@ def read_manifest(name: str) -> list[str]:
 
 
 def select(instances: Iterable[Instance], spec: str) -> list[Instance]:
-    """``spec`` is a manifest name (stratified50), ``all``, or comma-separated instance ids."""
+    """``spec`` is a manifest name (stratified50, verified50), ``all``, or comma-separated instance ids."""
     by_id = {inst.instance_id: inst for inst in instances}
     if spec == "all":
         return list(by_id.values())

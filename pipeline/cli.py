@@ -127,13 +127,14 @@ def check_all(args: argparse.Namespace) -> int:
 
 
 def load_instances(args: argparse.Namespace, cfg: RunConfig) -> list[Instance]:
-    from fixgraph.dataset import hub_name, load_dataset_any, select
+    from fixgraph.dataset import hub_spec, load_dataset_any, select
 
-    dataset = hub_name(args.dataset)
-    if dataset:
+    hub = hub_spec(args.dataset)
+    if hub:
         from fixgraph.hub import prepare_hub
 
-        prepare_hub(cfg.cache_dir, dataset)  # offline: say so in seconds, not after the hub's retries
+        # Offline: say so in seconds, not after the hub's retries.
+        prepare_hub(cfg.cache_dir, hub[0], revision=hub[1])
     return select(load_dataset_any(args.dataset, cfg.cache_dir), args.tasks)
 
 

@@ -115,10 +115,11 @@ def test_three_configs_same_tasks_then_harness(llm, tmp_path: Path, capsys: pyte
             assert json.loads(lines[iid])["model_patch"] == (preds / f"{iid}.diff").read_text()
             assert "- 1" in (preds / f"{iid}.diff").read_text()
         assert json.loads((runs / run_id / "run.json").read_text())["config"] == config
-        # No Docker here: the exact harness command and the sb-cli alternative are printed.
-        assert (f"python -m swebench.harness.run_evaluation -d SWE-bench/SWE-bench_Lite "
+        # No Docker here: the exact harness command is printed, grading against the JSONL the configs
+        # ran (sb-cli hosts only the hub's sets).
+        assert (f"python -m swebench.harness.run_evaluation -d {dataset.resolve()} "
                 f"-p {preds / f'{run_id}.jsonl'} -id {run_id}") in out
-        assert f"sb-cli submit swe-bench_lite test --predictions_path {preds / f'{run_id}.jsonl'} --run_id {run_id}" in out
+        assert "sb-cli" not in out
     # Each config's predictions stay in its own run folder.
     assert sorted(p.name for p in runs.glob("*/predictions/*.jsonl")) == ["t-baseline.jsonl", "t-redo.jsonl",
                                                                            "t-static.jsonl"]
@@ -247,3 +248,20 @@ def test_dashboard_never_mixes_official_and_local_verdicts(tmp_path: Path) -> No
              if v.name == "redo")
     comp = dashboard.compare(b, r, seed=0)
     assert comp.paired is None and comp.note.startswith("not compared: official grader against local grader")
+
+
+@pytest.mark.parametrize(("dataset", "harness", "want"), [
+    ("verified", None, "SWE-bench/SWE-bench_Verified"), (None, None, "SWE-bench/SWE-bench_Lite"),
+    ("verified@abc", None, "SWE-bench/SWE-bench_Verified"), ("verified", "mine/set", "mine/set")])
+def test_the_harness_grades_against_the_set_that_ran(dataset: str | None, harness: str | None, want: str) -> None:
+    args = evrun.parse_args([*(["--dataset", dataset] if dataset else []),
+                             *(["--harness-dataset", harness] if harness else [])])
+    assert evrun.harness_dataset(args) == want
+
+
+def test_sb_cli_is_offered_for_verified(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    preds = tmp_path / "r.jsonl"
+    preds.write_text("{}\n")
+    evrun.score_runs([("r", preds)], tmp_path, dataset="SWE-bench/SWE-bench_Verified", workers=1, modal=False,
+                     engine=False)
+    assert f"sb-cli submit swe-bench_verified test --predictions_path {preds} --run_id r" in capsys.readouterr().out

@@ -84,6 +84,17 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
+def fill_hub_cache(cache_dir: Path, dataset: str) -> None:
+    """The hub client's cache as a load at its main branch leaves it."""
+    from fixgraph.hub import repo_cache
+
+    repo, commit = repo_cache(cache_dir, dataset), "c" * 40
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit / "data").mkdir(parents=True)
+    (repo / "snapshots" / commit / "data" / "test-00000-of-00001.parquet").write_bytes(b"")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("named", [[], ["--dataset", "verified"]], ids=["default", "verified"])
 def test_offline_without_dataset_says_to_pass_dataset_within_seconds(tmp_path: Path, named: list[str]) -> None:
@@ -94,7 +105,7 @@ def test_offline_without_dataset_says_to_pass_dataset_within_seconds(tmp_path: P
                HF_ENDPOINT=f"http://127.0.0.1:{closed_port()}")
     t0 = time.monotonic()
     if named:  # another set's cache is not this one's
-        (tmp_path / "cache" / "hub" / "SWE-bench___swe-bench_lite").mkdir(parents=True)
+        fill_hub_cache(tmp_path / "cache", "SWE-bench/SWE-bench_Lite")
     proc = subprocess.run([sys.executable, str(ROOT / "graph.py"), "--tasks", "all", *named], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=60)
     assert time.monotonic() - t0 < 10.0
@@ -109,7 +120,7 @@ def test_offline_with_the_dataset_cached_reads_the_cache_without_retrying(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from fixgraph.hub import prepare_hub
 
-    (tmp_path / "hub" / "SWE-bench___swe-bench_lite").mkdir(parents=True)
+    fill_hub_cache(tmp_path, "SWE-bench/SWE-bench_Lite")
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
