@@ -155,9 +155,17 @@ def load_dataset_any(spec: str | Path | None, cache_dir: Path) -> list[Instance]
     hub = hub_spec(spec)
     if hub is None:
         return load_jsonl(Path(str(spec)))
-    from fixgraph.hub import load_hub
+    from fixgraph.hub import HubError, load_hub
 
-    return load_hub(cache_dir, *hub)
+    try:
+        rows = load_hub(cache_dir, *hub)
+    except HubError as exc:
+        raise DatasetError(str(exc)) from None
+    try:
+        return [Instance.model_validate(row) for row in rows]
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise DatasetError(f"{hub[0]}: a row's {'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
 
 
 def read_manifest(name: str) -> list[str]:

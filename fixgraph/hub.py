@@ -19,9 +19,12 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from fixgraph.dataset import HUB_DATASET, DatasetError, Instance
-
 HUB_TIMEOUT_S = 3.0
+
+
+class HubError(Exception):
+    """The hub cannot give the set asked for; the message is one line meant for the user."""
+
 TEST_SPLIT = re.compile(r"data/test-\d+-of-\d+\.parquet")
 COMMIT = re.compile(r"[0-9a-f]{40}")
 
@@ -60,13 +63,13 @@ def cached_commit(cache_dir: Path, dataset: str, revision: str | None) -> str | 
     return None
 
 
-def cached(cache_dir: Path, dataset: str = HUB_DATASET, revision: str | None = None) -> bool:
+def cached(cache_dir: Path, dataset: str, revision: str | None = None) -> bool:
     return cached_commit(cache_dir, dataset, revision) is not None
 
 
-def prepare_hub(cache_dir: Path, dataset: str = HUB_DATASET, timeout_s: float = HUB_TIMEOUT_S,
+def prepare_hub(cache_dir: Path, dataset: str, timeout_s: float = HUB_TIMEOUT_S,
                 revision: str | None = None) -> None:
-    """Raise DatasetError at once when the hub cannot be reached and nothing is cached; when it is
+    """Raise HubError at once when the hub cannot be reached and nothing is cached; when it is
     cached, switch the hub client to offline mode so it reads the cache without retrying."""
     endpoint = hub_endpoint()
     if os.environ.get("HF_HUB_OFFLINE") == "1" or hub_reachable(endpoint, timeout_s):
@@ -76,7 +79,7 @@ def prepare_hub(cache_dir: Path, dataset: str = HUB_DATASET, timeout_s: float = 
         os.environ["HF_DATASETS_OFFLINE"] = "1"
         return
     at = f" at revision {revision}" if revision else ""
-    raise DatasetError(f"the dataset hub ({endpoint}) cannot be reached and {dataset}{at} is not cached; "
+    raise HubError(f"the dataset hub ({endpoint}) cannot be reached and {dataset}{at} is not cached; "
                        "pass --dataset PATH to a SWE-bench JSONL")
 
 
@@ -88,22 +91,21 @@ def _download(cache_dir: Path, dataset: str, revision: str | None) -> tuple[str,
     info = HfApi(endpoint=endpoint).dataset_info(dataset, revision=revision or "main")
     names = sorted(s.rfilename for s in info.siblings or [] if TEST_SPLIT.fullmatch(s.rfilename))
     if not info.sha or not names:
-        raise DatasetError(f"{dataset} at revision {revision or 'main'} has no test split on the hub")
+        raise HubError(f"{dataset} at revision {revision or 'main'} has no test split on the hub")
     # The revision's own name, so the client records which commit a branch name meant (refs/).
     files = [Path(hf_hub_download(dataset, name, repo_type="dataset", revision=revision or "main",
                                   cache_dir=cache_dir / "hub", endpoint=endpoint)) for name in names]
     return info.sha, files
 
 
-def read_split(files: list[Path]) -> list[Instance]:
+def read_split(files: list[Path]) -> list[dict[str, object]]:
     import pyarrow.parquet as pq
 
-    rows = [row for f in files for row in pq.read_table(f).to_pylist()]
-    return [Instance.model_validate(row) for row in rows]
+    return [row for f in files for row in pq.read_table(f).to_pylist()]
 
 
-def load_hub(cache_dir: Path, dataset: str, revision: str | None, pinned: str | None) -> list[Instance]:
-    """``dataset``'s test split at ``revision`` (None: the hub's main branch); says on stderr which
+def load_hub(cache_dir: Path, dataset: str, revision: str | None, pinned: str | None) -> list[dict[str, object]]:
+    """The rows of ``dataset``'s test split at ``revision`` (None: the hub's main branch); says on stderr which
     commit it read when that is not the ``pinned`` one."""
     commit = cached_commit(cache_dir, dataset, revision) if revision and COMMIT.fullmatch(revision) else None
     offline = os.environ.get("HF_HUB_OFFLINE") == "1"
@@ -112,15 +114,15 @@ def load_hub(cache_dir: Path, dataset: str, revision: str | None, pinned: str | 
     if commit is not None:
         files = sorted((repo_cache(cache_dir, dataset) / "snapshots" / commit / "data").glob("test-*.parquet"))
     elif offline:
-        raise DatasetError(f"{dataset} at revision {revision or 'main'} is not cached and the hub is offline; "
+        raise HubError(f"{dataset} at revision {revision or 'main'} is not cached and the hub is offline; "
                            "pass --dataset PATH to a SWE-bench JSONL")
     else:
         try:
             commit, files = _download(cache_dir, dataset, revision)
-        except DatasetError:
+        except HubError:
             raise
         except Exception as exc:  # the hub's client raises many kinds
-            raise DatasetError(f"could not load {dataset} at revision {revision or 'main'} from the dataset hub "
+            raise HubError(f"could not load {dataset} at revision {revision or 'main'} from the dataset hub "
                                f"({type(exc).__name__}); pass --dataset PATH to a SWE-bench JSONL") from None
     if commit != pinned:
         why = f"not the pinned {pinned}" if pinned else "no revision is pinned for it"
@@ -128,5 +130,5 @@ def load_hub(cache_dir: Path, dataset: str, revision: str | None, pinned: str | 
     try:
         return read_split(files)
     except Exception as exc:  # a cut or foreign file in the cache
-        raise DatasetError(f"{dataset} at revision {commit}: cannot read its test split ({type(exc).__name__}: "
+        raise HubError(f"{dataset} at revision {commit}: cannot read its test split ({type(exc).__name__}: "
                            f"{str(exc)[:120]})") from None

@@ -127,14 +127,16 @@ def check_all(args: argparse.Namespace) -> int:
 
 
 def load_instances(args: argparse.Namespace, cfg: RunConfig) -> list[Instance]:
-    from fixgraph.dataset import hub_spec, load_dataset_any, select
+    from fixgraph.dataset import DatasetError, hub_spec, load_dataset_any, select
 
     hub = hub_spec(args.dataset)
     if hub:
-        from fixgraph.hub import prepare_hub
+        from fixgraph.hub import HubError, prepare_hub
 
-        # Offline: say so in seconds, not after the hub's retries.
-        prepare_hub(cfg.cache_dir, hub[0], revision=hub[1])
+        try:  # offline: say so in seconds, not after the hub's retries
+            prepare_hub(cfg.cache_dir, hub[0], revision=hub[1])
+        except HubError as exc:
+            raise DatasetError(str(exc)) from None
     return select(load_dataset_any(args.dataset, cfg.cache_dir), args.tasks)
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from fixgraph import dataset
 from fixgraph.dataset import DatasetError, hub_spec, load_dataset_any
-from fixgraph.hub import cached, prepare_hub
+from fixgraph.hub import HubError, cached, prepare_hub
 from tests.helpers.hub_server import FakeHub, serve_hub
 
 VERIFIED = "SWE-bench/SWE-bench_Verified"
@@ -101,7 +101,7 @@ def test_offline_a_revision_not_cached_is_one_line(hub: tuple[FakeHub, str, str]
     _, before, _ = hub
     load_dataset_any("verified", tmp_path)  # main cached, the older commit not
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
-    with pytest.raises(DatasetError, match=f"{VERIFIED} at revision {before} is not cached"):
+    with pytest.raises(HubError, match=f"{VERIFIED} at revision {before} is not cached"):
         prepare_hub(tmp_path, VERIFIED, revision=before)
 
 

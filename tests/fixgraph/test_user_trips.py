@@ -124,5 +124,5 @@ def test_offline_with_the_dataset_cached_reads_the_cache_without_retrying(
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
-    prepare_hub(tmp_path)
+    prepare_hub(tmp_path, "SWE-bench/SWE-bench_Lite")
     assert os.environ["HF_HUB_OFFLINE"] == os.environ["HF_DATASETS_OFFLINE"] == "1"
