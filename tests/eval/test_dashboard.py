@@ -380,3 +380,33 @@ def test_an_oracle_tests_run_is_labelled_an_upper_bound(tmp_path: Path) -> None:
     assert "never a SWE-bench result" in html
     row = html.split('data-run="cmp-oracle-tests"', 1)[1].split("</tr>", 1)[0]
     assert "upper bound, not a SWE-bench result" in row
+
+
+def test_a_verified_run_reads_like_a_lite_one(tmp_path: Path) -> None:
+    """Verified's own repositories and versions, the official harness's per-instance reports for one
+    config and sb-cli's swe-bench_verified report for the other: the page is built as for Lite."""
+    tasks = ["astropy__astropy-14995", "django__django-17029", "sphinx-doc__sphinx-9711", "pydata__xarray-4629"]
+    runs = tmp_path / "runs"
+    base = fx.write_run(runs, "baseline", "v-baseline", tasks)
+    fx.write_harness(tmp_path, "v-baseline", "baseline", base,
+                     verdicts={"astropy__astropy-14995": False, "django__django-17029": True,
+                               "sphinx-doc__sphinx-9711": False, "pydata__xarray-4629": False})
+    fx.write_run(runs, "redo", "v-redo", tasks)
+    summary = {"resolved_ids": ["astropy__astropy-14995", "django__django-17029", "sphinx-doc__sphinx-9711"],
+               "unresolved_ids": ["pydata__xarray-4629"], "error_ids": [], "completed_ids": [],
+               "empty_patch_ids": [], "submitted_ids": tasks}
+    (runs / "v-redo" / "swe-bench_verified__test__v-redo.json").write_text(json.dumps(summary))
+    assert ingest.main([str(runs), "--harness-logs", str(tmp_path / "logs"), "--summaries", str(tmp_path)]) == 0
+    out = tmp_path / "d.html"
+    assert dashboard.main([str(runs), "-o", str(out), "--baseline", "v-baseline"]) == 0
+    cells = Cells()
+    cells.feed(out.read_text())
+    assert cells.get("config-table", "v-baseline", "resolved") == "25.0% (1/4)"
+    assert cells.get("config-table", "v-redo", "resolved") == "75.0% (3/4)"
+    for repo, base_cell, redo_cell in [("astropy/astropy", "0/1 (0.0%)", "1/1 (100.0%)"),
+                                       ("sphinx-doc/sphinx", "0/1 (0.0%)", "1/1 (100.0%)"),
+                                       ("pydata/xarray", "0/1 (0.0%)", "0/1 (0.0%)")]:
+        assert cells.get("repo-table", repo, "n") == "1"
+        assert cells.get("repo-table", repo, "resolved", "v-baseline") == base_cell
+        assert cells.get("repo-table", repo, "resolved", "v-redo") == redo_cell
+    assert cells.get("repo-table", "sphinx-doc/sphinx", "wlt", "v-redo") == "1 / 0 / 0"

@@ -19,7 +19,6 @@ from typing import Any
 from swebench.harness.constants import FAIL_TO_PASS, PASS_TO_PASS, ResolvedStatus
 from swebench.harness.grading import get_eval_tests_report, get_resolution_status
 
-REPO_OF = {"pallets": "pallets/flask", "psf": "psf/requests", "sympy": "sympy/sympy"}
 TASKS = [
     "pallets__flask-4045", "pallets__flask-4992", "pallets__flask-5063",
     "psf__requests-1963", "psf__requests-2317",
@@ -54,6 +53,11 @@ USAGE = {"baseline": (1000, 200, 0.01, 30.0), "static": (2000, 400, 0.02, 60.0),
          "oracle-tests": (4000, 800, 0.05, 120.0)}
 
 
+def repo_of(iid: str) -> str:
+    owner, _, rest = iid.partition("__")
+    return f"{owner}/{rest.rsplit('-', 1)[0]}"
+
+
 def model_name(config: str) -> str:
     return f"fixgraph/{config}"
 
@@ -64,21 +68,22 @@ def patch_for(iid: str, attempt: int = 1) -> str:
 
 
 def record(config: str, run_id: str, iid: str, diff_path: Path) -> dict[str, Any]:
-    verdicts = VERDICTS.get(config, {t: ["Skipped"] for t in TASKS})[iid]
+    no_critic = config == "baseline" or config not in VERDICTS
+    verdicts = VERDICTS.get(config, {}).get(iid, ["Skipped"] if no_critic else ["Safe"])
     empty = RESOLVED.get(config, {}).get(iid, False) is None
     status = "empty" if empty else "patched"
     if config == "static" and iid == "sympy__sympy-18057":
         status = "failed"
     tin, tout, dollars, seconds = USAGE[config]
     scored = config in ("redo", "quick")
-    fix = ({"fix_score": FIX_SCORES[iid], "kind": "semantic" if iid == "sympy__sympy-13971" else "tests",
-            "test_pass_rate": FIX_SCORES[iid], "no_regression": 1.0, "code_quality": 1.0, "llm_score": None}
+    fix = ({"fix_score": FIX_SCORES.get(iid, 1.0), "kind": "semantic" if iid == "sympy__sympy-13971" else "tests",
+            "test_pass_rate": FIX_SCORES.get(iid, 1.0), "no_regression": 1.0, "code_quality": 1.0, "llm_score": None}
            if scored else {"fix_score": 0.0, "kind": "none"})
     attempts = [{"number": i + 1, "patch": "" if empty else patch_for(iid, i + 1), "verdict": v,
                  "findings": [{"source": "pyright", "message": "x"}] if v == "Unsafe" else [],
                  "score": fix} for i, v in enumerate(verdicts)]
     return {
-        "instance_id": iid, "run_id": run_id, "config": config, "repo": REPO_OF[iid.split("__")[0]],
+        "instance_id": iid, "run_id": run_id, "config": config, "repo": repo_of(iid),
         "final": True, "status": status, "stop_reason": "done",
         "failed": "LLM server answered 500" if status == "failed" else "",
         "verdict": verdicts[-1], "fix_score": fix, "attempts": attempts, "n_attempts": len(attempts),
@@ -127,11 +132,12 @@ def chdir(path: Path) -> Iterator[None]:
 
 
 def write_harness(workdir: Path, run_id: str, config: str, preds: list[dict[str, Any]],
-                  summary_dir: Path | None = None) -> None:
+                  summary_dir: Path | None = None, verdicts: dict[str, bool | None] | None = None) -> None:
     """Per-instance reports under ``workdir/logs/run_evaluation`` as ``run_instance`` writes them,
-    and optionally the run summary written by the harness's own ``make_run_report``."""
+    and optionally the run summary written by the harness's own ``make_run_report``. ``verdicts``:
+    each task's resolution (default: ``RESOLVED[config]``)."""
     for pred in preds:
-        resolved = RESOLVED[config][pred["instance_id"]]
+        resolved = (RESOLVED[config] if verdicts is None else verdicts)[pred["instance_id"]]
         if resolved is None:  # empty patch: the harness does not run it
             continue
         folder = (workdir / "logs" / "run_evaluation" / run_id
