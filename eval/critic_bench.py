@@ -71,21 +71,19 @@ from typing import Any, TextIO
 import git
 
 from eval.hidden import standin_repro
+from eval.options import add_row_options, check_options, dataset_map, row_repo, sample
 from eval.redo_static import redo_static
 from eval.rows import (
-    add_row_options,
     mirrored_rows,
     open_rows,
     previous_rows,
-    row_choice,
     run_tag,
     run_terminable,
-    sample,
     system_instance_key,
     write_row,
 )
 from fixgraph.config import RunConfig, load_config
-from fixgraph.dataset import Instance, load_jsonl
+from fixgraph.dataset import Instance
 from fixgraph.models.llm import RunMeter
 from fixgraph.records import RunStore
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
@@ -181,7 +179,7 @@ class Tally:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m eval.critic_bench", description=(__doc__ or "").split("\n")[0])
-    add_row_options(p, rows="labelled rows", predictions="labelled predictions JSONL file(s)", many=True,
+    add_row_options(p, rows="labelled row", predictions="labelled predictions JSONL file(s)", many=True,
                     config="config for the Critic settings and the LLM")
     p.add_argument("--llm", action="store_true", help="add the LLM check (needs an OpenAI-compatible endpoint)")
     p.add_argument("--runtime", action="store_true",
@@ -215,7 +213,8 @@ def _labelled_rows(args: argparse.Namespace, dataset: dict[str, Instance], only:
                 skipped["unlabelled"] += 1
             else:
                 labelled.append(row)
-        rows += sample(mirrored_rows(labelled, dataset, args.repos, only, skipped), args.stride, args.limit, shard)
+        rows += sample(mirrored_rows(labelled, dataset, args.repos, only, skipped), row_repo(dataset), args.stride,
+                       args.limit, shard)
     if not rows:
         raise InputError("no labelled rows with a mirror to judge")
     return rows
@@ -281,7 +280,7 @@ def _ablation(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    only, shard = row_choice(args)
+    shard = check_options(args)
     cfg = load_config(args.config)
     settings = cfg.critic
     scope: Scope = args.runtime_scope or cfg.regression.runtime_scope
@@ -292,7 +291,7 @@ def run(args: argparse.Namespace) -> int:
     say = _sayer(ablation)
     cmd = static.pyright_command(settings)
     static.pyright_version(cmd)
-    dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
+    dataset, only = dataset_map(args)
     skipped = {"unlabelled": 0, "no mirror": 0, "not in dataset": 0, "other repo": 0}
     rows = _labelled_rows(args, dataset, only, shard, skipped)
 

@@ -1,8 +1,8 @@
 """Each task end to end with the scripted model: does its record reach score kind ``tests``?
 
-    python -m eval.e2e_bench --repos MIRRORS [--dataset ../shared/data/swebench_lite.jsonl] \\
+    python -m eval.e2e_bench --repos MIRRORS --dataset ../shared/data/swebench_lite.jsonl \\
         [--tasks stratified50] [--only django/django,matplotlib] [--stride K] [--shard I/N] \\
-        [--out runs/e2e_bench.jsonl] [--resume] [--report-only] [--cache-dir DIR] [--config redo]
+        [-o runs/e2e_bench.jsonl] [--resume] [--report-only] [--cache-dir DIR] [--config redo]
 
 For each task whose repository has a mirror under MIRRORS, the whole graph runs once (EVAL_MODE)
 with the oracle model (eval/fixtures/oracle.py): it replays the gold patch, and its reproduction
@@ -12,7 +12,8 @@ pipeline's own tests run on the repository: the record's chosen attempt scores k
 (the reproduction test and the selected existing tests both ran), ``partial`` (one of the two),
 or ``semantic``/``none``; every row that is not ``tests`` says why, from the record.
 
-One row per task goes to ``--out`` (JSON Lines) as it finishes; ``--resume`` keeps the rows there
+``--stride K`` takes every K-th task of each repository (by version and id). One row per task
+goes to ``-o/--output`` (JSON Lines; ``--out`` is the same option) as it finishes; ``--resume`` keeps the rows there
 and runs the others. The run's records and predictions go beside it (``<out>-runs/``), never to
 the repository's predictions/. The report: per repository the tasks, how many reached ``tests``,
 ``partial``, another kind, or failed (no record, an exception, a checkout that failed, or the
@@ -38,13 +39,22 @@ import git
 
 from eval.fixtures.oracle import oracle_script
 from eval.hidden import test_file_from_test_patch
-from eval.rows import instance_key, open_rows, parse_shard, previous_rows, run_tag, sample, write_row
+from eval.options import (
+    add_options,
+    check_options,
+    instance_repo,
+    load_instances,
+    mirrored,
+    only_repos,
+    sample,
+)
+from eval.rows import instance_key, open_rows, previous_rows, run_tag, write_row
 from fixgraph.config import ConfigError, RunConfig, load_config
-from fixgraph.dataset import DatasetError, Instance, load_jsonl, select
+from fixgraph.dataset import DatasetError, Instance, select
 from fixgraph.models.scripted import ScriptedChatModel
 from fixgraph.records import RunStore
 from fixgraph.redaction import redact
-from fixgraph.repo.workspace import RepoCache, WorkspaceError, find_mirror
+from fixgraph.repo.workspace import RepoCache, WorkspaceError
 from graph import build_graph
 from pipeline.tasks import model_name, run_tasks
 from scoring.verdict.judge import InputError
@@ -58,15 +68,9 @@ RAN = ("patched", "empty")  # the record's statuses of a task the graph took to 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m eval.e2e_bench", description=(__doc__ or "").split("\n")[0])
-    p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
-    p.add_argument("--repos", type=Path, required=True, help="folder of repository mirrors (owner+name/repo)")
+    add_options(p, rows="task", output=Path("runs/e2e_bench.jsonl"), output_help="per-task rows, JSON Lines")
     p.add_argument("--tasks", default="stratified50", help="stratified50 | all | ID[,ID...]")
-    p.add_argument("--only", default="", help="comma-separated repos (owner/name or name) to keep")
-    p.add_argument("--stride", type=int, default=1, help="every K-th of the chosen tasks")
-    p.add_argument("--shard", default="", metavar="I/N", help="only shard I of N (0-based), after --stride")
-    p.add_argument("--out", type=Path, default=Path("runs/e2e_bench.jsonl"), help="per-task rows, JSON Lines")
-    p.add_argument("--resume", action="store_true", help="keep the rows already in --out and run the others")
-    p.add_argument("--report-only", action="store_true", help="print the report of the rows in --out; run nothing")
+    p.add_argument("--report-only", action="store_true", help="print the report of the rows in --output; run nothing")
     p.add_argument("--cache-dir", type=Path, help="environments and clones, shared (default: a temporary folder)")
     p.add_argument("--config", default="redo", help="a config name in configs/ or a TOML path")
     return p
@@ -75,22 +79,17 @@ def parser() -> argparse.ArgumentParser:
 def choose(instances: list[Instance], args: argparse.Namespace) -> list[Instance]:
     """The ``--tasks`` of ``--only``'s repos that have a mirror, by repo and version (so one
     environment serves consecutive tasks), then ``--stride`` and ``--shard``."""
-    if args.stride < 1:
-        raise InputError("--stride must be at least 1")
-    shard = parse_shard(args.shard) if args.shard else None
-    if not args.repos.is_dir():
-        raise InputError(f"--repos: not a directory: {args.repos}")
-    only = {s.strip() for s in args.only.split(",") if s.strip()}
-    picked = [i for i in select(instances, args.tasks)
-              if not only or i.repo in only or i.repo.split("/")[1] in only]
-    mirrored = [i for i in picked if find_mirror(args.repos, i.repo) is not None]
-    if not mirrored:
+    shard = check_options(args)
+    only = only_repos(args.only, {i.repo for i in instances})
+    picked = [i for i in select(instances, args.tasks) if not only or i.repo in only]
+    kept = mirrored(picked, args.repos, set())
+    if not kept:
         raise DatasetError(f"none of the {len(picked)} selected tasks has a mirror under {args.repos}")
-    if len(mirrored) < len(picked):
-        print(f"e2e_bench: {len(picked) - len(mirrored)} selected tasks have no mirror under {args.repos}; "
+    if len(kept) < len(picked):
+        print(f"e2e_bench: {len(picked) - len(kept)} selected tasks have no mirror under {args.repos}; "
               "left out", file=sys.stderr)
-    mirrored.sort(key=lambda i: (i.repo, i.version, i.instance_id))
-    return sample(mirrored, args.stride, 0, shard)
+    kept.sort(key=lambda i: (i.repo, i.version, i.instance_id))
+    return sample(kept, instance_repo, args.stride, None, shard)
 
 
 def own_test_file(inst: Instance, repos: RepoCache, key: str) -> dict[str, Any] | None:
@@ -208,21 +207,21 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
 def run_id_for(args: argparse.Namespace) -> str:
     """Named after the out file and the shard: runs side by side on one cache must not share
     worktrees (the runner removes its run id's stale ones)."""
-    stem = re.sub(r"[^A-Za-z0-9._+-]", "_", args.out.stem)
+    stem = re.sub(r"[^A-Za-z0-9._+-]", "_", args.output.stem)
     return f"e2e-{stem}-{run_tag(args)}"
 
 
 def run(chosen: list[Instance], args: argparse.Namespace, cache: Path) -> list[dict[str, Any]]:
-    runs = args.out.parent / f"{args.out.stem}-runs"
+    runs = args.output.parent / f"{args.output.stem}-runs"
     run_id = run_id_for(args)
     cfg = load_config(args.config, env={"OPENAI_API_KEY": SCRIPTED_KEY, "EVAL_MODE": "true"}, overrides={
         "cache_dir": str(cache), "predictions_dir": str(runs / "predictions"), "runs_dir": str(runs)})
     if not args.resume:  # a fresh run: no record of an earlier one stands in for a task
         shutil.rmtree(runs / run_id, ignore_errors=True)
     bench = Bench(cfg, args, run_id)
-    done = previous_rows(args.out, instance_key) if args.resume else {}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open_rows(args.out, args.resume) as out:
+    done = previous_rows(args.output, instance_key) if args.resume else {}
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    with open_rows(args.output, args.resume) as out:
         for n, inst in enumerate(chosen, 1):
             if inst.instance_id in done:
                 continue
@@ -236,9 +235,9 @@ def run(chosen: list[Instance], args: argparse.Namespace, cache: Path) -> list[d
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        chosen = choose(load_jsonl(args.dataset), args)
+        chosen = choose(load_instances(args), args)
         if args.report_only:
-            rows = previous_rows(args.out, instance_key)
+            rows = previous_rows(args.output, instance_key)
             print("\n".join(report([rows[i.instance_id] for i in chosen if i.instance_id in rows])))
             return 0
         with tempfile.TemporaryDirectory(prefix="fixgraph-e2e-") as tmp:

@@ -45,20 +45,19 @@ from typing import Any
 
 import git
 
+from eval.options import add_options, check_options, dataset_map, row_repo, sample, take
 from eval.redo_static import redo_static
 from eval.rows import (
     instance_key,
     mirrored_rows,
     open_rows,
-    parse_shard,
     previous_rows,
     run_tag,
     run_terminable,
-    sample,
     write_row,
 )
 from fixgraph.config import RunConfig, load_config
-from fixgraph.dataset import Instance, load_jsonl
+from fixgraph.dataset import Instance
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
 from fixgraph.state import Finding
 from scoring.execution.outcomes import own_outcome
@@ -76,23 +75,17 @@ PHASES = ("static", "replay", "tests")
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m eval.gold_critic", description=(__doc__ or "").split("\n")[0])
-    p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
-    p.add_argument("--repos", type=Path, required=True, help="folder of repository mirrors (owner+name/repo)")
-    p.add_argument("--only", default="", help="comma-separated owner/name repos (default: every mirrored one)")
+    add_options(p)
     p.add_argument("--instances", default="",
                    help="comma-separated instance ids: judge only these (after --stride; e.g. the rows whose static "
                         "phase found a suspicion, to run their tests)")
-    p.add_argument("--stride", type=int, default=1, help="judge every K-th instance (a spread across repos)")
     p.add_argument("--limit", type=int, default=0,
                    help="judge only the first N instances (after --stride, taken from each repository in turn)")
-    p.add_argument("--shard", default="", metavar="I/N", help="judge only shard I of N (0-based)")
     p.add_argument("--phases", default="static", help=f"comma-separated, of {', '.join(PHASES)}")
     p.add_argument("--config", default="redo", help="the run config (configs/NAME.toml)")
     p.add_argument("--backend", choices=("venv", "docker", "local"), default=None,
                    help="the test backend for replay and tests (default: the config's)")
     p.add_argument("--cache-dir", type=Path, default=None, help="worktrees (default: a temporary folder)")
-    p.add_argument("-o", "--output", type=Path, default=None, help="per-row results, JSON Lines")
-    p.add_argument("--resume", action="store_true", help="count the rows already in --output instead of judging them")
     p.add_argument("--built-only", action="store_true",
                    help="only instances whose test environment is already built under the cache dir (venv backend)")
     p.add_argument("--report", action="store_true",
@@ -333,17 +326,12 @@ def run(args: argparse.Namespace) -> int:
     phases = {p.strip() for p in args.phases.split(",") if p.strip()}
     if not phases or phases - set(PHASES):
         raise InputError(f"--phases: expected some of {', '.join(PHASES)}, got {args.phases!r}")
-    if args.stride < 1 or args.limit < 0:
-        raise InputError("--stride must be at least 1 and --limit not negative")
-    if not args.repos.is_dir():
-        raise InputError(f"--repos: not a directory: {args.repos}")
-    shard = parse_shard(args.shard) if args.shard else None
+    shard = check_options(args)
     cfg = load_config(args.config, overrides={"tests.backend": args.backend} if args.backend else None)
-    dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
-    only = {r.strip() for r in args.only.split(",") if r.strip()}
+    dataset, only = dataset_map(args)
     skipped: dict[str, int] = {}
     rows = mirrored_rows([{"instance_id": i} for i in dataset], dataset, args.repos, only, skipped)
-    rows = _round_robin(sample(rows, args.stride, 0, None), dataset)
+    rows = _round_robin(sample(rows, row_repo(dataset), args.stride), dataset)
     wanted = {i.strip() for i in args.instances.split(",") if i.strip()}
     if wanted:
         unknown = sorted(wanted - {r["instance_id"] for r in rows})
@@ -353,7 +341,7 @@ def run(args: argparse.Namespace) -> int:
         rows = [r for r in rows if r["instance_id"] in wanted]
     if args.built_only:
         rows = [r for r in rows if _built(cfg, dataset[r["instance_id"]])]
-    rows = sample(rows, 1, args.limit, shard)
+    rows = take(rows, args.limit, shard)
     if not rows:
         raise InputError("no instance with a mirror to judge")
     previous = previous_rows(args.output, instance_key) if args.resume or args.report else {}

@@ -36,20 +36,18 @@ from typing import Any
 
 import git
 
+from eval.options import add_row_options, check_options, dataset_map, row_repo, sample
 from eval.rows import (
-    add_row_options,
     mirrored_rows,
     open_rows,
     previous_rows,
-    row_choice,
     run_tag,
     run_terminable,
-    sample,
     system_instance_key,
     write_row,
 )
 from fixgraph.config import load_config
-from fixgraph.dataset import Instance, Task, load_jsonl
+from fixgraph.dataset import Instance, Task
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
 from scoring.execution.runner import make_runner
 from scoring.execution.testenv import SuiteRunner
@@ -72,7 +70,7 @@ def verdict(result: replay.Replay) -> str:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m eval.issue_code_bench", description=(__doc__ or "").split("\n")[0])
-    add_row_options(p, rows="predictions", predictions="predictions JSONL file(s) with the harness's `resolved`",
+    add_row_options(p, rows="prediction", predictions="predictions JSONL file(s) with the harness's `resolved`",
                     many=True, config="config for the test backend and the replay's timeout")
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="worktrees and traces (default: the config's cache_dir)")
@@ -92,18 +90,19 @@ def _load_rows(args: argparse.Namespace, dataset: dict[str, Instance], only: set
             row.setdefault("system", path.stem)
             labelled.append(row)
         # Each file is sampled alone, as in critic_bench.
-        rows += sample(mirrored_rows(labelled, dataset, args.repos, only, skipped), args.stride, args.limit, shard)
+        rows += sample(mirrored_rows(labelled, dataset, args.repos, only, skipped), row_repo(dataset), args.stride,
+                       args.limit, shard)
     if not rows:
         raise InputError("no predictions of a mirrored repository to judge")
     return rows
 
 
 def run(args: argparse.Namespace) -> int:
-    only, shard = row_choice(args)
+    shard = check_options(args)
     cfg = load_config(args.config)
     tests = cfg.tests.model_copy(update={"env_dir": args.env_dir}) if args.env_dir else cfg.tests
     cache_dir = (args.cache_dir or cfg.cache_dir).resolve()
-    dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
+    dataset, only = dataset_map(args)
     skipped: dict[str, int] = {}
     rows = _load_rows(args, dataset, only, shard, skipped)
     by_instance: dict[str, list[dict[str, Any]]] = defaultdict(list)

@@ -45,20 +45,18 @@ import git
 from eval import hidden
 from eval.critic_bench import Tally
 from eval.hidden import gold_check, run_hidden, tests_the_test_patch_edits
+from eval.options import add_row_options, check_options, dataset_map, row_repo, sample
 from eval.rows import (
-    add_row_options,
     instance_key,
     mirrored_rows,
     open_rows,
     previous_rows,
-    row_choice,
     run_tag,
     run_terminable,
-    sample,
     write_row,
 )
 from fixgraph.config import load_config
-from fixgraph.dataset import Instance, load_jsonl
+from fixgraph.dataset import Instance
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree
 from scoring.execution.outcomes import listed_among, own_outcome
 from scoring.execution.runner import make_runner
@@ -70,7 +68,7 @@ from scoring.verdict.judge import InputError, load_predictions
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m eval.regression_bench", description=(__doc__ or "").split("\n")[0])
-    add_row_options(p, rows="rows", predictions="predictions JSONL (lite_predictions/*.jsonl)",
+    add_row_options(p, rows="row", predictions="predictions JSONL (lite_predictions/*.jsonl)",
                     output=Path("runs/regression_bench.jsonl"),
                     config="config for the test backend and the regression selection")
     p.add_argument("--base-runs", type=int, default=0, choices=(0, 1, 2, 3),
@@ -191,23 +189,24 @@ def gold_checked(rec: dict[str, Any]) -> bool:
                                         if v["verdict"] == hidden.TARGET)
 
 
-def select_rows(args: argparse.Namespace, dataset: dict[str, Instance]) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    only, shard = row_choice(args)
+def select_rows(args: argparse.Namespace, dataset: dict[str, Instance],
+                only: set[str]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    shard = check_options(args)
     skipped = {"not in dataset": 0, "no mirror": 0, "other repo": 0}
     rows = mirrored_rows(load_predictions(args.predictions), dataset, args.repos, only, skipped)
-    return sample(rows, args.stride, args.limit, shard), skipped
+    return sample(rows, row_repo(dataset), args.stride, args.limit, shard), skipped
 
 
 def run(args: argparse.Namespace) -> int:
-    row_choice(args)  # a bad option fails before the config and the dataset are read
+    check_options(args)  # a bad option fails before the config and the dataset are read
     cfg = load_config(args.config)
     if args.base_runs:
         cfg = cfg.model_copy(update={"regression": cfg.regression.model_copy(update={"base_runs": args.base_runs})})
     if args.expected_changes:
         cfg = cfg.model_copy(update={"regression": cfg.regression.model_copy(update={"expected_changes": True})})
     args.expected_changes = cfg.regression.expected_changes
-    dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
-    rows, skipped = select_rows(args, dataset)
+    dataset, only = dataset_map(args)
+    rows, skipped = select_rows(args, dataset, only)
     if not rows:
         raise InputError("no predictions with a mirror to judge")
     done = previous_rows(args.output, instance_key) if args.resume or args.rescore else {}

@@ -1,6 +1,6 @@
-"""What the benchmarks over real agents' predictions share: which rows to judge (``--stride``,
-``--limit``, ``--shard``), the rows an interrupted run already wrote (``--resume``), how a row is
-written, and a run that a SIGTERM ends with its figures printed."""
+"""What the benchmarks over real agents' predictions share beside their options (eval.options): the
+rows an interrupted run already wrote (``--resume``), how a row is written, and a run that a SIGTERM
+ends with its figures printed."""
 
 from __future__ import annotations
 
@@ -15,63 +15,9 @@ from typing import Any, TextIO, TypeVar, overload
 
 from fixgraph.dataset import Instance
 from fixgraph.repo.workspace import find_mirror
-from scoring.verdict.judge import InputError, run_reporting_errors
+from scoring.verdict.judge import run_reporting_errors
 
-T = TypeVar("T")
 K = TypeVar("K")
-
-
-def sample(rows: list[T], stride: int, limit: int, shard: tuple[int, int] | None) -> list[T]:
-    """Every ``stride``-th row, the first ``limit`` of those, then shard I of N."""
-    rows = rows[::stride] if stride > 1 else rows
-    rows = rows[:limit] if limit else rows
-    return rows[shard[0]::shard[1]] if shard else rows
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """``--shard I/N`` as (I, N); a one-line InputError for anything else."""
-    try:
-        index, count = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise InputError(f"--shard: expected I/N, e.g. 0/2, got {text!r}") from None
-    if count < 1 or not 0 <= index < count:
-        raise InputError(f"--shard: need 0 <= I < N, got {text!r}")
-    return index, count
-
-
-def add_row_options(p: argparse.ArgumentParser, *, rows: str, predictions: str, many: bool = False,
-                    output: Path | None = None, config: str = "") -> None:
-    """The options every benchmark over real agents' predictions takes, worded for its ``rows``
-    ("labelled rows", "instances"): which predictions, dataset and mirrors, which rows of them
-    (``--only``, ``--stride``, ``--limit``, ``--shard``), the config, and where rows go and resume.
-    Read them back with :func:`row_choice`."""
-    p.add_argument("--predictions", type=Path, nargs="+" if many else None, required=True, help=predictions)
-    p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
-    p.add_argument("--repos", type=Path, required=True, help="folder of repository mirrors (owner+name/repo)")
-    p.add_argument("--only", default="", help="comma-separated owner/name repos (default: every mirrored one)")
-    p.add_argument("--stride", type=int, default=1, help=f"judge every K-th of the {rows} (a spread across repos)")
-    p.add_argument("--limit", type=int, default=0, help=f"judge only the first N {rows} (after --stride)")
-    p.add_argument("--shard", default="", metavar="I/N",
-                   help=f"judge only shard I of N (0-based) of the {rows}: run N shards side by side with separate "
-                        "--output files, then concatenate them and count them with --resume")
-    p.add_argument("--config", default="redo", help=config or "the run config (configs/NAME.toml)")
-    p.add_argument("-o", "--output", type=Path, default=output, help="per-row results, JSON Lines"
-                   + (" (default: %(default)s)" if output else ""))
-    p.add_argument("--resume", action="store_true",
-                   help="count the rows already in --output (from an interrupted run) instead of judging them again")
-
-
-def row_choice(args: argparse.Namespace) -> tuple[set[str], tuple[int, int] | None]:
-    """The repositories ``--only`` names and the ``--shard``, with one-line errors for a bad
-    ``--stride``, ``--limit``, ``--shard`` or ``--repos``, before any work."""
-    if args.stride < 1:
-        raise InputError("--stride must be at least 1")
-    if args.limit < 0:
-        raise InputError("--limit must not be negative")
-    shard = parse_shard(args.shard) if args.shard else None
-    if not args.repos.is_dir():
-        raise InputError(f"--repos: not a directory: {args.repos}")
-    return {r.strip() for r in args.only.split(",") if r.strip()}, shard
 
 
 def run_tag(args: argparse.Namespace) -> str:

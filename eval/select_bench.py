@@ -53,9 +53,10 @@ from typing import Any
 import git
 import numpy as np
 
-from eval.rows import add_row_options, open_rows, row_choice, run_terminable, sample, write_row, written_rows
+from eval.options import add_row_options, check_options, dataset_map, sample
+from eval.rows import open_rows, run_terminable, write_row, written_rows
 from fixgraph.config import RunConfig, load_config
-from fixgraph.dataset import Instance, load_jsonl
+from fixgraph.dataset import Instance
 from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, Worktree, find_mirror
 from scoring.execution import outcomes
 from scoring.execution.runner import make_runner
@@ -91,7 +92,7 @@ BEHAVIOUR_WHERE = ("all", "distinct", "contested")
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m eval.select_bench", description=(__doc__ or "").split("\n")[0])
-    add_row_options(p, rows="instances", predictions="predictions JSONL with `resolved` (one file a run)", many=True,
+    add_row_options(p, rows="instance", predictions="predictions JSONL with `resolved` (one file a run)", many=True,
                     output=Path("runs/select_bench/rows.jsonl"),
                     config="config for the Critic, regression and test settings")
     p.add_argument("--tests", action="store_true", help="also run the selected existing tests per candidate (slow)")
@@ -551,12 +552,12 @@ def load_rows(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    only, shard = row_choice(args)
+    shard = check_options(args)
     cfg = load_config(args.config)
     if not args.no_static:
         static.pyright_version(static.pyright_command(cfg.critic))  # fail before any work
     runs = load_runs(args.predictions)
-    dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
+    dataset, only = dataset_map(args)
     wanted_mirror = {"skip": {True}, "only": {False}, "include": {True, False}}[args.unmirrored]
     ids = sorted({i for rows in runs.values() for i in rows if i in dataset
                   and (find_mirror(args.repos, dataset[i].repo) is not None) in wanted_mirror})
@@ -566,7 +567,8 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise InputError(f"--instances: {exc.strerror or exc}: {args.instances}") from None
         ids = [i for i in ids if i in wanted]
-    ids = sample([i for i in ids if not only or dataset[i].repo in only], args.stride, args.limit, shard)
+    ids = sample([i for i in ids if not only or dataset[i].repo in only], lambda i: dataset[i].repo, args.stride,
+                 args.limit, shard)
     if not ids:
         raise InputError("no instance of the predictions is left (mirrors under --repos, --unmirrored, --instances, "
                          "--stride, --shard)")

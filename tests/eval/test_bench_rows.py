@@ -1,6 +1,6 @@
-"""The options the benchmarks over agents' predictions share (eval.rows): the same words, and the
+"""The options the benchmarks over agents' predictions share (eval.options): the same words, and the
 same one-line error for a bad choice of rows, before any work; and the rows a run writes and a
-resumed run reads back."""
+resumed run reads back (eval.rows)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,12 @@ from pathlib import Path
 import pytest
 
 from eval import critic_bench, regression_bench, select_bench
+from eval.options import check_options, only_repos, sample
 from eval.rows import (
     instance_key,
     open_rows,
     previous_rows,
-    row_choice,
     run_tag,
-    sample,
     system_instance_key,
     write_row,
 )
@@ -50,9 +49,10 @@ def test_only_and_limit_pick_the_same_rows_in_every_bench(tmp_path: Path) -> Non
     for bench in (critic_bench, regression_bench, select_bench):
         args = bench.parser().parse_args(["--predictions", "p.jsonl", "--repos", str(tmp_path), "--only",
                                           "a/b, c/d", "--limit", "3", "--stride", "2", "--shard", "1/2"])
-        only, shard = row_choice(args)
-        assert only == {"a/b", "c/d"} and shard == (1, 2)
-        assert sample(list(range(20)), args.stride, args.limit, shard) == [2]
+        shard = check_options(args)
+        assert only_repos(args.only, {"a/b", "c/d", "e/f"}) == {"a/b", "c/d"} and shard == (1, 2)
+        # One repository: every second row, the first three of those, the second shard of two.
+        assert sample(list(range(20)), lambda _: "a/b", args.stride, args.limit, shard) == [2]
 
 
 def test_a_resumed_run_keeps_its_rows_and_reads_back_each_whole_one(tmp_path: Path) -> None:
