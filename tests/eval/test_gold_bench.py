@@ -66,3 +66,22 @@ def test_a_base_commit_missing_from_the_mirror_is_one_clear_record(tmp_path: Pat
     assert len(rows) == 2 and rows[1]["runnable"] is False
     assert "0123456789ab" in rows[1]["reason"]
     assert "fixture/calc: 1 x" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_version_without_install_specs_is_one_clear_record(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A Verified-style row of a repository swebench knows, at a version it has no specs for: not
+    runnable, with the reason, and the headline counts it as such (never as a failed gold patch)."""
+    mirrors = tmp_path / "mirrors"
+    row = {**make_calc_repo(mirrors, owner="sphinx-doc", name="sphinx"), "version": "0.1"}
+    dataset = write_dataset(tmp_path / "data.jsonl", [row])
+    out = tmp_path / "bench.jsonl"
+    assert gold_bench.main(["--dataset", str(dataset), "--repos", str(mirrors), "--backend", "venv",
+                            "--cache-dir", str(tmp_path / "cache"), "--out", str(out)]) == 0
+    [rec] = [json.loads(ln) for ln in out.read_text().splitlines()]
+    assert rec["runnable"] is False
+    assert rec["reason"] == "env could not be built: swebench has no install specs for sphinx-doc/sphinx version '0.1'"
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert "  sphinx-doc/sphinx: 1 x env could not be built: swebench has no install specs" in "\n".join(lines)
+    assert lines[-1] == "runnable=0.000 gold_fix_score=-"
