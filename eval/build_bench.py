@@ -24,13 +24,15 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from eval.options import add_options, check_options, load_instances, only_repos
 from eval.rows import write_row
 from fixgraph.config import TestSettings
-from fixgraph.dataset import DatasetError, Instance, load_jsonl
+from fixgraph.dataset import Instance
 from fixgraph.repo.workspace import RepoCache, find_mirror
 from scoring.execution.compiled import CCACHE_STATS_LOG, CYTHON_STATS_LOG, LINK_STATS_LOG
 from scoring.execution.envs import VenvEnvs
 from scoring.execution.testenv import EnvError
+from scoring.verdict.judge import InputError
 
 
 def _logged(env_dir: Path, name: str) -> list[str]:
@@ -131,25 +133,23 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eval.build_bench", description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--dataset", type=Path, required=True)
-    ap.add_argument("--repos", type=Path, required=True, help="folder of local repo mirrors")
-    ap.add_argument("--only", required=True, help="comma-separated repos (owner/name)")
+    add_options(ap, without={"stride", "shard", "resume"}, output=Path("runs/build_bench.jsonl"),
+                output_help="one row per build, JSON Lines; a rerun skips the builds already there")
     ap.add_argument("--versions", default="", help="comma-separated versions (default: all of the repos')")
     ap.add_argument("--warm", type=int, default=1, help="later base commits installed per version")
     ap.add_argument("--build-timeout", type=float, default=1800.0,
                     help="seconds per build step (a cold compile on a busy machine takes long)")
     ap.add_argument("--cache-dir", type=Path, default=Path(".cache/fixgraph"))
-    ap.add_argument("--out", type=Path, default=Path("runs/build_bench.jsonl"))
     args = ap.parse_args(argv)
-    if not args.repos.is_dir():
-        print(f"error: --repos {args.repos} is not a directory", file=sys.stderr)
-        return 2
     try:
-        instances = load_jsonl(args.dataset)
-    except DatasetError as exc:
+        check_options(args)
+        if not args.only.strip():
+            raise InputError("--only: name the repositories to build (owner/name or name)")
+        instances = load_instances(args)
+        only = only_repos(args.only, {i.repo for i in instances})
+    except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    only = {s.strip() for s in args.only.split(",") if s.strip()}
     versions = {s.strip() for s in args.versions.split(",") if s.strip()}
     groups: dict[tuple[str, str], list[Instance]] = defaultdict(list)
     for inst in instances:
@@ -160,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     done = set()
     rows: list[dict[str, Any]] = []
-    if args.out.is_file():
-        for line in args.out.read_text().splitlines():
+    if args.output.is_file():
+        for line in args.output.read_text().splitlines():
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = TestSettings(backend="venv", build_timeout_s=args.build_timeout)
     envs = VenvEnvs(args.cache_dir / "envs", args.cache_dir, settings)
     cache = RepoCache(args.cache_dir, args.repos)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
     for key in sorted(groups):
         group = sorted(groups[key], key=lambda i: i.instance_id)
         seen: set[str] = set()
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             row = build_step(envs, cache, inst, kind)
             rows.append(row)
-            with args.out.open("a") as fh:
+            with args.output.open("a") as fh:
                 write_row(fh, row)
             print(f"{key[0]} {key[1]} {kind} {inst.instance_id}: ok={row['ok']} {row['seconds']} s "
                   f"(install {row['install_seconds']} s, ccache {row['ccache_hits']}/{row['ccache_misses']}, "

@@ -25,13 +25,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from eval.options import add_options, check_options, load_instances
 from fixgraph.config import ConfigError, load_config
-from fixgraph.dataset import DatasetError, Instance, load_jsonl
+from fixgraph.dataset import Instance
 from fixgraph.localize import RepoIndex
 from fixgraph.models.scripted import ScriptedChatModel
 from fixgraph.repo.workspace import RepoCache, WorkspaceError
 from graph import build_graph
 from pipeline.tasks import run_tasks
+from scoring.verdict.judge import InputError
 
 CANARY = "FIXGRAPH-CANARY-5d1e0c77"
 DEFAULT = "pallets__flask-4992,pytest-dev__pytest-5227,sympy__sympy-20590"
@@ -86,8 +88,7 @@ def scan(root: Path) -> tuple[int, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m eval.canary_bench", description=(__doc__ or "").split("\n")[0])
-    p.add_argument("--dataset", type=Path, required=True)
-    p.add_argument("--repos", type=Path, required=True)
+    add_options(p, without={"only", "stride", "shard", "output", "resume"})
     p.add_argument("--instances", default=DEFAULT)
     p.add_argument("--config", default="redo")
     p.add_argument("--tests-backend", default="local", choices=["local", "venv"])
@@ -95,12 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--control", action="store_true", help="run the oracle-tests ablation instead (must leak)")
     args = p.parse_args(argv)
     try:
+        check_options(args)
         wanted = [s.strip() for s in args.instances.split(",") if s.strip()]
-        rows = {i.instance_id: i for i in load_jsonl(args.dataset)}
+        rows = {i.instance_id: i for i in load_instances(args)}
         missing = [w for w in wanted if w not in rows]
         if missing:
-            raise DatasetError(f"not in the dataset: {', '.join(missing)}")
-    except DatasetError as exc:
+            raise InputError(f"not in the dataset: {', '.join(missing)}")
+    except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="fixgraph-canary-"))

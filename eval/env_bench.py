@@ -20,12 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from eval.options import add_options, check_options, load_instances, only_repos
 from fixgraph.config import TestSettings
-from fixgraph.dataset import DatasetError, Instance, load_jsonl
+from fixgraph.dataset import Instance
 from fixgraph.records import atomic_write
 from fixgraph.repo.workspace import RepoCache, WorkspaceError, find_mirror
 from scoring.execution.envs import VenvEnvs
 from scoring.execution.testenv import EnvError
+from scoring.verdict.judge import InputError
 
 
 def first_per_version(instances: list[Instance], only: set[str]) -> list[Instance]:
@@ -64,13 +66,12 @@ def build_one(envs: VenvEnvs, cache: RepoCache, inst: Instance) -> dict[str, Any
 
 def _chosen(args: argparse.Namespace) -> list[Instance] | str:
     """The first instance of each wanted (repo, version) with a mirror, or why there is none."""
-    if not args.repos.is_dir():
-        return f"--repos {args.repos} is not a directory"
     try:
-        instances = load_jsonl(args.dataset)
-    except DatasetError as exc:
+        check_options(args)
+        instances = load_instances(args)
+        only = only_repos(args.only, {i.repo for i in instances})
+    except InputError as exc:
         return str(exc)
-    only = {s.strip() for s in args.only.split(",") if s.strip()}
     versions = {s.strip() for s in args.versions.split(",") if s.strip()}
     chosen = [i for i in first_per_version(instances, only)
               if find_mirror(args.repos, i.repo) is not None and (not versions or i.version in versions)]
@@ -79,12 +80,10 @@ def _chosen(args: argparse.Namespace) -> list[Instance] | str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eval.env_bench", description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--dataset", type=Path, required=True)
-    ap.add_argument("--repos", type=Path, required=True, help="folder of local repo mirrors")
-    ap.add_argument("--only", default="", help="comma-separated repos (owner/name or name) to include")
+    add_options(ap, without={"stride", "shard", "resume"}, output=Path("runs/env_bench.jsonl"),
+                output_help="one row per (repo, version), JSON Lines")
     ap.add_argument("--versions", default="", help="comma-separated versions to include (default: all)")
     ap.add_argument("--cache-dir", type=Path, default=Path(".cache/fixgraph"))
-    ap.add_argument("--out", type=Path, default=Path("runs/env_bench.jsonl"))
     args = ap.parse_args(argv)
     chosen = _chosen(args)
     if isinstance(chosen, str):
@@ -100,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row['repo']} {row['version']}: {'ok' if row['ok'] else 'FAILED: ' + row['reason'][:160]} "
               f"python={row['python']} build_s={row['build_seconds']} install_s={row['install_seconds']}",
               file=sys.stderr, flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(args.out, "".join(json.dumps(r) + "\n" for r in rows))
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(args.output, "".join(json.dumps(r) + "\n" for r in rows))
     print("repo                      version  python  ok  build_s  install_s  left out / reason")
     for r in rows:
         tail = ",".join(r.get("left_out") or []) if r["ok"] else r["reason"][:100]

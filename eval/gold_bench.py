@@ -7,7 +7,7 @@ Critic uses (``scoring.execution.runner.make_runner``) and prints, per repo: how
 their tests here, the gold patch's mean test_pass_rate and no_regression (1.0 expected where
 tests run), the empty patch's mean test_pass_rate (0 expected) and seconds per run (median).
 Every gold result below 1.0 is listed with the tests behind it. Per-instance results go to
-``--out`` (JSONL); a rerun skips instances already there. Last line:
+``-o/--output`` (JSONL; ``--out`` is the same option); a rerun skips instances already there. Last line:
 ``runnable=<share of instances whose tests ran> gold_fix_score=<mean on those>``.
 """
 
@@ -25,24 +25,31 @@ from typing import Any
 import git
 
 from eval.hidden import run_hidden
+from eval.options import (
+    add_options,
+    check_options,
+    instance_repo,
+    load_instances,
+    mirrored,
+    only_repos,
+    per_repository,
+)
 from eval.rows import instance_key, previous_rows, write_row
 from fixgraph.config import TestSettings
-from fixgraph.dataset import DatasetError, Instance, load_jsonl, select
-from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError, find_mirror
+from fixgraph.dataset import DatasetError, Instance, select
+from fixgraph.repo.workspace import PatchError, RepoCache, WorkspaceError
 from scoring.execution.outcomes import PASSING, TestOutcome
 from scoring.execution.runner import make_runner
 from scoring.verdict import fix_score
+from scoring.verdict.judge import InputError
 from scoring.verdict.quality import code_quality
 
 
 def pick(instances: list[Instance], mirrors: Path, limit: int | None, only: set[str]) -> list[Instance]:
     """Instances with a local mirror; per repo the commonest versions first, so envs are shared."""
     by_repo: dict[str, list[Instance]] = defaultdict(list)
-    for inst in instances:
-        if only and inst.repo not in only and inst.repo.split("/")[1] not in only:
-            continue
-        if find_mirror(mirrors, inst.repo) is not None:
-            by_repo[inst.repo].append(inst)
+    for inst in mirrored(instances, mirrors, only):
+        by_repo[inst.repo].append(inst)
     out: list[Instance] = []
     for repo in sorted(by_repo):
         group = by_repo[repo]
@@ -54,10 +61,7 @@ def pick(instances: list[Instance], mirrors: Path, limit: int | None, only: set[
 
 def strided(instances: list[Instance], stride: int) -> list[Instance]:
     """Every ``stride``-th instance of each repo in instance-id order (all its versions stay in)."""
-    by_repo: dict[str, list[Instance]] = defaultdict(list)
-    for inst in sorted(instances, key=lambda i: i.instance_id):
-        by_repo[inst.repo].append(inst)
-    return [i for group in by_repo.values() for i in group[::stride]]
+    return per_repository(sorted(instances, key=lambda i: i.instance_id), stride, instance_repo)
 
 
 # What a test that wanted the internet says when it has none.
@@ -148,64 +152,56 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _chosen(args: argparse.Namespace) -> list[Instance]:
+    """``--tasks`` with a mirror, else ``--only``'s repositories strided and limited; one-line
+    errors for a bad option, before any work."""
+    check_options(args)
+    if args.limit is not None and args.limit < 1:
+        raise InputError("--limit must be at least 1")
+    if args.python and not re.fullmatch(r"\d+\.\d+", args.python):
+        raise InputError(f"--python {args.python!r} is not X.Y")
+    instances = load_instances(args)
+    if args.tasks:
+        chosen = mirrored(select(instances, args.tasks), args.repos, set())
+    else:
+        chosen = pick(strided(instances, args.stride), args.repos, args.limit,
+                      only_repos(args.only, {i.repo for i in instances}))
+    if not chosen:
+        raise InputError(f"no instance of {args.dataset} has a mirror under {args.repos}")
+    return chosen
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eval.gold_bench", description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--dataset", type=Path, required=True)
-    ap.add_argument("--repos", type=Path, required=True, help="folder of local repo mirrors")
+    add_options(ap, rows="instance (by id, before --limit)", without={"shard", "resume"},
+                output=Path("runs/gold_bench.jsonl"),
+                output_help="per-instance rows, JSON Lines; a rerun skips the instances already there")
     ap.add_argument("--limit", type=int, default=None, help="at most N instances per repo")
-    ap.add_argument("--only", default="", help="comma-separated repos (owner/name or name) to include")
-    ap.add_argument("--stride", type=int, default=1,
-                    help="every K-th instance of each repo, by instance id (before --limit)")
     ap.add_argument("--tasks", default="", help="comma-separated instance ids (overrides --only and --limit)")
     ap.add_argument("--backend", choices=["venv", "local", "docker"], default="venv")
     ap.add_argument("--timeout", type=float, default=900.0, help="wall-clock seconds per test run")
     ap.add_argument("--cache-dir", type=Path, default=Path(".cache/fixgraph"))
     ap.add_argument("--python", metavar="X.Y", help="build every env with this Python instead of the spec's "
                     "(measures which substitutes are safe; those envs live apart)")
-    ap.add_argument("--out", type=Path, default=Path("runs/gold_bench.jsonl"))
     args = ap.parse_args(argv)
-    if not args.repos.is_dir():
-        print(f"error: --repos {args.repos} is not a directory", file=sys.stderr)
-        return 2
-    if args.stride < 1:
-        print("error: --stride must be at least 1", file=sys.stderr)
-        return 2
-    if args.limit is not None and args.limit < 1:
-        print("error: --limit must be at least 1", file=sys.stderr)
-        return 2
     try:
-        instances = load_jsonl(args.dataset)
-    except DatasetError as exc:
+        chosen = _chosen(args)
+    except (InputError, DatasetError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    only = {s.strip() for s in args.only.split(",") if s.strip()}
-    if args.tasks:
-        try:
-            chosen = [i for i in select(instances, args.tasks) if find_mirror(args.repos, i.repo) is not None]
-        except DatasetError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-    else:
-        chosen = pick(strided(instances, args.stride), args.repos, args.limit, only)
-    if not chosen:
-        print(f"error: no instance of {args.dataset} has a mirror under {args.repos}", file=sys.stderr)
-        return 2
-    done = previous_rows(args.out, instance_key)  # a line cut by a kill is judged again
-    if args.python and not re.fullmatch(r"\d+\.\d+", args.python):
-        print(f"error: --python {args.python!r} is not X.Y", file=sys.stderr)
-        return 2
+    done = previous_rows(args.output, instance_key)  # a line cut by a kill is judged again
     settings = TestSettings(backend=args.backend, timeout_s=args.timeout, python=args.python)
     runner = make_runner(settings, args.cache_dir)
     cache = RepoCache(args.cache_dir, args.repos)
     rows: list[dict[str, Any]] = []
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
     for i, inst in enumerate(chosen, 1):
         if inst.instance_id in done:
             rows.append(done[inst.instance_id])
             continue
         row = run_one(inst, cache, runner)
         rows.append(row)
-        with args.out.open("a") as fh:
+        with args.output.open("a") as fh:
             write_row(fh, row)
         status = (f"tpr={row['gold_test_pass_rate']:.2f} noreg={row['gold_no_regression']:.2f} "
                   f"empty={row.get('empty_test_pass_rate')}") if row["runnable"] else f"not runnable: {row['reason'][:120]}"

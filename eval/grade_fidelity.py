@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import sys
 import uuid
@@ -43,10 +42,12 @@ from tqdm import tqdm
 from eval.gold_bench import NETWORK_ERROR
 from eval.grade import instance_dir, read_grade, write_grade
 from eval.local_harness import NOT_RUNNABLE, PATCH_FAILED, RESOLVED, Graded, Prediction, grade, grader_label
+from eval.options import add_options, check_options, instance_repo, load_instances, only_repos, per_repository
 from fixgraph.config import TestSettings
-from fixgraph.dataset import DatasetError, Instance, load_jsonl
+from fixgraph.dataset import Instance
 from fixgraph.repo.workspace import RepoCache, find_mirror
 from scoring.execution.runner import make_runner
+from scoring.verdict.judge import InputError
 
 SHARED_PREDICTIONS = Path("../shared/data/lite_predictions")
 RUN_ID = "fidelity"
@@ -68,8 +69,8 @@ def choose(instances: list[Instance], rows: list[dict[str, Any]], stride: int, o
            only: set[str]) -> list[tuple[Instance, dict[str, Any]]]:
     """The stride's instances, and every system's non-empty prediction for each; the instances
     taken in turn from each repository, so that a run stopped early spans them all."""
-    picked = sorted((i for i in instances if not only or i.repo in only or i.repo.split("/")[1] in only),
-                    key=lambda i: (i.repo, i.instance_id))[offset::stride]
+    picked = per_repository(sorted((i for i in instances if not only or i.repo in only),
+                                   key=lambda i: (i.repo, i.instance_id)), stride, instance_repo, offset)
     turns: dict[str, list[Instance]] = defaultdict(list)
     for inst in picked:
         turns[inst.repo].append(inst)
@@ -167,20 +168,16 @@ def _detail(folder: Path, inst: Instance) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eval.grade_fidelity", description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--dataset", type=Path, required=True)
-    ap.add_argument("--repos", type=Path, required=True, help="folder of local repository mirrors")
+    add_options(ap, rows="instance (by id, from --offset)", stride=4, output=Path("runs/grade_fidelity"),
+                output_help="a folder: the grades as eval.grade lays them out (run id fidelity)")
     ap.add_argument("--predictions-dir", type=Path, default=SHARED_PREDICTIONS)
-    ap.add_argument("--stride", type=int, default=4, help="every N-th instance (sorted by repo and id)")
-    ap.add_argument("--offset", type=int, default=0)
-    ap.add_argument("--only", default="", help="comma-separated repositories (owner/name or name)")
+    ap.add_argument("--offset", type=int, default=0, help="the first instance of each repository --stride takes "
+                                                          "(0-based, below K)")
     ap.add_argument("--ready-only", action="store_true",
                     help="only instances whose (repo, version) environment is built already in --cache-dir")
-    ap.add_argument("--shard", default="0/1", help="K/N: grade only the K-th of N shares of the instances "
-                                                   "(N processes side by side; the report covers all)")
     ap.add_argument("--skip", default="", help="comma-separated repositories not to grade now (the choice of rows "
                                                "stays --only's and --stride's)")
     ap.add_argument("--limit", type=int, default=None, help="grade at most N new rows, then report")
-    ap.add_argument("--resume", action="store_true")
     ap.add_argument("--report-only", action="store_true",
                     help="grade nothing; report every row --out holds (of --only's repositories), whichever run chose it")
     ap.add_argument("--no-recheck", action="store_true", help="do not grade a disagreement a second time")
@@ -189,24 +186,20 @@ def main(argv: list[str] | None = None) -> int:
                                                              "containers do (eval.grade --network)")
     ap.add_argument("--backend", choices=["venv", "local"], default="venv", help="local: this interpreter (tests)")
     ap.add_argument("--cache-dir", type=Path, default=Path(os.environ.get("FIXGRAPH_CACHE_DIR", ".cache/fixgraph")))
-    ap.add_argument("--out", type=Path, default=Path("runs/grade_fidelity"))
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     try:
-        if args.stride < 1 or not 0 <= args.offset < args.stride:
-            raise DatasetError("--stride must be at least 1 and --offset in [0, stride)")
-        if not re.fullmatch(r"\d+/[1-9]\d*", args.shard) or int(args.shard.split("/")[0]) >= int(args.shard.split("/")[1]):
-            raise DatasetError("--shard must be K/N with 0 <= K < N")
-        if not args.repos.is_dir():
-            raise DatasetError(f"--repos {args.repos} is not a directory")
+        k, n = check_options(args) or (0, 1)
+        if not 0 <= args.offset < args.stride:
+            raise InputError("--offset must be in [0, stride)")
         if not args.predictions_dir.is_dir():
-            raise DatasetError(f"--predictions-dir {args.predictions_dir} is not a directory")
-        instances = load_jsonl(args.dataset)
-    except DatasetError as exc:
+            raise InputError(f"--predictions-dir {args.predictions_dir} is not a directory")
+        instances = load_instances(args)
+        only = only_repos(args.only, {i.repo for i in instances})
+    except InputError as exc:
         print(f"eval.grade_fidelity: error: {exc}", file=sys.stderr)
         return 2
-    only = {s.strip() for s in args.only.split(",") if s.strip()}
-    logs = args.out / "logs"
+    logs = args.output / "logs"
     if args.report_only:  # every row graded in --out, whichever runs chose it
         chosen = [(i, r) for i, r in choose(instances, load_rows(args.predictions_dir), 1, 0, only)
                   if read_grade(instance_dir(logs, RUN_ID, Prediction(i.instance_id, r["system"], ""))) is not None]
@@ -215,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                   if find_mirror(args.repos, i.repo) is not None
                   and (not args.ready_only or env_ready(args.cache_dir, i))]
     if not chosen:
-        print(f"eval.grade_fidelity: error: {args.out} holds no graded row" if args.report_only else
+        print(f"eval.grade_fidelity: error: {args.output} holds no graded row" if args.report_only else
               "eval.grade_fidelity: error: no row chosen has a repository mirror", file=sys.stderr)
         return 2
     settings = TestSettings(backend=args.backend, timeout_s=args.timeout, cpu_s=int(args.timeout * 2),
@@ -227,10 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     todo = [(i, r) for i, r in chosen
             if read_grade(instance_dir(logs, RUN_ID, Prediction(i.instance_id, r["system"], ""))) is None]
     if todo and len(todo) < len(chosen) and not (args.resume or args.report_only):
-        print(f"eval.grade_fidelity: error: {args.out} holds grades already; pass --resume", file=sys.stderr)
+        print(f"eval.grade_fidelity: error: {args.output} holds grades already; pass --resume", file=sys.stderr)
         return 2
     order = list(dict.fromkeys(i.instance_id for i, _ in chosen))
-    k, n = (int(x) for x in args.shard.split("/"))
     skip = {x.strip() for x in args.skip.split(",") if x.strip()}
     todo = [(i, r) for i, r in todo if order.index(i.instance_id) % n == k
             and i.repo not in skip and i.repo.split("/")[1] not in skip]
@@ -277,8 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                         "official": official, "status": rec["status"], "agree": agree, "class": cls,
                         "reason": rec.get("reason", ""), "seconds": rec.get("seconds", 0.0),
                         "detail": _detail(folder, inst), "mtime": (folder / "grade.json").stat().st_mtime})
-    print(f"rows: every row graded in {args.out}: {len(results)}" if args.report_only else
-          f"rows chosen: every {args.stride}th instance from {args.offset} of "
+    print(f"rows: every row graded in {args.output}: {len(results)}" if args.report_only else
+          f"rows chosen: every {args.stride}th instance of each repository from {args.offset} of "
           f"{', '.join(sorted(only)) or 'all repositories'}, all systems' non-empty predictions: {len(chosen)}; "
           f"graded: {len(results)}")
     print(f"grader: {label}")

@@ -17,11 +17,12 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from fixgraph.dataset import DatasetError, load_jsonl
+from eval.options import add_options, check_options, load_instances
 from fixgraph.repo import gitsafe
 from fixgraph.repo.workspace import find_mirror
 from scoring.execution.image_tests import UNMATCHED_IMAGE_TESTS, unmatched_tests
 from scoring.execution.outcomes import test_file_reader
+from scoring.verdict.judge import InputError
 
 
 def _checkout_files(mirror: Path, commit: str, files: set[str], dest: Path) -> None:
@@ -35,13 +36,13 @@ def _checkout_files(mirror: Path, commit: str, files: set[str], dest: Path) -> N
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eval.image_test_count", description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--dataset", type=Path, required=True)
-    ap.add_argument("--repos", type=Path, required=True, help="folder of local repo mirrors")
+    add_options(ap, without={"only", "stride", "shard", "output", "resume"})
     ap.add_argument("--backend", default="venv")
     args = ap.parse_args(argv)
     try:
-        instances = [i for i in load_jsonl(args.dataset) if i.repo in UNMATCHED_IMAGE_TESTS]
-    except DatasetError as exc:
+        check_options(args)
+        instances = [i for i in load_instances(args) if i.repo in UNMATCHED_IMAGE_TESTS]
+    except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     rows: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])

@@ -21,9 +21,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 from typing import Any
 
+from eval.options import add_options
 from fixgraph.config import ConfigError, load_config
 from fixgraph.dataset import DatasetError, load_dataset_any, select
 from fixgraph.models.discover import local_servers, resolve_llm
@@ -90,11 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base-url", help="the server's base URL (default: discover a local server)")
     p.add_argument("--model", help="the model for every role (default: the server's first)")
     p.add_argument("--tasks", default=DEFAULT_TASKS, help="comma-separated instance ids")
-    p.add_argument("--dataset", type=Path, required=True, help="a SWE-bench JSONL holding the tasks")
-    p.add_argument("--repos", type=Path, required=True, help="folder of git mirrors (<owner>+<name>/repo)")
+    add_options(p, without={"only", "stride", "shard", "resume"}, output_help="also write the records' summary as JSON here")
     p.add_argument("--config", default="redo")
     p.add_argument("--run-id", default="local-smoke")
-    p.add_argument("--out", type=Path, help="also write the records' summary as JSON here")
     args = p.parse_args(argv)
     env = dict(os.environ)
     if args.base_url:
@@ -122,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     idle = idle_seconds(cfg.llm.base_url or "", cfg.llm.models.planner)
     for line in report(records, times, idle) + [summary.line()]:
         print(line)
-    if args.out:
-        args.out.write_text(json.dumps({"records": [{k: r.get(k) for k in ("instance_id", "status", "stop_reason",
+    if args.output:
+        args.output.write_text(json.dumps({"records": [{k: r.get(k) for k in ("instance_id", "status", "stop_reason",
                                                                            "seconds", "usage")} for r in records],
                                         "seconds_per_call": times.seconds, "idle_s": idle}, indent=1))
     return 0

@@ -416,7 +416,9 @@ def measure(inst, git_dir: Path, args: argparse.Namespace, settings, first: bool
 
 def _chosen(args: argparse.Namespace, instances: list[Instance]) -> tuple[dict[str, Path], list[Instance]]:
     """Each repository's mirror, and the instances to localize: with a mirror and a gold patch,
-    of ``--repo``, every ``--stride``-th of each repository in the dataset's order, up to ``--limit``."""
+    of ``--only`` and ``--repo``, every ``--stride``-th of each repository in the dataset's order,
+    up to ``--limit``."""
+    from eval.options import instance_repo, only_repos, per_repository
     from fixgraph.repo.workspace import find_mirror
 
     mirrors: dict[str, Path] = {}
@@ -426,36 +428,29 @@ def _chosen(args: argparse.Namespace, instances: list[Instance]) -> tuple[dict[s
             if found is not None:
                 mirrors[inst.repo] = found
     chosen = [i for i in instances if i.repo in mirrors and gold_files(i.patch)]
-    if args.repo:
-        chosen = [i for i in chosen if i.repo in args.repo]
-    if args.stride > 1:
-        position: Counter[str] = Counter()
-        kept = []
-        for inst in chosen:
-            if position[inst.repo] % args.stride == 0:
-                kept.append(inst)
-            position[inst.repo] += 1
-        chosen = kept
+    only = only_repos(",".join([args.only, *(args.repo or [])]), {i.repo for i in instances})
+    if only:
+        chosen = [i for i in chosen if i.repo in only]
+    chosen = per_repository(chosen, args.stride, instance_repo)
     return mirrors, chosen[: args.limit] if args.limit else chosen
 
 
 def run(args: argparse.Namespace) -> int:
+    from eval.options import check_options, load_instances
     from eval.rows import open_rows, write_row
     from fixgraph import localize
     from fixgraph.config import ExplorerSettings
-    from fixgraph.dataset import DatasetError, load_jsonl
     from fixgraph.localize import LocalizeError
     from fixgraph.records import atomic_write
+    from scoring.verdict.judge import InputError
 
     try:
-        instances = load_jsonl(args.dataset)
-    except DatasetError as exc:
+        check_options(args)
+        instances = load_instances(args)
+        mirrors, chosen = _chosen(args, instances)
+    except InputError as exc:
         print(f"localization_bench: {exc}", file=sys.stderr)
         return 2
-    if not args.repos.is_dir():
-        print(f"localization_bench: --repos {args.repos} is not a directory", file=sys.stderr)
-        return 2
-    mirrors, chosen = _chosen(args, instances)
     if not chosen:
         print(f"localization_bench: no instance of the dataset has a mirror under {args.repos}", file=sys.stderr)
         return 2
@@ -625,11 +620,12 @@ def print_table(rows: list[Row], no_bm25: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m eval.localization_bench", description=(__doc__ or "").split("\n")[0])
-    p.add_argument("--dataset", type=Path, required=True, help="SWE-bench-format JSONL")
-    p.add_argument("--repos", type=Path, required=True, help="folder of git mirrors (<owner>+<name>/repo)")
+    from eval.options import add_options
+
+    add_options(p, rows="instance", without={"shard"},
+                output_help="append each instance's row to this JSONL file as it is done")
     p.add_argument("--limit", type=int, default=0, help="only the first N matching instances")
-    p.add_argument("--repo", action="append", help="only this owner/name (repeatable)")
-    p.add_argument("--stride", type=int, default=1, help="every K-th instance of each repository")
+    p.add_argument("--repo", action="append", help="only this repository, owner/name or name (repeatable; as --only)")
     p.add_argument("--cache-dir", type=Path, default=Path(".cache/fixgraph"))
     p.add_argument("--execute", action="store_true",
                    help="run each issue's code at its base commit in the test sandbox (execution evidence)")
@@ -639,8 +635,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-timing", action="store_true",
                    help="recall only: no warm reload and no Explorer prompt (their columns are then meaningless)")
     p.add_argument("--show-misses", action="store_true", help="list instances with a gold file outside the top 8")
-    p.add_argument("-o", "--output", type=Path, help="append each instance's row to this JSONL file as it is done")
-    p.add_argument("--resume", action="store_true", help="keep the rows already in --output and do only the rest")
     p.add_argument("--report-only", action="store_true",
                    help="with --resume: report over the rows already in --output, measure none (a run still going)")
     p.add_argument("--fit", action="store_true",
@@ -652,12 +646,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.report_only and not args.resume:
         print("localization_bench: --report-only needs --resume and -o/--output", file=sys.stderr)
-        return 2
-    if args.limit < 0:
-        print("localization_bench: --limit must be >= 0", file=sys.stderr)
-        return 2
-    if args.stride < 1:
-        print("localization_bench: --stride must be >= 1", file=sys.stderr)
         return 2
     try:
         return run(args)

@@ -14,9 +14,10 @@ import argparse
 import random
 import sys
 from collections import defaultdict
-from pathlib import Path
 
-from fixgraph.dataset import DatasetError, Instance, load_jsonl
+from eval.options import add_options, load_instances
+from fixgraph.dataset import DatasetError, Instance
+from scoring.verdict.judge import InputError
 
 SEED = 20261130
 FIXED = {"django/django": 15, "sympy/sympy": 10, "matplotlib/matplotlib": 8, "scikit-learn/scikit-learn": 8}
@@ -55,12 +56,12 @@ def choose(instances: list[Instance], seed: int = SEED) -> list[tuple[Instance, 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
+    add_options(p, without={"repos", "only", "stride", "shard", "output", "resume"})
     p.add_argument("--seed", type=int, default=SEED)
     args = p.parse_args(argv)
     try:
-        picks = choose(load_jsonl(args.dataset), args.seed)
-    except DatasetError as exc:
+        picks = choose(load_instances(args), args.seed)
+    except InputError as exc:
         print(f"make_stratified: error: {exc}", file=sys.stderr)
         return 2
     print(f"# stratified50: made by eval/make_stratified.py --seed {args.seed}; rule in eval/stratified50.md")

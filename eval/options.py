@@ -26,8 +26,8 @@ from scoring.verdict.judge import InputError
 T = TypeVar("T")
 
 COMMON = ("dataset", "repos", "only", "stride", "shard", "output", "resume")
-STRIDE_HELP = ("every K-th {rows} of EACH REPOSITORY, in the benchmark's order (each repository keeps its first); "
-               "a stride per repository, so a small repository keeps rows at any K")
+STRIDE_HELP = ("every K-th {rows} of EACH REPOSITORY: a stride per repository, so each keeps its first and a "
+               "small one keeps rows at any K")
 
 
 def add_options(p: argparse.ArgumentParser, *, rows: str = "instance", without: Collection[str] = (),
@@ -43,7 +43,7 @@ def add_options(p: argparse.ArgumentParser, *, rows: str = "instance", without: 
     if "dataset" in keep:
         p.add_argument("--dataset", default=DEFAULT_DATASET, help=DATASET_HELP)
     if "repos" in keep:
-        p.add_argument("--repos", type=Path, required=repos_required, default=None,
+        p.add_argument("--repos", type=Path, required=repos_required, default=None, metavar="DIR",
                        help="folder of repository mirrors (owner+name/repo)")
     if "only" in keep:
         p.add_argument("--only", default="", metavar="REPO[,REPO...]",

@@ -25,13 +25,15 @@ from typing import Any
 
 from eval.fixtures.oracle import oracle_script
 from eval.hidden import run_hidden
+from eval.options import add_options, check_options, load_instances, mirrored
 from fixgraph.config import ConfigError, load_config
-from fixgraph.dataset import DatasetError, load_jsonl, select
+from fixgraph.dataset import DatasetError, select
 from fixgraph.models.scripted import ScriptedChatModel
-from fixgraph.repo.workspace import RepoCache, WorkspaceError, find_mirror
+from fixgraph.repo.workspace import RepoCache, WorkspaceError
 from graph import build_graph
 from pipeline.executors import ExecutorError, RayExecutor
 from pipeline.tasks import run_tasks
+from scoring.verdict.judge import InputError
 
 DEFAULT_INSTANCES = "pallets__flask-4992,psf__requests-2317"
 
@@ -67,8 +69,7 @@ class TimedModel(ScriptedChatModel):
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
-    p.add_argument("--repos", type=Path, required=True, help="folder of mirrors (<owner>+<name>/repo)")
+    add_options(p, without={"only", "stride", "shard", "output", "resume"})
     p.add_argument("--instances", default=DEFAULT_INSTANCES)
     p.add_argument("--config", default="redo")
     p.add_argument("--runs", type=int, default=3)
@@ -77,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="ray: also run each task on a local Ray and report Ray's time over the thread pool's")
     args = p.parse_args(argv)
     try:
-        instances = select(load_jsonl(args.dataset), args.instances)
-        instances = [i for i in instances if find_mirror(args.repos.resolve(), i.repo)]
+        check_options(args)
+        instances = mirrored(select(load_instances(args), args.instances), args.repos.resolve(), set())
         if not instances:
             raise DatasetError(f"none of {args.instances} has a mirror under {args.repos}")
         with tempfile.TemporaryDirectory(prefix="fixgraph-bench-") as tmp:
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                 "cache_dir": str(cache), "predictions_dir": str(Path(tmp) / "predictions"),
                 "runs_dir": str(Path(tmp) / "runs")})
             return _bench(instances, cfg, args)
-    except (ConfigError, DatasetError, WorkspaceError, ExecutorError) as exc:
+    except (ConfigError, DatasetError, InputError, WorkspaceError, ExecutorError) as exc:
         print(f"pipeline_bench: error: {exc}", file=sys.stderr)
         return 2
 

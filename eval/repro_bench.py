@@ -2,7 +2,7 @@
 
     python -m eval.repro_bench --dataset ../shared/data/swebench_lite.jsonl --repos DIR \
         [--only pallets/flask,pytest-dev/pytest,sympy/sympy] [--limit N] [--stride K] [--instances ID,...]
-        [--out FILE]
+        [-o FILE]
 
 For each SWE-bench Lite instance whose repository has a mirror in DIR, the real Reproducer node
 runs with a scripted model whose "reproduction test" is the instance's own test file as its
@@ -32,23 +32,24 @@ from pathlib import Path
 from typing import Any
 
 from eval.hidden import standin_repro
+from eval.options import add_options, check_options, load_instances, mirrored, only_repos
 from eval.rows import instance_key, previous_rows, write_row
 from fixgraph.config import ConfigError, load_config
-from fixgraph.dataset import DatasetError, Instance, load_jsonl
+from fixgraph.dataset import Instance
 from fixgraph.records import RunStore
-from fixgraph.repo.workspace import RepoCache, WorkspaceError, find_mirror
+from fixgraph.repo.workspace import RepoCache, WorkspaceError
 from scoring.execution.outcomes import ReproTest, own_outcome
 from scoring.execution.runner import make_runner
 from scoring.execution.testenv import PASSING
+from scoring.verdict.judge import InputError
 
 
 def pick(instances: list[Instance], mirrors: Path, only: set[str], limit: int | None,
          stride: int = 1) -> list[Instance]:
     """Instances with a mirror; per repo the commonest versions first, so environments are shared."""
     by_repo: dict[str, list[Instance]] = defaultdict(list)
-    for inst in instances:
-        if (not only or inst.repo in only) and find_mirror(mirrors, inst.repo) is not None:
-            by_repo[inst.repo].append(inst)
+    for inst in mirrored(instances, mirrors, only):
+        by_repo[inst.repo].append(inst)
     out: list[Instance] = []
     for repo in sorted(by_repo):
         group = by_repo[repo]
@@ -167,36 +168,31 @@ def report(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m eval.repro_bench", description=(__doc__ or "").split("\n")[0])
-    p.add_argument("--dataset", type=Path, required=True)
-    p.add_argument("--repos", type=Path, required=True)
-    p.add_argument("--only", default="", help="comma-separated owner/name repos (default: every mirrored one)")
+    add_options(p, rows="instance (commonest versions first, before --limit)", without={"shard", "resume"},
+                output=Path("runs/repro_bench.jsonl"),
+                output_help="per-instance rows, JSON Lines; a rerun skips the instances already there")
     p.add_argument("--limit", type=int, default=None, help="instances per repo")
     p.add_argument("--instances", default="", help="comma-separated instance ids (default: all chosen)")
-    p.add_argument("--stride", type=int, default=1, help="every K-th instance of each repo (after --limit's order)")
     p.add_argument("--config", default="redo")
-    p.add_argument("--out", type=Path, default=Path("runs/repro_bench.jsonl"))
     args = p.parse_args(argv)
     try:
+        check_options(args)
         cfg = load_config(args.config, overrides={"budget.task_dollars": 1000.0})
-        instances = load_jsonl(args.dataset)
-        if not args.repos.is_dir():
-            raise ConfigError(f"--repos {args.repos} is not a folder")
-        if args.stride < 1:
-            raise ConfigError("--stride must be at least 1")
-    except (ConfigError, DatasetError) as exc:
+        instances = load_instances(args)
+        only = only_repos(args.only, {i.repo for i in instances})
+    except (ConfigError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    only = {s.strip() for s in args.only.split(",") if s.strip()}
     chosen = pick(instances, args.repos, only, args.limit, args.stride)
     wanted = {s.strip() for s in args.instances.split(",") if s.strip()}
     if wanted:
         chosen = [i for i in chosen if i.instance_id in wanted]
-    done = previous_rows(args.out, instance_key)  # a line cut by a kill is judged again
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    done = previous_rows(args.output, instance_key)  # a line cut by a kill is judged again
+    args.output.parent.mkdir(parents=True, exist_ok=True)
     repos = RepoCache(cfg.cache_dir, args.repos)
-    store = RunStore("repro-bench", Path(args.out.parent / "repro-bench-predictions"), args.out.parent,
+    store = RunStore("repro-bench", Path(args.output.parent / "repro-bench-predictions"), args.output.parent,
                      "repro-bench", [])
-    with args.out.open("a") as fh:
+    with args.output.open("a") as fh:
         for inst in chosen:
             if inst.instance_id in done:
                 continue

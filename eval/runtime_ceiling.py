@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from eval.critic_bench import label
-from fixgraph.dataset import Instance, load_jsonl
+from eval.options import add_options, check_options, dataset_map
+from fixgraph.dataset import Instance
 from fixgraph.repo.workspace import find_mirror
 from scoring.execution.choose_tests import is_test_file
 from scoring.execution.specs import patch_files
@@ -155,9 +156,7 @@ def classify(row: dict[str, Any], inst: Instance) -> tuple[str, str]:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m eval.runtime_ceiling", description=(__doc__ or "").split("\n")[0])
     p.add_argument("--predictions", type=Path, nargs="+", required=True, help="labelled predictions JSONL file(s)")
-    p.add_argument("--dataset", type=Path, default=Path("../shared/data/swebench_lite.jsonl"))
-    p.add_argument("--repos", type=Path, default=None, help="count only rows whose repository has a mirror here")
-    p.add_argument("--only", default="", help="comma-separated owner/name repos")
+    add_options(p, without={"stride", "shard", "output", "resume"}, repos_required=False)
     p.add_argument("--critic-rows", type=Path, nargs="*", default=[],
                    help="critic_bench -o rows: the static phase's verdicts, and the runtime column's where it ran")
     p.add_argument("--static-tp", type=int, default=-1,
@@ -168,8 +167,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    dataset = {i.instance_id: i for i in load_jsonl(args.dataset)}
-    only = {r.strip() for r in args.only.split(",") if r.strip()}
+    check_options(args)
+    dataset, only = dataset_map(args)
     critic: dict[tuple[str, str], dict[str, Any]] = {}
     for path in args.critic_rows:
         if not path.is_file():

@@ -33,7 +33,7 @@ def test_gold_and_empty_patch_on_a_fixture(tmp_path: Path, capsys: pytest.Captur
 
 @pytest.mark.parametrize("args, message", [
     (["--dataset", "nope.jsonl", "--repos", "."], "error: dataset not found: nope.jsonl"),
-    (["--dataset", "x.jsonl", "--repos", "no/such/dir"], "error: --repos no/such/dir is not a directory"),
+    (["--dataset", "x.jsonl", "--repos", "no/such/dir"], "error: --repos: not a directory: no/such/dir"),
     (["--dataset", "x.jsonl", "--repos", ".", "--limit", "0"], "error: --limit must be at least 1"),
 ])
 def test_bad_input_is_one_line(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

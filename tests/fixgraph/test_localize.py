@@ -265,10 +265,10 @@ def test_localization_bench_resumes_from_its_rows(wt, tmp_path: Path, capsys: py
 
 @pytest.mark.parametrize("args, message", [
     (["--dataset", "nope.jsonl", "--repos", "."], "dataset not found"),
-    (["--dataset", "{dataset}", "--repos", "nope-dir"], "is not a directory"),
+    (["--dataset", "{dataset}", "--repos", "nope-dir"], "--repos: not a directory: nope-dir"),
     (["--dataset", "{dataset}", "--repos", "{empty}"], "no instance of the dataset has a mirror"),
-    (["--dataset", "{dataset}", "--repos", ".", "--limit", "-1"], "--limit must be >= 0"),
-    (["--dataset", "{dataset}", "--repos", ".", "--stride", "0"], "--stride must be >= 1"),
+    (["--dataset", "{dataset}", "--repos", ".", "--limit", "-1"], "--limit must not be negative"),
+    (["--dataset", "{dataset}", "--repos", ".", "--stride", "0"], "--stride must be at least 1"),
 ])
 def test_localization_bench_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                   args: list[str], message: str) -> None:
