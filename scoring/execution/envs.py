@@ -223,8 +223,9 @@ class VenvEnvs:
         if not meta.get("ok"):
             raise EnvError(meta.get("reason", "unknown build failure"))
         venv = path / "venv"
+        note = str(meta.get("python_note", "")) if meta.get("python_how") == "substitute" else ""
         return TestEnv(python=str(venv / "bin" / "python"), spec=spec, path_prefix=[str(venv / "bin")],
-                       artifacts_root=path / "base", artifacts=list(meta.get("artifacts", [])),
+                       artifacts_root=path / "base", artifacts=list(meta.get("artifacts", [])), note=note,
                        # a rebuilt env (or a reinstall) must not reuse runs cached with the old one
                        key=(f"venv-{task.repo_slug}-{task.version}-py{meta.get('python_version')}"
                             f"-{meta.get('build_id', '0')}-{meta.get('installed_commit', '')[:12]}"

@@ -159,7 +159,7 @@ class SubprocessRunner:
 
     def _run(self, task: Task, wt: Worktree, env: TestEnv, patch: str | None, suite: Suite,
              run_dir: Path, work: Path, home: Path) -> SuiteRun:
-        notes: list[str] = []
+        notes: list[str] = [env.note] if env.note else []
         err = materialize(wt, task.base_commit, work)
         if err:
             return SuiteRun({}, "", 0.0, error=err, backend=self.backend)

@@ -171,6 +171,9 @@ class TestEnv:
     artifacts: list[str] = field(default_factory=list)
     key: str = "local"
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Said in every run's notes, and so in the task's record: the env's Python is a measured-safe
+    # substitute for the spec's.
+    note: str = ""
     # Points the environment's installed package at a run's working copy for the run's duration,
     # so tools that drop PYTHONPATH (tox) still import the patched code. Given the run's copy and
     # whether the run's sandbox can bind mounts; yields the (source, target) binds the run needs.

@@ -255,3 +255,27 @@ def test_the_harness_s_python_overrides_the_specs_in_an_env_of_its_own(tmp_path:
     assert out.reason == "env could not be built: needs Python 1.0 for calc 0.1: `pyenv install 1.0` (uv offers no Python 1.0 build)"
     assert envs.env_path(inst.task()).name == "fixture+calc__0.1-py1.0" and spec["python"] == "3.11"
     assert envs_mod.HARNESS_PYTHON[("sympy/sympy", "1.0")] == "3.7"
+
+
+@pytest.mark.slow
+def test_a_measured_safe_substitute_is_said_in_the_env_record_and_every_run(tmp_path: Path, monkeypatch) -> None:
+    from scoring.execution import interpreters
+
+    here = "{}.{}".format(*sys.version_info[:2])
+    spec = {"python": "3.4", "pip_packages": ["pytest"], "install": "python -m pip install --no-build-isolation -e .",
+            "test_cmd": "pytest -rA"}
+    inst, wt, _ = calc_instance(tmp_path, files={"pyproject.toml": CALC_PYPROJECT})
+    inst = inst.model_copy(update={"version": "0.1"})
+    # No Python 3.4 here and none to install: only the table's substitute can build the env.
+    monkeypatch.setattr(interpreters, "_provision", lambda xy, cache_dir: (None, "offline"))
+    monkeypatch.setattr(interpreters, "SAFE_SUBSTITUTES", {(inst.repo, "0.1"): {"3.4": (here,)}})
+    settings = config.TestSettings(backend="venv", timeout_s=120)
+    envs = VenvEnvs(tmp_path / "envs", tmp_path / "cache", settings,
+                    specs=lambda repo, version: spec if repo == inst.repo else None)
+    runner = SubprocessRunner(settings, tmp_path / "cache", envs, "venv")
+    out = run_hidden(runner, inst, wt, apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED)))
+    assert out.runnable, (out.reason, out.log_tail)
+    meta = json.loads((envs.env_path(inst.task()) / "env.json").read_text())
+    assert meta["python_how"] == "substitute" and meta["python_version"] == here
+    said = f"Python {here} for 3.4 (measured safe for {inst.repo} 0.1)"
+    assert meta["python_note"] == said and said in out.notes
