@@ -173,6 +173,8 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m eval.localize_warm_bench", description=(__doc__ or "").split("\n")[0])
+    # Its own options, not eval.options: the worker runs this file on a reference revision's
+    # packages, which may predate eval.options; --stride is over one repository anyway.
     p.add_argument("--dataset", type=Path, required=True, help="SWE-bench-format JSONL")
     p.add_argument("--repos", type=Path, required=True, help="folder of git mirrors (<owner>+<name>/repo)")
     p.add_argument("--repo", default="sympy/sympy", help="owner/name (default sympy/sympy, the largest)")

@@ -5,15 +5,25 @@ before any work."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 from pathlib import Path
 
 import pytest
 
-from eval import e2e_bench, gold_critic, options
+from eval import e2e_bench, options
 from eval.options import add_options, check_options, dataset_map, only_repos, per_repository, sample
 from fixgraph.dataset import DEFAULT_DATASET
 from scoring.verdict.judge import InputError
+from tests.test_docs import capture_parser
+
+# Every benchmark that reads a dataset, but localize_warm_bench (its worker runs this checkout's
+# script on a reference revision's packages, which may lack eval.options) and the runner and grader
+# (eval.run, eval.grade: no row options).
+BENCHES = ("build_bench", "canary_bench", "critic_bench", "e2e_bench", "env_bench", "gold_bench", "gold_critic",
+           "grade_fidelity", "image_test_count", "issue_code_bench", "local_model_smoke", "localization_bench",
+           "make_stratified", "no_tests_bench", "pipeline_bench", "regression_bench", "repro_bench",
+           "runtime_ceiling", "select_bench")
 
 ROWS = [("a/x", 0), ("a/x", 1), ("b/y", 0), ("a/x", 2), ("b/y", 1), ("c/z", 0), ("a/x", 3), ("b/y", 2)]
 
@@ -67,9 +77,16 @@ def test_every_option_has_one_default_and_a_bench_leaves_out_what_it_does_not_us
     assert "EACH REPOSITORY" in p.format_help().replace("\n", " ")
 
 
-def test_the_benches_share_the_dataset_default() -> None:
-    for bench in (e2e_bench, gold_critic):
-        assert bench.parser().parse_args(["--repos", "."]).dataset == DEFAULT_DATASET
+@pytest.mark.parametrize("bench", BENCHES)
+def test_every_bench_takes_the_shared_options(bench: str) -> None:
+    """One --dataset default, a stride per repository, -o/--output: whichever of them a bench has."""
+    module = importlib.import_module(f"eval.{bench}")
+    actions = {a.dest: a for a in capture_parser(lambda: module.main([]))._actions}
+    assert actions["dataset"].default == DEFAULT_DATASET
+    if "stride" in actions:
+        assert "EACH REPOSITORY" in (actions["stride"].help or "")
+    if "output" in actions:
+        assert {"-o", "--output"} <= set(actions["output"].option_strings)
 
 
 @pytest.mark.parametrize(("argv", "error"), [
