@@ -24,11 +24,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from eval.options import add_options, check_options, load_instances, only_repos
+from eval.options import add_options, check_options, load_instances, mirrored, only_repos
 from eval.rows import write_row
 from fixgraph.config import TestSettings
 from fixgraph.dataset import Instance
-from fixgraph.repo.workspace import RepoCache, find_mirror
+from fixgraph.repo.workspace import RepoCache
 from scoring.execution.compiled import CCACHE_STATS_LOG, CYTHON_STATS_LOG, LINK_STATS_LOG
 from scoring.execution.envs import VenvEnvs
 from scoring.execution.testenv import EnvError
@@ -152,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     versions = {s.strip() for s in args.versions.split(",") if s.strip()}
     groups: dict[tuple[str, str], list[Instance]] = defaultdict(list)
-    for inst in instances:
-        if inst.repo in only and (not versions or inst.version in versions) and find_mirror(args.repos, inst.repo):
+    for inst in mirrored(instances, args.repos, only):
+        if not versions or inst.version in versions:
             groups[(inst.repo, inst.version)].append(inst)
     if not groups:
         print(f"error: no instance of {args.dataset} matches --only/--versions with a mirror", file=sys.stderr)

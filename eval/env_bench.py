@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eval.options import add_options, check_options, load_instances, only_repos
+from eval.options import add_options, check_options, load_instances, mirrored, only_repos
 from fixgraph.config import TestSettings
 from fixgraph.dataset import Instance
 from fixgraph.records import atomic_write
-from fixgraph.repo.workspace import RepoCache, WorkspaceError, find_mirror
+from fixgraph.repo.workspace import RepoCache, WorkspaceError
 from scoring.execution.envs import VenvEnvs
 from scoring.execution.testenv import EnvError
 from scoring.verdict.judge import InputError
@@ -73,8 +73,8 @@ def _chosen(args: argparse.Namespace) -> list[Instance] | str:
     except InputError as exc:
         return str(exc)
     versions = {s.strip() for s in args.versions.split(",") if s.strip()}
-    chosen = [i for i in first_per_version(instances, only)
-              if find_mirror(args.repos, i.repo) is not None and (not versions or i.version in versions)]
+    chosen = [i for i in first_per_version(mirrored(instances, args.repos, only), only)
+              if not versions or i.version in versions]
     return chosen or f"no (repo, version) of {args.dataset} has a mirror under {args.repos}"
 
 
