@@ -97,33 +97,74 @@ def _get(payload: dict[str, Any], *path: str) -> Any:
     return node
 
 
-def from_webhook(event: str, payload: Any, gh: GitHubSettings) -> Trigger | Ignored:
+def from_webhook(event: str, payload: Any, gh: GitHubSettings) -> Trigger | Revision | Ignored:
     """The trigger a delivery carries, or why it carries none."""
     if not isinstance(payload, dict):
         return Ignored("payload is not a JSON object")
+    if event in ("pull_request_review", "pull_request_review_comment"):
+        return _review_event(event, payload, gh)
     action = payload.get("action")
     repo = _get(payload, "repository", "full_name")
     number = _get(payload, "issue", "number")
     sender = _get(payload, "sender", "login") or ""
-    installation = _get(payload, "installation", "id")
-    installation = installation if isinstance(installation, int) else None
+    installation = _installation(payload)
     if event not in ("issues", "issue_comment"):
         return Ignored(f"event {event!r} is not handled")
     if not isinstance(repo, str) or not isinstance(number, int):
         return Ignored("payload has no repository or issue number")
-    if _get(payload, "issue", "pull_request") is not None:
+    on_pr = _get(payload, "issue", "pull_request") is not None
+    if on_pr and event == "issues":
         return Ignored("the issue is a pull request")
     if event == "issues":
         if action != "labeled":
             return Ignored(f"issues action {action!r} is not handled")
         return label_trigger(repo, number, str(_get(payload, "label", "name") or ""), sender, gh, installation)
     if action != "created":
+        # An edit is never a trigger: the words acted on are the ones written when it was created.
         return Ignored(f"issue_comment action {action!r} is not handled")
     body = _get(payload, "comment", "body")
+    body = body if isinstance(body, str) else None
     association = _get(payload, "comment", "author_association")
-    return comment_trigger(repo, number, body if isinstance(body, str) else None,
-                           str(_get(payload, "comment", "user", "login") or sender),
-                           association if isinstance(association, str) else None, gh, installation)
+    association = association if isinstance(association, str) else None
+    login = str(_get(payload, "comment", "user", "login") or sender)
+    if on_pr:
+        # The issue object of a PR has no head branch; the worker checks it on the PR itself.
+        pr = {k: v for k, v in payload["issue"].items() if k != "head"}
+        return revision_trigger(repo, pr, "comment", body, login, association, gh,
+                                installation_id=installation, comment_id=_int(_get(payload, "comment", "id")))
+    return comment_trigger(repo, number, body, login, association, gh, installation)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _installation(payload: dict[str, Any]) -> int | None:
+    return _int(_get(payload, "installation", "id"))
+
+
+def _review_event(event: str, payload: dict[str, Any], gh: GitHubSettings) -> Revision | Ignored:
+    """A review submitted on a PR, or a comment on one of its lines."""
+    repo, pr = _get(payload, "repository", "full_name"), payload.get("pull_request")
+    if not isinstance(repo, str) or not isinstance(pr, dict):
+        return Ignored("payload has no repository or pull request")
+    key = "review" if event == "pull_request_review" else "comment"
+    wanted = "submitted" if key == "review" else "created"
+    if payload.get("action") != wanted:
+        return Ignored(f"{event} action {payload.get('action')!r} is not handled")
+    item = payload.get(key)
+    if not isinstance(item, dict):
+        return Ignored(f"payload has no {key}")
+    if key == "review" and str(item.get("state") or "").lower() == "approved":
+        return Ignored("the review approves: nothing to revise")
+    text, association = item.get("body"), item.get("author_association")
+    login = str(_get(item, "user", "login") or _get(payload, "sender", "login") or "")
+    path, line = item.get("path"), _int(item.get("line")) or _int(item.get("original_line"))
+    return revision_trigger(repo, pr, "review" if key == "review" else "review_comment",
+                            text if isinstance(text, str) else None, login,
+                            association if isinstance(association, str) else None, gh,
+                            path=path if isinstance(path, str) else None, line=line,
+                            installation_id=_installation(payload), comment_id=_int(item.get("id")))
 
 
 # A reviewer's words go into a prompt; past this size they are cut (and say so) rather than let one
@@ -142,6 +183,18 @@ class Revision:
     text: str
     path: str | None = None
     line: int | None = None
+    installation_id: int | None = None
+    # The line comment to answer in its thread (a review or a PR comment is answered on the PR).
+    comment_id: int | None = None
+    # Requests that arrived while an earlier round ran: answered together in this one round.
+    more: tuple[Revision, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.repo.lower()}#{self.number}"
+
+    def requests(self) -> tuple[Revision, ...]:
+        return (self, *self.more)
 
 
 def cut_review(text: str, limit: int = MAX_REVIEW_CHARS) -> str:
@@ -156,20 +209,24 @@ def is_bot_pr(pr: Any, gh: GitHubSettings) -> bool:
     if not isinstance(pr, dict):
         return False
     body, ref, login = pr.get("body"), _get(pr, "head", "ref"), _get(pr, "user", "login")
-    if not (isinstance(body, str) and MARKER in body and isinstance(ref, str) and ref.startswith("fixgraph/")):
+    if not (isinstance(body, str) and MARKER in body):
+        return False
+    # An issue_comment's PR has no head at all: the worker checks the branch on the PR itself.
+    if "head" in pr and not (isinstance(ref, str) and ref.startswith("fixgraph/")):
         return False
     return not gh.bot_login or (isinstance(login, str) and login.lower() == gh.bot_login.lower())
 
 
 def revision_trigger(repo: str, pr: Any, reason: str, text: str | None, login: str,
                      association: str | None, gh: GitHubSettings,
-                     path: str | None = None, line: int | None = None) -> Revision | Ignored:
+                     path: str | None = None, line: int | None = None, installation_id: int | None = None,
+                     comment_id: int | None = None) -> Revision | Ignored:
     """Whether a review, a line comment or a ``/fixgraph`` comment on a PR asks for a revision."""
     if is_own_comment(text, login, gh):
         return Ignored("the bot's own comment")
     if not is_bot_pr(pr, gh):
         return Ignored("the pull request was not opened by fixgraph")
-    if pr.get("state") != "open" or pr.get("merged"):
+    if pr.get("state") != "open" or pr.get("merged") or pr.get("merged_at"):
         return Ignored("the pull request is closed")
     words = (text or "").strip()
     if reason == "comment":
@@ -185,4 +242,8 @@ def revision_trigger(repo: str, pr: Any, reason: str, text: str | None, login: s
     number = pr.get("number")
     if not isinstance(number, int):
         return Ignored("payload has no pull request number")
-    return Revision(repo, number, reason, login, cut_review(words), path, line)
+    return Revision(repo, number, reason, login, cut_review(words), path, line, installation_id, comment_id)
+
+
+# What the job queue runs: a run on an issue, or a revision of the bot's PR.
+Job = Trigger | Revision

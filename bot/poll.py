@@ -1,7 +1,9 @@
 """Polling, for teams that cannot expose a webhook: the same triggers, read from the REST API.
 
 Each cycle reads the repository's issue events newer than the last one seen (``labeled`` with the
-bot's label) and issue comments created since the last cycle (the command). Cursors are kept in
+bot's label) and issue comments created since the last cycle (the command); on the bot's own open
+pull requests, the reviews, line comments and ``/fixgraph`` comments newer than the last seen ask
+for a revision. Items are matched by id, so an old comment edited since is never read again. Cursors are kept in
 ``<cache_dir>/bot/poll-<owner>+<name>.json`` so a restart neither replays history nor misses what
 happened while it was down. On the very first cycle there is no cursor: open issues that carry
 the label and have no comment from the bot yet are picked up, nothing older.
@@ -9,6 +11,7 @@ the label and have no comment from the bot yet are picked up, nothing older.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -19,10 +22,18 @@ from typing import Any
 
 from github.GithubException import GithubException
 
-from bot.events import Ignored, Trigger, comment_trigger, label_trigger
+from bot.events import (
+    Ignored,
+    Job,
+    Revision,
+    comment_trigger,
+    is_bot_pr,
+    label_trigger,
+    revision_trigger,
+)
 from fixgraph.config import RunConfig
 from fixgraph.github.client import GitHubAccess
-from fixgraph.github.pr import MARKER
+from fixgraph.github.pr import MARKER, MAX_PRS_SCANNED
 from fixgraph.records import atomic_write
 
 log = logging.getLogger("fixgraph.bot")
@@ -33,7 +44,7 @@ def _iso(when: dt.datetime) -> str:
 
 
 class Poller:
-    def __init__(self, cfg: RunConfig, access: GitHubAccess, repo: str, submit: Callable[[Trigger], bool],
+    def __init__(self, cfg: RunConfig, access: GitHubAccess, repo: str, submit: Callable[[Job], bool],
                  state_dir: Path | None = None):
         self.cfg = cfg
         self.access = access
@@ -50,13 +61,14 @@ class Poller:
     def _save(self, state: dict[str, Any]) -> None:
         atomic_write(self.state_path, json.dumps(state, indent=2) + "\n")
 
-    def poll_once(self) -> list[Trigger]:
+    def poll_once(self) -> list[Job]:
         """One cycle; returns the triggers it found (each also handed to ``submit``)."""
         gh = self.cfg.github
         started = dt.datetime.now(dt.UTC)
         repo = self.access.session(repo=self.repo_name).gh.get_repo(self.repo_name)
         state = self._load()
-        found: list[Trigger | Ignored] = []
+        found: list[Job | Ignored] = []
+        bot_prs = self._bot_prs(repo)
         newest_event = state["event_id"] if state else 0
         for event in repo.get_issues_events():  # newest first
             if state is not None and event.id <= state["event_id"]:
@@ -79,23 +91,78 @@ class Poller:
                     continue
                 newest_comment = max(newest_comment, c.id)
                 number = int(c.issue_url.rstrip("/").rsplit("/", 1)[1])
-                found.append(comment_trigger(self.repo_name, number, c.body, c.user.login,
-                                             c.author_association, gh))
-        triggers = []
+                if number in bot_prs:
+                    found.append(revision_trigger(self.repo_name, bot_prs[number], "comment", c.body, c.user.login,
+                                                  c.author_association, gh, comment_id=c.id))
+                else:
+                    found.append(comment_trigger(self.repo_name, number, c.body, c.user.login,
+                                                 c.author_association, gh))
+        cursors = self._reviews(repo, bot_prs, state, found)
+        triggers = self._one_per_key(found)
+        # The cursor moves only after the whole cycle read cleanly, so a failed cycle is redone.
+        # Comments are also matched by id, so the overlap only absorbs clock skew with GitHub.
+        since_next = started - dt.timedelta(minutes=2)
+        self._save({"event_id": newest_event, "comment_id": newest_comment, "comments_since": _iso(since_next),
+                    **cursors})
+        for t in triggers:
+            self.submit(t)
+        return triggers
+
+    def _one_per_key(self, found: list[Job | Ignored]) -> list[Job]:
+        """Events come newest-first; a label added twice is two events, one job. The revisions a
+        cycle finds on one PR make one round that answers them all."""
+        jobs: dict[str, Job] = {}
         for item in found:
             if isinstance(item, Ignored):
                 log.debug("poll %s: ignored: %s", self.repo_name, item.reason)
                 continue
-            # Events come newest-first; a label added twice is two events, one job.
-            if item.key not in {t.key for t in triggers}:
-                triggers.append(item)
-        # The cursor moves only after the whole cycle read cleanly, so a failed cycle is redone.
-        # Comments are also matched by id, so the overlap only absorbs clock skew with GitHub.
-        since_next = started - dt.timedelta(minutes=2)
-        self._save({"event_id": newest_event, "comment_id": newest_comment, "comments_since": _iso(since_next)})
-        for t in triggers:
-            self.submit(t)
-        return triggers
+            first = jobs.get(item.key)
+            if first is None:
+                jobs[item.key] = item
+            elif isinstance(first, Revision) and isinstance(item, Revision):
+                jobs[item.key] = dataclasses.replace(first, more=(*first.more, item))
+        return list(jobs.values())
+
+    def _bot_prs(self, repo: Any) -> dict[int, dict[str, Any]]:
+        """The bot's open pull requests, as GitHub sends them, by number."""
+        out: dict[int, dict[str, Any]] = {}
+        for seen, pr in enumerate(repo.get_pulls(state="open", sort="created", direction="desc")):
+            if seen >= MAX_PRS_SCANNED:
+                break
+            # From the listing's own fields: raw_data would fetch each PR again.
+            raw = {"number": pr.number, "state": pr.state, "merged_at": pr.merged_at, "body": pr.body,
+                   "user": {"login": pr.user.login}, "head": {"ref": pr.head.ref}}
+            if is_bot_pr(raw, self.cfg.github):
+                out[pr.number] = raw
+        return out
+
+    def _reviews(self, repo: Any, bot_prs: dict[int, dict[str, Any]], state: dict[str, Any] | None,
+                 found: list[Job | Ignored]) -> dict[str, Any]:
+        """Reviews and line comments on the bot's PRs newer than the cursors (only the cursors on
+        the first cycle); returns the cursors to save."""
+        gh = self.cfg.github
+        cur = state or {}
+        first = "review_id" not in cur
+        review_id, line_id = int(cur.get("review_id", 0)), int(cur.get("review_comment_id", 0))
+        newest_review, newest_line = review_id, line_id
+        for number, raw in bot_prs.items():
+            for review in repo.get_pull(number).get_reviews():
+                newest_review = max(newest_review, review.id)
+                if first or review.id <= review_id or str(review.state).upper() == "APPROVED":
+                    continue
+                found.append(revision_trigger(self.repo_name, raw, "review", review.body, review.user.login,
+                                              review.author_association, gh))
+        since = {} if first else {"since": dt.datetime.fromisoformat(cur["comments_since"].replace("Z", "+00:00"))}
+        for c in repo.get_pulls_review_comments(sort="created", direction="asc", **since):
+            newest_line = max(newest_line, c.id)
+            number = int(c.pull_request_url.rstrip("/").rsplit("/", 1)[1])
+            if first or c.id <= line_id or number not in bot_prs:
+                continue
+            line = c.line or c.original_line
+            found.append(revision_trigger(self.repo_name, bot_prs[number], "review_comment", c.body, c.user.login,
+                                          c.author_association, gh, path=c.path,
+                                          line=line if isinstance(line, int) else None, comment_id=c.id))
+        return {"review_id": newest_review, "review_comment_id": newest_line}
 
     def run(self, stop: threading.Event, interval: float | None = None) -> None:
         interval = interval or self.cfg.github.poll_interval_s

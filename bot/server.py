@@ -5,7 +5,8 @@
   411  no Content-Length (a chunked body is refused rather than read without a bound)
   413  body over GitHub's 25 MB limit (answered before reading any of it)
   204  an event, action, label, repository or commenter the bot does not act on
-  202  a job was queued (or was already in flight for that issue)
+  202  a job was queued (or was already in flight for that issue; a revision asked for while its PR's
+       job runs is held for one more round)
   200  ping, GET /healthz, and a delivery id already seen (GitHub's redelivery: no second job)
 
 Clients are hostile until the signature says otherwise: each connection gets one request and
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-from bot.events import Ignored, Trigger, from_webhook, verify_signature
+from bot.events import Ignored, Job, from_webhook, verify_signature
 from fixgraph.config import ConfigError, GitHubSettings
 
 log = logging.getLogger("fixgraph.bot")
@@ -83,7 +84,7 @@ class WebhookHandler(BaseHTTPRequestHandler):
     gh: GitHubSettings
     secret: str
     seen: DeliveryLog
-    submit: Callable[[Trigger], bool]
+    submit: Callable[[Job], bool]
     deadline_s: float = REQUEST_DEADLINE_S
     server_version = "fixgraph-bot"
     protocol_version = "HTTP/1.1"
@@ -194,7 +195,7 @@ class WebhookHandler(BaseHTTPRequestHandler):
                           **({} if queued else {"reason": "a job for this issue is already in flight"})})
 
 
-def make_server(gh: GitHubSettings, submit: Callable[[Trigger], bool], host: str | None = None,
+def make_server(gh: GitHubSettings, submit: Callable[[Job], bool], host: str | None = None,
                 port: int | None = None, deliveries: DeliveryLog | None = None,
                 deadline_s: float = REQUEST_DEADLINE_S) -> ThreadingHTTPServer:
     """The webhook server. ``deliveries``: where seen delivery ids persist (default: memory only)."""

@@ -17,11 +17,12 @@ from github.GithubException import GithubException
 from github.Issue import Issue
 from github.Repository import Repository
 
-from bot.events import Trigger, is_command, is_own_comment
+from bot.events import Job, Revision, Trigger, is_command, is_own_comment
+from bot.revise import revise
 from fixgraph.config import RunConfig
 from fixgraph.dataset import Task
 from fixgraph.github.client import GitHubAccess, Session
-from fixgraph.github.pr import MARKER, GitHubPublisher, RemoteGitError, run_git
+from fixgraph.github.pr import MARKER, CloneError, GitHubPublisher, RemoteGitError, run_git
 from fixgraph.records import RunStore, file_lock, redact
 from fixgraph.repo.workspace import RepoCache
 
@@ -48,10 +49,6 @@ def problem_statement(title: str, body: str | None, comments: list[tuple[str, st
     return "\n\n".join(parts) + "\n"
 
 
-class CloneError(Exception):
-    pass
-
-
 class Worker:
     def __init__(self, cfg: RunConfig, access: GitHubAccess, repo_cache: RepoCache | None = None,
                  run_fn: RunFn | None = None, run_kwargs: dict[str, Any] | None = None):
@@ -73,13 +70,14 @@ class Worker:
         except GithubException as exc:
             log.warning("could not comment on %s#%s: %s", issue.repository.full_name, issue.number, exc.status)
 
-    def fetch_base(self, repo: Repository, session: Session) -> str:
-        """Clone (or update) the repository into the cache and return its default branch's head.
+    def fetch_base(self, repo: Repository, session: Session, branch: str | None = None, url: str | None = None) -> str:
+        """Clone (or update) the repository into the cache and return the head of ``branch`` (the
+        default branch unless named; fetched from ``url``, a fork's, when given).
 
         The clone is authenticated like the push (a private repository works); RepoCache then finds
         it in place and never needs credentials itself.
         """
-        name, branch, url = repo.full_name, repo.default_branch, repo.clone_url
+        name, branch, url = repo.full_name, branch or repo.default_branch, url or repo.clone_url
         bare = self.repo_cache.bare_path(name)
         secrets = self.cfg.secrets()
         with file_lock(bare.with_suffix(".lock")):
@@ -117,8 +115,14 @@ class Worker:
 
     # ---- the job ---------------------------------------------------------------------
 
-    def __call__(self, trigger: Trigger) -> None:
-        self.handle(trigger)
+    def runner(self) -> RunFn:
+        return self.run_fn or default_run_fn()
+
+    def __call__(self, job: Job) -> None:
+        if isinstance(job, Revision):
+            revise(self, job)
+        else:
+            self.handle(job)
 
     def handle(self, trigger: Trigger) -> dict[str, Any] | None:
         try:
@@ -146,7 +150,7 @@ class Worker:
             return None
         inst = self.instance(repo, issue, base)
         publisher = GitHubPublisher(self.cfg, repo, issue.number, issue.title, session.token)
-        run = self.run_fn or default_run_fn()
+        run = self.runner()
         log.info("%s: running the pipeline at %s", trigger.key, base[:12])
         try:
             record = run(inst, self.cfg, publisher=publisher, repo_cache=self.repo_cache,

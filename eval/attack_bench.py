@@ -31,6 +31,7 @@ from eval.attacks import (  # noqa: F401 - each registers its attacks
     install,
     patch_guard,
     repro,
+    review,
     sandbox,
     sockets,
     webhook,

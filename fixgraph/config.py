@@ -271,6 +271,8 @@ class GitHubSettings(_Strict):
     # Push to this remote URL instead of the repository (a fork, or a local bare repo).
     push_remote: str | None = None
     max_concurrent_jobs: int = Field(default=2, ge=1)
+    # Rounds of revision a review can start on one of the bot's PRs (each a run with its own budget).
+    max_revisions: int = Field(default=3, ge=0)
     # The bot (bot/, fixgraph/github/pr.py).
     # The installation to use when an event does not name one (polling as a GitHub App).
     app_installation_id: int | None = None
@@ -400,6 +402,7 @@ ENV_KEYS: dict[str, tuple[str, ...]] = {
     "FIXGRAPH_ALLOWLIST": ("github", "allowlist"),
     "FIXGRAPH_ALLOWED_USERS": ("github", "allowed_users"),
     "FIXGRAPH_LABEL": ("github", "label"),
+    "FIXGRAPH_MAX_REVISIONS": ("github", "max_revisions"),
     "FIXGRAPH_BOT_LOGIN": ("github", "bot_login"),
     "FIXGRAPH_WEBHOOK_HOST": ("github", "webhook_host"),
     "FIXGRAPH_WEBHOOK_PORT": ("github", "webhook_port"),

@@ -168,8 +168,12 @@ def check_checkpoints(path: Path) -> None:
 
 def run_task(item: Instance | Task, cfg: RunConfig, *, build_graph: GraphFactory, publisher: Publisher,
              repo_cache: RepoCache, store: RunStore | None = None, model_factory: ModelFactory | None = None,
-             run_meter: RunMeter | None = None, on_event: EventHook | None = None) -> dict[str, Any]:
-    """Run the graph on one task and return its record (also written to ``store`` when given)."""
+             run_meter: RunMeter | None = None, on_event: EventHook | None = None,
+             initial: TaskState | None = None) -> dict[str, Any]:
+    """Run the graph on one task and return its record (also written to ``store`` when given).
+
+    ``initial``: state the run starts with besides the task (the bot's revision of its own PR
+    keeps the first round's reproduction test this way)."""
     instance, oracle = split(item, cfg)
     for folder in (cfg.cache_dir, cfg.runs_dir, cfg.predictions_dir):
         sandbox.cover(folder)  # no test of this task sees fixgraph's own folders
@@ -202,8 +206,10 @@ def run_task(item: Instance | Task, cfg: RunConfig, *, build_graph: GraphFactory
                                   policy=CallPolicy.of(cfg.llm), node_caps=cfg.llm.node_output_tokens,
                                   on_event=on_event),
                           publisher=publisher, cache_dir=cfg.cache_dir.resolve())
-        start_state: TaskState | None = None if resumed else TaskState(
-            instance_id=instance.instance_id, problem=instance.issue)
+        start_state: TaskState | None = None
+        if not resumed:
+            start_state = TaskState(**(initial or {}))
+            start_state.update(instance_id=instance.instance_id, problem=instance.issue)
         # "sync": a node's checkpoint is on disk before the next node starts. LangGraph's default
         # writes it in the background, so a worker SIGKILLed early in a node could lose the last
         # one and its task start over (seen under a load of 15: a killed task rerun without resuming).

@@ -70,6 +70,8 @@ class FakeGitHub:
         self.comments: dict[str, list[dict[str, Any]]] = {}
         self.events: dict[str, list[dict[str, Any]]] = {}
         self.pulls: dict[str, list[dict[str, Any]]] = {}
+        self.reviews: dict[str, list[dict[str, Any]]] = {}
+        self.review_comments: dict[str, list[dict[str, Any]]] = {}
         self.requests: list[Seen] = []
         self.git_requests: list[Seen] = []
         self.rate_limits: list[RateLimit] = []
@@ -121,6 +123,8 @@ class FakeGitHub:
             self.comments[full_name] = []
             self.events[full_name] = []
             self.pulls[full_name] = []
+            self.reviews[full_name] = []
+            self.review_comments[full_name] = []
         return repo
 
     def add_issue(self, full_name: str, number: int, title: str, body: str | None,
@@ -173,6 +177,59 @@ class FakeGitHub:
     def open_pulls(self, full_name: str) -> list[dict[str, Any]]:
         with self.lock:
             return [p for p in self.pulls[full_name] if p["state"] == "open"]
+
+    def add_pull(self, full_name: str, branch: str, title: str, body: str, head_owner: str | None = None,
+                 user: str = "fixgraph-bot[bot]") -> dict[str, Any]:
+        """A PR from ``branch`` (which must exist in the repository's git data) onto the default branch."""
+        with self.lock:
+            repo = self.repos[full_name]
+            status, _, pr = self._create_pull(repo, full_name, {
+                "head": f"{head_owner or repo['owner']['login']}:{branch}", "base": repo["default_branch"],
+                "title": title, "body": body})
+            assert status == 201, pr
+            pr["user"] = {"login": user, "id": 9, "type": "Bot" if user.endswith("[bot]") else "User"}
+            self.issues[full_name][pr["number"]]["user"] = pr["user"]
+            return pr
+
+    def pull(self, full_name: str, number: int) -> dict[str, Any]:
+        with self.lock:
+            return next(p for p in self.pulls[full_name] if p["number"] == number)
+
+    def review(self, full_name: str, number: int, body: str, user: str = "alice", association: str = "OWNER",
+               state: str = "COMMENTED") -> dict[str, Any]:
+        """A review submitted on PR ``number`` (state COMMENTED, CHANGES_REQUESTED or APPROVED)."""
+        with self.lock:
+            pr = next(p for p in self.pulls[full_name] if p["number"] == number)
+            rid = next(self.ids)
+            review = {"id": rid, "body": body, "state": state, "user": {"login": user, "id": 8, "type": "User"},
+                      "author_association": association, "commit_id": pr["head"]["sha"], "submitted_at": now_iso(),
+                      "html_url": f"{pr['html_url']}#pullrequestreview-{rid}", "pull_request_url": pr["url"],
+                      "_number": number}
+            self.reviews[full_name].append(review)
+            return review
+
+    def review_comment(self, full_name: str, number: int, body: str, path: str, line: int, user: str = "alice",
+                       association: str = "OWNER", in_reply_to: int | None = None) -> dict[str, Any]:
+        """A comment on line ``line`` of ``path`` in PR ``number``'s diff."""
+        with self.lock:
+            return self._add_review_comment(full_name, number, body, path, line, user, association, in_reply_to)
+
+    def _add_review_comment(self, full_name: str, number: int, body: str, path: str | None, line: int | None,
+                            user: str, association: str, in_reply_to: int | None) -> dict[str, Any]:
+        pr = next(p for p in self.pulls[full_name] if p["number"] == number)
+        cid = next(self.ids)
+        c = {"id": cid, "body": body, "path": path, "line": line, "original_line": line, "side": "RIGHT",
+             "user": {"login": user, "id": 8, "type": "User"}, "author_association": association,
+             "commit_id": pr["head"]["sha"], "created_at": now_iso(), "updated_at": now_iso(),
+             "html_url": f"{pr['html_url']}#discussion_r{cid}", "pull_request_url": pr["url"],
+             "url": f"{self.base_url}/repos/{full_name}/pulls/comments/{cid}", "_number": number,
+             **({"in_reply_to_id": in_reply_to} if in_reply_to is not None else {})}
+        self.review_comments[full_name].append(c)
+        return c
+
+    def review_comments_on(self, full_name: str, number: int) -> list[dict[str, Any]]:
+        with self.lock:
+            return [c for c in self.review_comments[full_name] if c["_number"] == number]
 
     def rate_limit_once(self, method: str, pattern: str, kind: str = "retry_after", seconds: int = 1) -> None:
         with self.lock:
@@ -254,6 +311,9 @@ class FakeGitHub:
             return 200, {}, [c for c in self.comments[full_name] if c["created_at"] >= since]
         if rest == "/issues/events" and method == "GET":
             return 200, {}, list(reversed(self.events[full_name]))  # newest first, as GitHub
+        found = self._pull_endpoint(full_name, method, rest, q, body)
+        if found is not None:
+            return found
         if rest == "/pulls" and method == "GET":
             pulls = self.pulls[full_name]
             if q.get("state", "open") != "all":
@@ -268,14 +328,46 @@ class FakeGitHub:
             pr = next((p for p in self.pulls[full_name] if p["number"] == int(m.group(1))), None)
             if pr is None:
                 return 404, {}, {"message": "Not Found"}
+            pr["head"]["sha"] = self._branch_sha(full_name, pr["head"]["ref"]) or pr["head"]["sha"]
             if method == "PATCH":
                 for key in ("title", "body", "state"):
                     if key in body:
                         pr[key] = body[key]
+                        if key in ("body", "state") and pr["number"] in self.issues[full_name]:
+                            self.issues[full_name][pr["number"]][key] = body[key]
                 pr["updated_at"] = now_iso()
                 pr["_edits"] = pr.get("_edits", 0) + 1
             return 200, {}, pr
         return 404, {}, {"message": "Not Found"}
+
+    def _pull_endpoint(self, full_name: str, method: str, rest: str, q: dict[str, str],
+                       body: Any) -> tuple[int, dict[str, str], Any] | None:
+        """Branches, reviews and review comments (None: not one of these)."""
+        m = re.fullmatch(r"/branches/(.+)", rest)
+        if m and method == "GET":
+            sha = self._branch_sha(full_name, m.group(1))
+            if sha is None:
+                return 404, {}, {"message": "Branch not found"}
+            return 200, {}, {"name": m.group(1), "commit": {"sha": sha}, "protected": False}
+        if rest == "/pulls/comments" and method == "GET":
+            since = q.get("since", "")
+            return 200, {}, [c for c in self.review_comments[full_name] if c["created_at"] >= since]
+        m = re.fullmatch(r"/pulls/(\d+)/(reviews|comments)", rest)
+        if m and method == "GET":
+            store = self.reviews if m.group(2) == "reviews" else self.review_comments
+            return 200, {}, [x for x in store[full_name] if x["_number"] == int(m.group(1))]
+        m = re.fullmatch(r"/pulls/(\d+)/comments/(\d+)/replies", rest)
+        if m and method == "POST":
+            number, parent = int(m.group(1)), int(m.group(2))
+            top = next((c for c in self.review_comments[full_name]
+                        if c["id"] == parent and c["_number"] == number), None)
+            if top is None:
+                return 404, {}, {"message": "Not Found"}
+            if not isinstance(body, dict) or not body.get("body"):
+                return 422, {}, {"message": "Validation Failed"}
+            return 201, {}, self._add_review_comment(full_name, number, body["body"], top["path"], top["line"],
+                                                     "fixgraph-bot[bot]", "NONE", parent)
+        return None
 
     def _create_pull(self, repo: dict[str, Any], full_name: str, body: Any) -> tuple[int, dict[str, str], Any]:
         if self.refuse_pulls:
@@ -296,15 +388,23 @@ class FakeGitHub:
         pr_id = next(self.ids)
         pr = {
             "id": pr_id, "node_id": f"PR_kw{pr_id}", "number": number, "state": "open", "title": body.get("title"),
-            "body": body.get("body"), "draft": bool(body.get("draft")), "merged": False,
+            "body": body.get("body"), "draft": bool(body.get("draft")), "merged": False, "merged_at": None,
             "user": {"login": "fixgraph-bot[bot]", "id": 9, "type": "Bot"},
             "head": {"ref": branch, "label": label, "sha": sha, "repo": repo},
             "base": {"ref": body.get("base"), "label": f"{repo['owner']['login']}:{body.get('base')}", "repo": repo},
             "html_url": f"{self.host}/{full_name}/pull/{number}",
             "url": f"{self.base_url}/repos/{full_name}/pulls/{number}",
+            "issue_url": f"{self.base_url}/repos/{full_name}/issues/{number}",
             "created_at": now_iso(), "updated_at": now_iso(),
         }
         self.pulls[full_name].append(pr)
+        # On GitHub a PR is also an issue: its conversation comments live under /issues/{number}.
+        self.issues[full_name][number] = {
+            "id": pr_id, "number": number, "title": pr["title"], "body": pr["body"], "state": "open",
+            "user": pr["user"], "labels": [], "comments": 0, "author_association": "NONE",
+            "created_at": pr["created_at"], "updated_at": pr["created_at"], "html_url": pr["html_url"],
+            "url": f"{self.base_url}/repos/{full_name}/issues/{number}",
+            "repository_url": f"{self.base_url}/repos/{full_name}", "pull_request": {"url": pr["url"]}}
         return 201, {}, pr
 
     def _graphql(self, body: Any) -> tuple[int, dict[str, str], Any]:
@@ -571,3 +671,35 @@ def comment_payload(full_name: str, number: int, body: str, user: str = "alice",
     if installation is not None:
         payload["installation"] = {"id": installation}
     return payload
+
+
+def _pr_payload(pr: dict[str, Any]) -> dict[str, Any]:
+    return _public(dict(pr))
+
+
+def review_payload(full_name: str, pr: dict[str, Any], review: dict[str, Any],
+                   installation: int | None = None) -> dict[str, Any]:
+    """``pull_request_review`` (submitted) for a review made with :meth:`FakeGitHub.review`."""
+    payload: dict[str, Any] = {"action": "submitted", "review": _public(review), "pull_request": _pr_payload(pr),
+                               "repository": _repo_payload(full_name), "sender": review["user"]}
+    if installation is not None:
+        payload["installation"] = {"id": installation}
+    return payload
+
+
+def review_comment_payload(full_name: str, pr: dict[str, Any], comment: dict[str, Any],
+                           action: str = "created") -> dict[str, Any]:
+    """``pull_request_review_comment`` for a comment made with :meth:`FakeGitHub.review_comment`."""
+    return {"action": action, "comment": _public(comment), "pull_request": _pr_payload(pr),
+            "repository": _repo_payload(full_name), "sender": comment["user"]}
+
+
+def pr_comment_payload(full_name: str, pr: dict[str, Any], body: str, user: str = "alice",
+                       association: str = "OWNER", action: str = "created") -> dict[str, Any]:
+    """``issue_comment`` on a pull request (its issue object carries ``pull_request``, no head)."""
+    issue = {"number": pr["number"], "title": pr["title"], "body": pr["body"], "state": pr["state"],
+             "user": pr["user"], "pull_request": {"url": pr["url"]}}
+    return {"action": action, "issue": issue,
+            "comment": {"id": 6, "body": body, "user": {"login": user, "type": "User"},
+                        "author_association": association},
+            "repository": _repo_payload(full_name), "sender": {"login": user, "type": "User"}}

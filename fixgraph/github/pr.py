@@ -54,6 +54,10 @@ class RemoteGitError(Exception):
 PushRejected = RemoteGitError
 
 
+class CloneError(Exception):
+    """The bot could not clone or fetch what a job starts from; the message says what."""
+
+
 def branch_name(number: int, title: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:40].rstrip("-")
     return f"fixgraph/{number}-{slug or 'issue'}"
