@@ -98,6 +98,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--check", action="store_true",
                    help="check the LLM endpoint, models, pyright, git, the test backend and GitHub; with --dataset, "
                    "also each task's env (interpreter, system packages); run nothing")
+    p.add_argument("--repo", type=Path, metavar="DIR",
+                   help="with --check: the environment inferred for the git checkout DIR, built, and its test "
+                   "command run at HEAD (what the bot would do on that repository)")
     p.add_argument("--prepare", action="store_true",
                    help="clone and build every env the tasks need (up to --workers at once); no LLM call")
     p.add_argument("--require-tests", action="store_true",

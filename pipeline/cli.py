@@ -126,6 +126,21 @@ def check_all(args: argparse.Namespace) -> int:
     return 0 if ready else 1
 
 
+def check_repo_cli(args: argparse.Namespace) -> int:
+    """``--check --repo DIR``: the env inferred for the checkout, built, its tests run at HEAD."""
+    from scoring.execution.repo_check import CheckError, check_repo, report_lines
+
+    cfg = load_config(args.config)
+    if cfg.tests.backend != "venv":
+        raise ConfigError(f"--check --repo builds a venv; the config's test backend is {cfg.tests.backend}")
+    try:
+        check = check_repo(args.repo, cfg.tests, cfg.cache_dir, timeout_s=cfg.tests.timeout_s)
+    except CheckError as exc:
+        raise ConfigError(str(exc)) from None
+    print("\n".join(report_lines(check)))
+    return 0 if check.built and not check.reason else 1
+
+
 def load_instances(args: argparse.Namespace, cfg: RunConfig) -> list[Instance]:
     from fixgraph.dataset import DatasetError, hub_spec, load_dataset_any, select
 
@@ -190,6 +205,10 @@ def run_cli(args: argparse.Namespace, build_graph: GraphFactory) -> int:
             raise ConfigError("--ray-address needs --executor ray")
         if args.repos is not None and not args.repos.is_dir():
             raise ConfigError(f"--repos {args.repos} is not a folder")
+        if getattr(args, "repo", None) is not None:
+            if not getattr(args, "check", False):
+                raise ConfigError("--repo goes with --check")
+            return check_repo_cli(args)
         if getattr(args, "check", False):
             return check_all(args)
         if getattr(args, "prepare", False):

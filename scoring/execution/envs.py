@@ -58,6 +58,7 @@ from scoring.execution.compiled import (
     reuse_generated,
     with_wheel_pins,
 )
+from scoring.execution.infer import ConfigError, as_spec, infer_at
 from scoring.execution.interpreters import resolve
 from scoring.execution.specs import repo_specs, requirements_paths, requirements_text
 from scoring.execution.testenv import EnvError, LocalService, TestEnv, materialize
@@ -159,16 +160,37 @@ class VenvEnvs:
         self.settings = settings
         # swebench's specs unless given (tests give a spec for a fixture repo)
         self.specs = specs or (lambda repo, version: repo_specs(self.cache_dir, repo, version))
+        # (repo, base commit) -> the spec inferred from that commit's files, or why there is none
+        self._inferred: dict[tuple[str, str], dict[str, Any] | str] = {}
 
-    def env_path(self, task: Task) -> Path:
+    def env_path(self, task: Task, spec: dict[str, Any] | None = None) -> Path:
         # A pinned Python gets its own folder: the env built from the specs may be in use.
         pinned = self.settings.python or HARNESS_PYTHON.get((task.repo, task.version))
-        return self.root / (f"{task.repo_slug}__{task.version}" + (f"-py{pinned}" if pinned else ""))
+        # An inferred env is keyed by what it was built from: the issues of a repository share it
+        # while its dependency files stay the same, whatever their version field says.
+        name = f"inferred-{spec['env_key']}" if spec and spec.get("inferred") else task.version
+        return self.root / (f"{task.repo_slug}__{name}" + (f"-py{pinned}" if pinned else ""))
+
+    def spec_for(self, task: Task, wt: Worktree) -> dict[str, Any]:
+        """swebench's spec for the task's (repo, version); for one it has no spec for (another
+        repository, an empty or unknown version), the environment inferred from the base commit's
+        own files and the maintainer's committed table (``scoring.execution.infer``)."""
+        spec = self.specs(task.repo, task.version) if task.version else None
+        if spec is not None:
+            return spec
+        key = (task.repo, task.base_commit)
+        if key not in self._inferred:
+            try:
+                self._inferred[key] = as_spec(infer_at(wt.path, task.base_commit))
+            except ConfigError as exc:
+                self._inferred[key] = str(exc)
+        found = self._inferred[key]
+        if isinstance(found, str):
+            raise EnvError(found)
+        return found
 
     def get(self, task: Task, wt: Worktree) -> TestEnv:
-        spec = self.specs(task.repo, task.version) if task.version else None
-        if spec is None:
-            raise EnvError(f"swebench has no install specs for {task.repo} version {task.version!r}")
+        spec = self.spec_for(task, wt)
         if (task.repo, task.version) in HARNESS_PYTHON:
             spec = {**spec, "python": HARNESS_PYTHON[(task.repo, task.version)]}
         if self.settings.python:
@@ -176,7 +198,7 @@ class VenvEnvs:
         if is_compiled(task.repo):  # the test runs redo pre_install too: not its downloads and apt-get
             spec = {**with_wheel_pins(task.repo, task.version, spec),
                     "pre_install": offline_pre_install(list(spec.get("pre_install", [])))}
-        path = self.env_path(task)
+        path = self.env_path(task, spec)
         with file_lock(path.parent / f"{path.name}.lock"):
             meta_path = path / "env.json"
             meta = self._built(task, wt, spec, path, env_record(path))
@@ -227,7 +249,7 @@ class VenvEnvs:
         return TestEnv(python=str(venv / "bin" / "python"), spec=spec, path_prefix=[str(venv / "bin")],
                        artifacts_root=path / "base", artifacts=list(meta.get("artifacts", [])), note=note,
                        # a rebuilt env (or a reinstall) must not reuse runs cached with the old one
-                       key=(f"venv-{task.repo_slug}-{task.version}-py{meta.get('python_version')}"
+                       key=(f"venv-{path.name}-py{meta.get('python_version')}"
                             f"-{meta.get('build_id', '0')}-{meta.get('installed_commit', '')[:12]}"
                             # an install linked through the link cache is not one linked before it
                             + (f"-lc{meta['link_cache']}" if meta.get("link_cache") else "")),
@@ -275,9 +297,12 @@ class VenvEnvs:
 
     def _steps(self, path: Path, task: Task, meta: dict[str, Any]) -> _Steps:
         env = build_env(path / "home", path / "venv")
-        if re.fullmatch(r"\d+\.\d+", task.version):
-            # The checkout is not a git clone: setuptools_scm (pytest, xarray, astropy) would find no
-            # version, or a 0.x that fails the repos' own ``minversion`` checks.
+        # The checkout is not a git clone: setuptools_scm (pytest, xarray, astropy) would find no
+        # version, or a 0.x that fails the repos' own ``minversion`` checks. An inferred env says
+        # the newest tag of its commit.
+        if meta.get("scm_version"):
+            env["SETUPTOOLS_SCM_PRETEND_VERSION"] = str(meta["scm_version"])
+        elif re.fullmatch(r"\d+\.\d+", task.version):
             env["SETUPTOOLS_SCM_PRETEND_VERSION"] = f"{task.version}.0"
         compiled = self.compiled(task, path)
         compiled.apply(env)
@@ -304,6 +329,8 @@ class VenvEnvs:
         (path / "home").mkdir()
         meta: dict[str, Any] = {"ok": False, "repo": task.repo, "version": task.version,
                                 "wanted_python": spec.get("python"), "build_id": uuid.uuid4().hex[:8]}
+        if spec.get("inferred"):  # how it was made, for the record and the PR body
+            meta.update(inferred=spec.get("description", ""), scm_version=spec.get("scm_version", ""))
         run = self._steps(path, task, meta)
 
         def fail(reason: str, retryable: bool = False) -> dict[str, Any]:
@@ -395,7 +422,8 @@ class VenvEnvs:
             run(["bash", "-c", cmd], src, "pre_install")
         install = compiled.install(str(spec.get("install", ""))) if spec.get("install") else None
         if ok and install and not run(["bash", "-c", install], src, "install"):
-            ok, err = False, f"install step failed ({install}): {meta['step_error']}"
+            where = f" of {spec['how']['install']}" if "fixgraph" in str(spec.get("how", {}).get("install")) else ""
+            ok, err = False, f"install step{where} failed ({install}): {meta['step_error']}"
             # An old pinned build backend (pylint's setuptools~=62.6) has no PEP 660 hook; swebench's
             # older pip fell back to ``setup.py develop``. Build with the venv's setuptools instead.
             retry = install.replace("pip install ", "pip install --no-build-isolation ", 1)

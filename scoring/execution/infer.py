@@ -14,11 +14,16 @@ import configparser
 import hashlib
 import re
 import shlex
+import subprocess
+import tempfile
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from fixgraph.repo import gitsafe
 
 TEST_EXTRAS = ("test", "tests", "testing", "dev")
 REQUIREMENT_NAMES = ("requirements-test.txt", "requirements-tests.txt", "requirements-dev.txt",
@@ -30,6 +35,9 @@ DEPENDENCY_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "tox.ini", "noxfi
 OVERRIDE_KEYS = frozenset({"python", "setup", "test_cmd", "exclude", "services", "parser"})
 DEFAULT_PYTHON = "3.11"
 KNOWN_MINORS = tuple(f"3.{m}" for m in range(6, 14))
+# Besides the dependency files, where a repository says its Python and its test command.
+CONFIG_FILES = ("Makefile", "pytest.ini", "conftest.py", "tests/conftest.py")
+WORKFLOWS = ".github/workflows/"
 
 
 class ConfigError(ValueError):
@@ -46,6 +54,8 @@ class InferredEnv:
     services: tuple[str, ...] = ()
     key: str = ""
     how: dict[str, str] = field(default_factory=dict)  # part -> where it came from, for PR bodies
+    # The version a setuptools_scm/hatch-vcs build is told: a test run's copy has no git history.
+    scm_version: str = ""
 
 
 def _read(root: Path, name: str) -> str:
@@ -193,7 +203,9 @@ def infer_test_cmd(root: Path) -> tuple[str, str, str]:
         return "pytest -rA", "pytest", "CI/Makefile/nox test step"
     if (root / "conftest.py").is_file() or (root / "tests" / "conftest.py").is_file():
         return "pytest -rA", "pytest", "conftest.py"
-    return "python -m unittest discover -v", "unittest", "no pytest found"
+    # pytest runs unittest's test cases too, and takes the files and node ids the tests are chosen
+    # by; ``unittest discover`` takes neither. The committed table can still ask for unittest.
+    return "pytest -rA", "pytest", "no runner configured: pytest, which runs unittest cases too"
 
 
 def _ci_text(root: Path) -> str:
@@ -203,22 +215,29 @@ def _ci_text(root: Path) -> str:
     return "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in sorted(workflows.glob("*.y*ml")))
 
 
-def load_overrides(root: Path) -> dict:
-    """The maintainer's committed table: ``.fixgraph.toml`` wins over ``[tool.fixgraph]``."""
+def load_overrides(root: Path) -> tuple[dict, str]:
+    """The maintainer's committed table and the file it came from: ``.fixgraph.toml`` wins over
+    ``[tool.fixgraph]``."""
     table: dict = {}
+    source = ""
     text = _read(root, "pyproject.toml")
     if text:
         try:
             table.update(tomllib.loads(text).get("tool", {}).get("fixgraph", {}))
         except tomllib.TOMLDecodeError:
             pass
+        source = "pyproject.toml [tool.fixgraph]" if table else ""
     own = _read(root, ".fixgraph.toml")
     if own:
         try:
             table.update(tomllib.loads(own))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f".fixgraph.toml is not valid TOML: {exc}") from None
-    return _checked(table)
+        source = ".fixgraph.toml"
+    try:
+        return _checked(table), source
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
 
 
 def _checked(table: dict) -> dict:
@@ -252,17 +271,17 @@ def env_key(root: Path, python: str) -> str:
 
 def infer(root: Path) -> InferredEnv:
     """The environment for the checkout at ``root``; raises ConfigError on a bad committed table."""
-    overrides = load_overrides(root)
+    overrides, source = load_overrides(root)
     python, py_how = infer_python(root)
     install, install_how = infer_install(root)
     test_cmd, parser, test_how = infer_test_cmd(root)
     how = {"python": py_how, "install": install_how, "test_cmd": test_how}
     if "python" in overrides:
-        python, how["python"] = overrides["python"], "fixgraph config"
+        python, how["python"] = overrides["python"], source
     if "setup" in overrides:
-        install, how["install"] = list(overrides["setup"]), "fixgraph config"
+        install, how["install"] = list(overrides["setup"]), source
     if "test_cmd" in overrides:
-        test_cmd, how["test_cmd"] = overrides["test_cmd"], "fixgraph config"
+        test_cmd, how["test_cmd"] = overrides["test_cmd"], source
         parser = overrides.get("parser", "unittest" if "unittest" in test_cmd else "pytest")
     return InferredEnv(python=python, install=tuple(install), test_cmd=test_cmd, parser=parser,
                        exclude=tuple(overrides.get("exclude", ())),
@@ -270,10 +289,64 @@ def infer(root: Path) -> InferredEnv:
                        key=env_key(root, python), how=how)
 
 
+def infer_at(repo: Path, commit: str) -> InferredEnv:
+    """The environment of ``commit`` of the git repository at ``repo``, read from that commit's
+    files (never the work tree, which may hold a candidate patch); raises ConfigError on a bad
+    committed table or a commit git cannot read."""
+    names = [n for n in git_output(repo, "ls-tree", "-r", "--name-only", commit).splitlines()
+             if n in DEPENDENCY_FILES or n in CONFIG_FILES or n.startswith(WORKFLOWS)]
+    with tempfile.TemporaryDirectory(prefix="fixgraph-infer-") as tmp:
+        if names:
+            archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit, "--", *names],
+                                     capture_output=True, env=gitsafe.hardened_env(), timeout=120)
+            untar = subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, capture_output=True, timeout=120)
+            if archive.returncode != 0 or untar.returncode != 0:
+                raise ConfigError(f"cannot read the build files of {commit[:12]}")
+        env = infer(Path(tmp))
+    return replace(env, scm_version=scm_version(repo, commit))
+
+
+def git_output(repo: Path, *args: str) -> str:
+    try:
+        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, env=gitsafe.hardened_env(),
+                              timeout=120)
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"git {args[0]} timed out in {repo}") from None
+    if proc.returncode != 0:
+        raise ConfigError(f"git {args[0]} failed in {repo}: "
+                          + (proc.stderr.decode(errors="replace").strip().splitlines() or ["?"])[0][:200])
+    return proc.stdout.decode(errors="replace")
+
+
+def scm_version(repo: Path, commit: str) -> str:
+    """The newest tag reachable from ``commit`` as a version ("0.0.0" when none is one)."""
+    try:
+        tag = git_output(repo, "describe", "--tags", "--abbrev=0", commit).strip()
+    except ConfigError:
+        return "0.0.0"
+    try:
+        return str(Version(tag.removeprefix("v")))
+    except InvalidVersion:
+        return "0.0.0"
+
+
+def _pytest_cmd(env: InferredEnv) -> str:
+    """The test command with the tests the table leaves out: ``path::test`` deselected, a path ignored."""
+    if env.parser != "pytest" or not env.exclude:
+        return env.test_cmd
+    flags = [f"--deselect={e}" if "::" in e else f"--ignore={e}" for e in env.exclude]
+    return " ".join([env.test_cmd, *(shlex.quote(f) for f in flags)])
+
+
 def as_spec(env: InferredEnv) -> dict[str, object]:
-    """The environment in swebench's spec shape, so the venv builder that takes specs can build it."""
+    """The environment in swebench's spec shape, so the venv builder that takes specs can build it.
+    pytest is installed first when the command is pytest's: a repository whose test extras did not
+    name it (tox-only deps the inference missed) still runs its tests."""
     return {"python": env.python, "install": " && ".join(env.install), "pre_install": [],
-            "test_cmd": env.test_cmd, "inferred": True, "env_key": env.key}
+            "pip_packages": ["pytest"] if env.parser == "pytest" else [],
+            "test_cmd": _pytest_cmd(env), "parser": env.parser, "inferred": True, "env_key": env.key,
+            "how": dict(env.how), "exclude": list(env.exclude), "services": list(env.services),
+            "scm_version": env.scm_version, "description": describe(env)}
 
 
 def describe(env: InferredEnv) -> str:

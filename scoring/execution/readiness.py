@@ -75,8 +75,9 @@ def check_env(task: Task, cache_dir: Path, settings: TestSettings) -> EnvReport:
     if done is not None:
         return done
     spec = repo_specs(cache_dir, task.repo, task.version) if task.version else None
-    if spec is None:
-        return EnvReport(env, "-", "missing", f"swebench has no install specs for {env}", ids)
+    if spec is None:  # what the build infers from the task's commit (scoring.execution.infer) is not known yet
+        return EnvReport(env, "-", "to build", "no swebench spec: inferred from the repository's own files "
+                         "when built", ids)
     wanted = settings.python or HARNESS_PYTHON.get((task.repo, task.version)) or str(spec.get("python", "3"))
     got = resolve(wanted, cache_dir=cache_dir, provision=False, repo=task.repo, version=task.version)
     lacks = missing_system_packages(task.repo)

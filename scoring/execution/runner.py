@@ -213,7 +213,8 @@ class SubprocessRunner:
         done = self._isolated(env, work, command, run_env, limits)
         # A test parametrized with a path under the run's copy (tmp dirs, fixtures) would get a
         # new id every run, and never match its base run: ids name the copy as ".".
-        statuses = {_unroot(t, work): s for t, s in parse_log(task.repo, done.output).items()}
+        kind = str((env.spec or {}).get("parser", ""))
+        statuses = {_unroot(t, work): s for t, s in parse_log(task.repo, done.output, kind).items()}
         # A message naming a file of the copy says "./x.py": the Coder sees the repository's paths,
         # not the run's temporary one.
         records = [{**r, "nodeid": _unroot(str(r.get("nodeid", "")), work),

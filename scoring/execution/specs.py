@@ -104,10 +104,16 @@ def requirements_text(checkout: Path, repo: str, paths: list[str]) -> str | None
     return None
 
 
-def log_parser(repo: str) -> Parser:
-    """swebench's log parser for ``repo``; pytest's for repos it does not know (fixtures)."""
+def log_parser(repo: str, kind: str = "") -> Parser:
+    """swebench's log parser for ``repo``; pytest's for repos it does not know (fixtures), or
+    unittest's verbose lines (read by the parser swebench has for django's runner) when an inferred
+    environment's ``kind`` says so."""
     from swebench.harness import log_parsers as lp  # type: ignore[import-untyped]
 
+    if kind == "unittest":
+        from swebench.harness.log_parsers.python import parse_log_django  # type: ignore[import-untyped]
+
+        return parse_log_django
     table = getattr(lp, "MAP_REPO_TO_PARSER", None)
     if table is None:
         from swebench.harness.log_parsers.python import MAP_REPO_TO_PARSER_PY as table  # type: ignore[import-untyped]
@@ -128,7 +134,7 @@ _DJANGO_WORDS = {"ok": "PASSED", "FAIL": "FAILED", "ERROR": "ERROR", "skipped": 
                  "expected failure": "XFAIL", "unexpected success": "FAILED"}
 
 
-def parse_log(repo: str, log: str) -> dict[str, str]:
+def parse_log(repo: str, log: str, kind: str = "") -> dict[str, str]:
     """Test id -> status, as swebench's parser reads ``log``, with sympy's last test of a file
     and django's tests whose subtests failed.
 
@@ -139,7 +145,7 @@ def parse_log(repo: str, log: str) -> dict[str, str]:
     one function has the same id before and after a fix. The harness never lists such a test, so
     the hidden tests' verdicts do not change."""
     try:
-        statuses = dict(log_parser(repo)(log, None))
+        statuses = dict(log_parser(repo, kind)(log, None))
     except Exception:  # a parser crash on odd output means nothing parsed, not a runner crash
         return {}
     if repo == "django/django":

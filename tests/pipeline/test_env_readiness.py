@@ -67,7 +67,7 @@ def test_a_set_whose_envs_all_fail_stops_before_the_first_llm_call(tmp_path: Pat
 
 def test_with_require_tests_a_task_no_test_ran_on_fails_without_a_diff(tmp_path: Path) -> None:
     """Two tasks: one the machine cannot build (said before the first LLM call), one of a
-    repository without install specs (scored without tests by design: it does not stop the run)."""
+    repository without install specs (its env inferred from its files: it runs its tests)."""
     mirrors = tmp_path / "mirrors"
     ds = write_dataset(tmp_path / "ds.jsonl", [_matplotlib_like(mirrors), make_calc_repo(mirrors)])
     with FakeLLMServer(ScriptResponder(calc_script(first_attempt_broken=False)), models=("gpt-4o-mini",)) as srv:
@@ -88,7 +88,7 @@ def test_with_require_tests_a_task_no_test_ran_on_fails_without_a_diff(tmp_path:
     mpl = records.get("matplotlib__matplotlib-1")
     assert mpl is not None and mpl.get("status") == "failed", records.keys()
     assert "require_tests: no test ran on the patch" in json.dumps(mpl)
-    assert not _diffs(tmp_path)
+    assert all(p.stem == "fixture__calc-1" for p in _diffs(tmp_path))
 
 
 PREPARE = """

@@ -37,13 +37,13 @@ def test_setup_py_with_requirements_file_and_classifiers(tmp_path):
     assert env.install == ("pip install -e .", "pip install -r requirements-dev.txt")
 
 
-def test_tox_only_and_unittest_fallback(tmp_path):
+def test_tox_only_runs_unittest_cases_with_pytest(tmp_path):
     root = _repo(tmp_path, {"setup.py": "", "tox.ini": "[tox]\nenvlist = py38,py311\n"
                             "[testenv]\ndeps =\n    mock\n    -e .\ncommands = python -m unittest\n"})
     env = infer(root)
     assert env.python == "3.11" and env.how["python"] == "tox.ini"
     assert "pip install mock" in env.install
-    assert env.parser == "unittest"
+    assert env.parser == "pytest" and "unittest" in env.how["test_cmd"]
 
 
 def test_ci_matrix_gives_python_and_pytest(tmp_path):
@@ -62,7 +62,7 @@ def test_committed_table_overrides_every_part(tmp_path):
     env = infer(root)
     assert env.python == "3.9" and env.install == ("pip install -e .",)
     assert env.parser == "unittest" and env.exclude == ("tests/test_net.py",)
-    assert env.services == ("redis",) and env.how["test_cmd"] == "fixgraph config"
+    assert env.services == ("redis",) and env.how["test_cmd"] == "pyproject.toml [tool.fixgraph]"
 
 
 def test_key_follows_dependency_files_only(tmp_path):

@@ -15,10 +15,10 @@ def _task(repo: str, version: str, n: int) -> Task:
                 problem_statement="x", version=version)
 
 
-def test_a_repository_without_specs_is_named_and_nothing_is_built(tmp_path: Path) -> None:
+def test_a_repository_without_specs_is_inferred_at_its_build_and_nothing_is_built(tmp_path: Path) -> None:
     reports = check_tasks([_task("acme/none", "1.0", 1), _task("acme/none", "1.0", 2)], tmp_path, TestSettings())
-    assert len(reports) == 1 and reports[0].state == "missing" and not reports[0].runnable
+    assert len(reports) == 1 and reports[0].state == "to build" and reports[0].runnable
     assert reports[0].tasks == ("acme__none-1", "acme__none-2")
-    assert "no install specs" in reports[0].reason
-    assert summary_line(reports).startswith("scored without tests: 2 tasks (acme/none 1.0: ")
+    assert "inferred from the repository" in reports[0].reason
+    assert summary_line(reports) == ""
     assert not (tmp_path / "envs").exists()

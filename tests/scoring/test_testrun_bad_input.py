@@ -91,13 +91,13 @@ def test_patch_that_deletes_the_test_file(tmp_path: Path) -> None:
     assert not wt.exists("tests/test_calc.py")  # and the task's worktree was left alone
 
 
-def test_repo_version_with_no_known_specs(tmp_path: Path, specs_cache: Path) -> None:
-    inst, wt, _ = calc_instance(tmp_path)
+def test_repo_version_with_no_known_specs_and_a_bad_committed_table(tmp_path: Path, specs_cache: Path) -> None:
+    inst, wt, _ = calc_instance(tmp_path, files={".fixgraph.toml": 'pythn = "3.11"\n'})
     inst = inst.model_copy(update={"repo": "psf/requests", "version": "99.9"})
     settings = config.TestSettings(backend="venv", env_dir=tmp_path / "envs")
     out = run_hidden(make_runner(settings, specs_cache), inst, wt, "")
     assert not out.runnable
-    assert out.reason == "env could not be built: swebench has no install specs for psf/requests version '99.9'"
+    assert out.reason.startswith("env could not be built: .fixgraph.toml: fixgraph config: unknown key(s) pythn")
     parts = fix_score.compute(out, 0.5, 0.75)
     assert parts.get("kind") == "semantic"
 

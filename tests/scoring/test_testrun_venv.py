@@ -97,17 +97,6 @@ def test_runs_in_a_sandbox_share_an_env_and_a_reinstall_waits_for_them(tmp_path:
     assert (env / "src").resolve() == (env / "base").resolve()
 
 
-def test_a_version_without_specs_is_not_built(tmp_path: Path) -> None:
-    inst, wt, _ = calc_instance(tmp_path)
-    inst = inst.model_copy(update={"version": "7.7"})
-    settings = config.TestSettings(backend="venv")
-    envs = VenvEnvs(tmp_path / "envs", tmp_path / "cache", settings, specs=lambda repo, version: None)
-    out = run_hidden(SubprocessRunner(settings, tmp_path / "cache", envs, "venv"), inst, wt, "")
-    assert not out.runnable
-    assert out.reason == "env could not be built: swebench has no install specs for fixture/calc version '7.7'"
-    assert not (tmp_path / "envs").exists() or not any((tmp_path / "envs").iterdir())
-
-
 def test_a_failed_build_is_cached_with_its_reason(tmp_path: Path) -> None:
     inst, wt, _ = calc_instance(tmp_path)
     inst = inst.model_copy(update={"version": "0.1"})
