@@ -240,7 +240,7 @@ def _with_tests(ctx: TaskContext, state: TaskState, patch: str, replayed: replay
     if outcome is not None:
         crash = outcome.crash
         score["test_run"] = {
-            "backend": outcome.backend, "runnable": outcome.runnable, "reason": outcome.reason,
+            "backend": outcome.backend, "env": outcome.env, "runnable": outcome.runnable, "reason": outcome.reason,
             "source": outcome.source, "repro_ran": outcome.repro_ran, "regression_ran": outcome.regression_ran,
             "seconds": round(outcome.seconds, 1), "timed_out": outcome.timed_out,
             "network_isolated": outcome.network_isolated, "selection": outcome.selection}

@@ -198,10 +198,11 @@ class GradeRun:
     progress: bool = True
     network: bool = False  # the tests may reach the network, as in the harness's containers
     reuse_from: Path | None = None  # another run's logs (<dir>/<model>/<instance>/): same patch, same grade
+    no_specs: bool = False  # every env inferred from its repository, swebench's specs not asked
 
     @property
     def label(self) -> str:
-        return grader_label(self.backend)
+        return grader_label(self.backend) + (", envs inferred (--no-specs)" if self.no_specs else "")
 
 
 def grade_predictions(cfg: GradeRun, loaded: Loaded,
@@ -225,6 +226,12 @@ def grade_predictions(cfg: GradeRun, loaded: Loaded,
     settings = TestSettings(backend=cfg.backend, timeout_s=cfg.timeout_s,  # type: ignore[arg-type]
                             cpu_s=int(cfg.timeout_s * 2), network_isolation=not cfg.network)
     runner = make_runner(settings, cfg.cache_dir)
+    if cfg.no_specs and cfg.backend == "venv":
+        from scoring.execution.envs import VenvEnvs
+        from scoring.execution.runner import SubprocessRunner
+
+        envs = VenvEnvs(cfg.cache_dir / "envs", cfg.cache_dir, settings, specs=lambda _repo, _version: None)
+        runner = SubprocessRunner(settings, cfg.cache_dir, envs, "venv")
     cache = RepoCache(cfg.cache_dir, cfg.repos)
     bar = tqdm(total=len(loaded.predictions), initial=len(grades), desc=f"grading {cfg.run_id}", unit="pred",
                disable=not cfg.progress, file=sys.stderr)
@@ -283,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--network", action="store_true",
                     help="let the tests reach the network, as the harness's containers do (requests' tests call "
                          "httpbin.org); off by default: the predictions are code from elsewhere")
+    ap.add_argument("--no-specs", action="store_true",
+                    help="venv backend: every env inferred from the repository's own files (scoring.execution.infer), "
+                         "swebench's specs not asked: how far inference reaches on the twelve repositories")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     try:
@@ -300,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                        cache_dir=args.cache_dir, logs=args.logs, report_dir=args.report_dir, workers=args.workers,
                        resume=args.resume, backend=args.backend, timeout_s=args.timeout,
                        progress=not args.no_progress, reuse_from=args.reuse_from,
-                       network=args.network)
+                       network=args.network, no_specs=args.no_specs)
         out = grade_predictions(cfg, loaded)
     except (GradeError, DatasetError) as exc:
         print(f"eval.grade: error: {exc}", file=sys.stderr)

@@ -608,13 +608,17 @@ def _git(cwd: Path, *args: str) -> str:
                           env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1"}).stdout.strip()
 
 
-def make_fixture_repo(where: Path) -> tuple[Path, str]:
-    """A bare repo (branch main) holding package ``calc`` whose ``add`` subtracts; returns (bare, head sha)."""
+def make_fixture_repo(where: Path, files: dict[str, str] | None = None) -> tuple[Path, str]:
+    """A bare repo (branch main) holding package ``calc`` whose ``add`` subtracts, and ``files``
+    (path -> text: build files, a committed fixgraph table); returns (bare, head sha)."""
     work = where / "work"
     (work / "calc").mkdir(parents=True)
     (work / "tests").mkdir()
     (work / "calc" / "__init__.py").write_text(BUGGY)
     (work / "tests" / "test_calc.py").write_text(TEST)
+    for rel, text in (files or {}).items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_text(text)
     _git(work, "init", "-q", "-b", "main")
     _git(work, "add", "-A")
     _git(work, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "calc")

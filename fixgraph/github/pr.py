@@ -234,6 +234,7 @@ def render_body(outcome: Outcome, cfg: RunConfig, issue_number: int) -> str:
         tests_more=max(len(tests) - MAX_TESTS, 0),
         tests_run=score.get("tests_run", len(tests)),
         test_backend=cfg.tests.backend,
+        test_env=_one_line(str((score.get("test_run") or {}).get("env", "")), 400),
         tokens_in=usage.get("input_tokens", 0),
         tokens_out=usage.get("output_tokens", 0),
         calls=usage.get("calls", 0),

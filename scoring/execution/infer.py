@@ -146,12 +146,18 @@ def _extras(root: Path) -> list[str]:
         names |= set(cfg.options("options.extras_require"))
     setup_py = _read(root, "setup.py")
     names |= {n for n in TEST_EXTRAS if re.search(rf"""["']{n}["']\s*:""", setup_py)}
-    return [n for n in TEST_EXTRAS if n in names]
+    return _test_named(names)
+
+
+def _test_named(names: set[str]) -> list[str]:
+    """The test extras or groups among ``names``; ``dev`` only when none is named for tests (a dev
+    group also brings linters, type checkers and docs tools the tests do not need)."""
+    tests = [n for n in TEST_EXTRAS if n in names and n != "dev"]
+    return tests or (["dev"] if "dev" in names else [])
 
 
 def _dependency_groups(root: Path) -> list[str]:
-    groups = _pyproject(root).get("dependency-groups", {})
-    return [g for g in TEST_EXTRAS if g in groups]
+    return _test_named(set(_pyproject(root).get("dependency-groups", {})))
 
 
 def _tox_deps(root: Path) -> list[str]:
@@ -259,9 +265,10 @@ def _checked(table: dict) -> dict:
     return table
 
 
-def env_key(root: Path, python: str) -> str:
-    """Same dependency files and Python -> same key -> the environment is reused across issues."""
-    digest = hashlib.sha256(python.encode())
+def env_key(root: Path, python: str, install: tuple[str, ...] | list[str] = ()) -> str:
+    """Same dependency files, Python and install commands -> same key -> the environment is reused
+    across issues."""
+    digest = hashlib.sha256("\0".join([python, *install]).encode())
     for name in DEPENDENCY_FILES:
         content = _read(root, name)
         if content:
@@ -286,7 +293,7 @@ def infer(root: Path) -> InferredEnv:
     return InferredEnv(python=python, install=tuple(install), test_cmd=test_cmd, parser=parser,
                        exclude=tuple(overrides.get("exclude", ())),
                        services=tuple(overrides.get("services", ())),
-                       key=env_key(root, python), how=how)
+                       key=env_key(root, python, install), how=how)
 
 
 def infer_at(repo: Path, commit: str) -> InferredEnv:
@@ -338,12 +345,32 @@ def _pytest_cmd(env: InferredEnv) -> str:
     return " ".join([env.test_cmd, *(shlex.quote(f) for f in flags)])
 
 
+def _split_install(env: InferredEnv) -> tuple[list[str], list[str]]:
+    """(pip arguments the env's build installs, commands run in the checkout). The inferred test
+    dependencies (requirements files, groups, tox deps) go into the build, read from its checkout
+    of the commit: what they put in site-packages (pytest-cov's ``.pth``) is the build's, not an
+    install step planting a file in the shared env. A committed table's setup commands run as they
+    are written."""
+    if "fixgraph" in env.how.get("install", ""):
+        return [], list(env.install)
+    build: list[str] = []
+    commands: list[str] = []
+    for cmd in env.install:
+        words = shlex.split(cmd)
+        if words[:2] == ["pip", "install"] and "-e" not in words:
+            build += words[2:]
+        else:
+            commands.append(cmd)
+    return build, commands
+
+
 def as_spec(env: InferredEnv) -> dict[str, object]:
     """The environment in swebench's spec shape, so the venv builder that takes specs can build it.
     pytest is installed first when the command is pytest's: a repository whose test extras did not
     name it (tox-only deps the inference missed) still runs its tests."""
-    return {"python": env.python, "install": " && ".join(env.install), "pre_install": [],
-            "pip_packages": ["pytest"] if env.parser == "pytest" else [],
+    build, commands = _split_install(env)
+    return {"python": env.python, "install": " && ".join(commands), "pre_install": [],
+            "pip_packages": (["pytest"] if env.parser == "pytest" else []) + build,
             "test_cmd": _pytest_cmd(env), "parser": env.parser, "inferred": True, "env_key": env.key,
             "how": dict(env.how), "exclude": list(env.exclude), "services": list(env.services),
             "scm_version": env.scm_version, "description": describe(env)}

@@ -156,6 +156,7 @@ class TestOutcome:
     timed_out: bool = False
     network_isolated: bool = False
     backend: str = ""
+    env: str = ""  # how the environment the tests ran in was made (testenv.env_made)
     notes: list[str] = field(default_factory=list)
     selection: dict[str, Any] = field(default_factory=dict)  # the regression selection, as recorded
     # Why each selected test that passed at the base fails with the patch: crash records (the
@@ -331,6 +332,7 @@ def own_outcome(runner: SuiteRunner, task: Task, wt: Worktree, patch: str, repro
 
 
 def _seen(out: TestOutcome, run: SuiteRun) -> None:
+    out.env = out.env or run.env
     if run.lines is not None:
         if out.lines is None:
             out.lines = Lines()

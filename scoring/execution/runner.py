@@ -241,6 +241,7 @@ class SubprocessRunner:
             notes.append(f"tests killed after {limits.timeout_s:g}s; tests not reported are left out")
         return SuiteRun(statuses, pre_log + done.output, done.seconds, done.timed_out, done.isolated_network,
                         crash_records=records, notes=notes, root=str(work), backend=self.backend,
+                        env=testenv.env_made(task, env.spec),
                         timeout_s=limits.timeout_s, slowdown=testenv.slowdown_over(slowed),
                         lines=lines.read(trace_dir, suite.trace, done.timed_out)
                         if suite.trace and patch is not None else None)

@@ -84,6 +84,7 @@ class SuiteRun:
     slowdown: float = 1.0
     # The lines of the suite's ``trace`` files the run executed (scoring.runtime.lines.Lines), or None.
     lines: Any = None
+    env: str = ""  # how the run's environment was made, one line (env_made)
 
     def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
         """The end of the log, with the run's temporary working copy written as ``.``: what a
@@ -92,6 +93,17 @@ class SuiteRun:
         if self.root:
             text = text.replace(self.root + "/", "").replace(self.root, ".")
         return text[-chars:]
+
+
+def env_made(task: Task, spec: dict[str, Any] | None) -> str:
+    """How a run's environment was made, one line for records and PR bodies: inferred from which
+    of the repository's files (or its committed fixgraph table), or swebench's spec."""
+    if spec is None:
+        return ""
+    if spec.get("inferred"):
+        parts = [ln for ln in str(spec.get("description", "")).splitlines() if not ln.startswith("env key")]
+        return "inferred from the repository: " + "; ".join(parts)
+    return f"swebench's install spec for {task.repo} {task.version}"
 
 
 def slowdown() -> float:

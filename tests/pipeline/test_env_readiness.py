@@ -65,6 +65,7 @@ def test_a_set_whose_envs_all_fail_stops_before_the_first_llm_call(tmp_path: Pat
     assert not _diffs(tmp_path) and seconds < 60
 
 
+@pytest.mark.timeout(900)  # the calc task builds its inferred env and runs its tests
 def test_with_require_tests_a_task_no_test_ran_on_fails_without_a_diff(tmp_path: Path) -> None:
     """Two tasks: one the machine cannot build (said before the first LLM call), one of a
     repository without install specs (its env inferred from its files: it runs its tests)."""

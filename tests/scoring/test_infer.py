@@ -111,7 +111,9 @@ def test_spec_shape_for_the_venv_builder(tmp_path):
     from scoring.execution.infer import as_spec
     root = _repo(tmp_path, {"setup.py": "", "requirements-test.txt": "pytest\n"})
     spec = as_spec(infer(root))
-    assert spec["install"] == "pip install -e . && pip install -r requirements-test.txt"
+    # the test requirements are the build's (read from its checkout), the project's install the commit's
+    assert spec["install"] == "pip install -e ."
+    assert spec["pip_packages"] == ["pytest", "-r", "requirements-test.txt"]
     assert spec["python"] == "3.11" and spec["pre_install"] == [] and spec["inferred"] is True
 
 
