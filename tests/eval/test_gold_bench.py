@@ -69,10 +69,11 @@ def test_a_base_commit_missing_from_the_mirror_is_one_clear_record(tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_a_version_without_install_specs_is_one_clear_record(tmp_path: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    """A Verified-style row of a repository swebench knows, at a version it has no specs for: not
-    runnable, with the reason, and the headline counts it as such (never as a failed gold patch)."""
+def test_a_version_without_install_specs_runs_in_the_env_inferred_from_its_commit(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Verified-style row of a repository swebench knows, at a version it has no specs for: its env
+    is inferred from the repository's own files at the row's commit, and the gold patch is graded
+    with tests."""
     mirrors = tmp_path / "mirrors"
     row = {**make_calc_repo(mirrors, owner="sphinx-doc", name="sphinx"), "version": "0.1"}
     dataset = write_dataset(tmp_path / "data.jsonl", [row])
@@ -80,8 +81,6 @@ def test_a_version_without_install_specs_is_one_clear_record(tmp_path: Path,
     assert gold_bench.main(["--dataset", str(dataset), "--repos", str(mirrors), "--backend", "venv",
                             "--cache-dir", str(tmp_path / "cache"), "--out", str(out)]) == 0
     [rec] = [json.loads(ln) for ln in out.read_text().splitlines()]
-    assert rec["runnable"] is False
-    assert rec["reason"] == "env could not be built: swebench has no install specs for sphinx-doc/sphinx version '0.1'"
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert "  sphinx-doc/sphinx: 1 x env could not be built: swebench has no install specs" in "\n".join(lines)
-    assert lines[-1] == "runnable=0.000 gold_fix_score=-"
+    assert rec["runnable"] is True, rec
+    assert [p.name.split("__")[1][:9] for p in (tmp_path / "cache" / "envs").iterdir() if p.is_dir()] == ["inferred-"]
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("runnable=1.000")
