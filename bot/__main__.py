@@ -1,6 +1,7 @@
 """fixgraph as a GitHub bot.
 
-    python -m bot serve                      # webhook receiver (issues labeled, /fixgraph comments)
+    python -m bot serve                      # webhook receiver (issues labeled, /fixgraph comments,
+                                             # reviews of its own pull requests)
     python -m bot poll --repo owner/name     # the same by polling the REST API
 
 Settings come from ``configs/<name>.toml`` plus ``.env`` / the environment (see .env.example).

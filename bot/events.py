@@ -164,7 +164,8 @@ def _review_event(event: str, payload: dict[str, Any], gh: GitHubSettings) -> Re
                             text if isinstance(text, str) else None, login,
                             association if isinstance(association, str) else None, gh,
                             path=path if isinstance(path, str) else None, line=line,
-                            installation_id=_installation(payload), comment_id=_int(item.get("id")))
+                            installation_id=_installation(payload),
+                            comment_id=_int(item.get("id")) if key == "comment" else None)
 
 
 # A reviewer's words go into a prompt; past this size they are cut (and say so) rather than let one

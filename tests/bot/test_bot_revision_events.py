@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
-from bot.events import MAX_REVIEW_CHARS, Ignored, Revision, revision_trigger
+from bot.events import MAX_REVIEW_CHARS, Ignored, Revision, from_webhook, revision_trigger
+from bot.jobs import JobQueue
 from fixgraph.config import GitHubSettings
 from fixgraph.github.pr import MARKER
 
@@ -49,3 +51,56 @@ def test_a_huge_comment_is_cut_to_the_stated_size() -> None:
     got = revision_trigger("octo/demo", _pr(), "review", "x" * 100_000, "maint", "MEMBER", GH)
     assert isinstance(got, Revision)
     assert len(got.text) < MAX_REVIEW_CHARS + 200 and "[cut:" in got.text
+
+
+def _payload(event: str, **item: Any) -> dict[str, Any]:
+    key = {"pull_request_review": "review", "pull_request_review_comment": "comment"}[event]
+    body = {"id": 41, "body": "also handle None", "user": {"login": "maint"}, "author_association": "MEMBER"}
+    return {"action": "submitted" if key == "review" else "created", "pull_request": _pr(),
+            "repository": {"full_name": "octo/demo"}, "installation": {"id": 5}, key: body | item}
+
+
+def test_webhook_review_events_become_revisions() -> None:
+    got = from_webhook("pull_request_review", _payload("pull_request_review", state="changes_requested"), GH)
+    assert got == Revision("octo/demo", 7, "review", "maint", "also handle None", installation_id=5)
+    got = from_webhook("pull_request_review_comment",
+                       _payload("pull_request_review_comment", path="pkg/mod.py", line=12), GH)
+    assert got == Revision("octo/demo", 7, "review_comment", "maint", "also handle None", "pkg/mod.py", 12, 5, 41)
+    on_pr = {"action": "created", "repository": {"full_name": "octo/demo"},
+             "issue": {k: v for k, v in _pr().items() if k != "head"} | {"pull_request": {"url": "x"}},
+             "comment": {"id": 9, "body": "/fixgraph add a test", "user": {"login": "maint"},
+                         "author_association": "OWNER"}}
+    got = from_webhook("issue_comment", on_pr, GH)
+    assert isinstance(got, Revision) and (got.reason, got.text, got.key) == ("comment", "add a test", "octo/demo#7")
+
+
+def test_webhook_review_events_that_start_nothing() -> None:
+    approved = _payload("pull_request_review", state="approved", body="LGTM, and also handle None")
+    edited = _payload("pull_request_review_comment") | {"action": "edited"}
+    dismissed = _payload("pull_request_review") | {"action": "dismissed"}
+    on_a_person_s_pr = _payload("pull_request_review") | {"pull_request": _pr(body="mine", user={"login": "dave"})}
+    for event, payload in (("pull_request_review", approved), ("pull_request_review_comment", edited),
+                           ("pull_request_review", dismissed), ("pull_request_review", on_a_person_s_pr),
+                           ("pull_request_review", {"action": "submitted"}), ("pull_request_review", [1])):
+        assert isinstance(from_webhook(event, payload, GH), Ignored), payload
+
+
+def test_reviews_during_a_run_are_held_for_exactly_one_more_round() -> None:
+    started, release, ran = threading.Event(), threading.Event(), []
+
+    def handler(job: Any) -> None:
+        ran.append(job)
+        started.set()
+        assert release.wait(10)
+
+    jobs = JobQueue(handler, workers=2)
+    try:
+        first = Revision("octo/demo", 7, "review", "a", "one")
+        assert jobs.submit(first) and started.wait(10)
+        assert jobs.submit(Revision("octo/demo", 7, "review", "b", "two"))
+        assert jobs.submit(Revision("octo/demo", 7, "review_comment", "c", "three", "x.py", 3))
+        release.set()
+        assert jobs.wait_idle(10)
+    finally:
+        jobs.close()
+    assert [tuple(r.text for r in job.requests()) for job in ran] == [("one",), ("two", "three")]
