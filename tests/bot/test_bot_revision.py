@@ -21,6 +21,7 @@ from tests.bot.test_bot_webhook import StandInPipeline
 from tests.helpers.bot_harness import Bot
 
 pytestmark = pytest.mark.slow
+BRANCH = "fixgraph/7-add-subtracts"
 fake = test_bot_webhook.fake  # the fixture: acme/calc with its issue #7 on a real bare repo
 
 
@@ -122,3 +123,64 @@ def test_bad_input(bot: Bot, fake: FakeGitHub, tmp_path: Path, caplog: pytest.Lo
         assert review(bot, fake, pr, "handle None") == 204
     assert "the pull request is closed or merged; revision ignored" in caplog.text
     assert len(pr_comments(fake, pr)) == before and len(rounds.instances) == 1
+
+
+def _diff(old: str, new: str) -> str:
+    import difflib
+
+    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                 "a/calc/__init__.py", "b/calc/__init__.py")
+    return "diff --git a/calc/__init__.py b/calc/__init__.py\n" + "".join(lines)
+
+
+class PushedDuringTheRun:
+    """Plays a revision during which the maintainer pushes to the branch (``path`` gets ``text``)."""
+
+    def __init__(self, bare: Path, tmp: Path, path: str, text: str):
+        self.bare, self.tmp, self.path, self.text = bare, tmp, path, text
+        self.theirs = ""
+
+    def __call__(self, instance: Task, cfg: RunConfig, *, publisher: Any, repo_cache: Any, **_: Any) -> dict[str, Any]:
+        from eval.fakes.github_api import FIXED
+        from fixgraph.publish import Outcome
+
+        wt = repo_cache.worktree(instance.repo, instance.base_commit, f"rev__{instance.instance_id}")
+        work = self.tmp / "maintainer"
+        git = ["git", "-c", "user.name=m", "-c", "user.email=m@example.com"]
+        subprocess.run(["git", "clone", "-q", "-b", BRANCH, str(self.bare), str(work)], check=True)
+        (work / self.path).write_text(self.text)
+        subprocess.run(["git", "add", "-A"], cwd=work, check=True)
+        subprocess.run([*git, "commit", "-qm", "maintainer's change"], cwd=work, check=True)
+        subprocess.run(["git", "push", "-q", "origin", BRANCH], cwd=work, check=True)
+        self.theirs = subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, capture_output=True, text=True).stdout.strip()
+        patch = _diff(FIXED, FIXED.replace("return a * b", "return b * a"))
+        out = Outcome(task=instance, patch=patch, explanation="mul commutes", verdict="Safe",
+                      score={"fix_score": 0.9, "kind": "tests"},  # type: ignore[typeddict-item]
+                      attempts=[], plan={}, files_read=[], usage={}, stop_reason="done", worktree=wt)
+        return {"instance_id": instance.instance_id, "published": publisher.publish(out), "verdict": "Safe",
+                "fix_score": {"fix_score": 0.9, "kind": "tests"}, "stop_reason": "done", "failed": ""}
+
+
+@pytest.mark.parametrize("clash", [False, True], ids=["another-file", "the-same-line"])
+def test_a_push_during_the_run_is_built_on_or_the_reply_says_why_not(bot: Bot, fake: FakeGitHub, tmp_path: Path,
+                                                                       clash: bool) -> None:
+    from eval.fakes.github_api import FIXED
+
+    bare = tmp_path / "fixture" / "remote.git"
+    run = PushedDuringTheRun(bare, tmp_path, "calc/__init__.py" if clash else "NOTES.md",
+                             FIXED.replace("return a * b", "return a * b  # kept as is") if clash else "note\n")
+    pr = opened(bot, fake, Rounds())
+    bot.worker.run_fn = run
+    assert review(bot, fake, pr, "mul should read b * a") == 202 and bot.jobs.wait_idle(60)
+    head = subprocess.run(["git", "--git-dir", str(bare), "rev-parse", BRANCH], capture_output=True,
+                          text=True).stdout.strip()
+    if clash:
+        assert head == run.theirs  # nothing pushed over the maintainer's commit
+        assert "moved during the revision and the change does not apply" in pr_comments(fake, pr)[-1]
+    else:
+        parent = subprocess.run(["git", "--git-dir", str(bare), "rev-parse", f"{head}^"], capture_output=True,
+                                text=True).stdout.strip()
+        shown = subprocess.run(["git", "--git-dir", str(bare), "show", f"{head}:calc/__init__.py"],
+                               capture_output=True, text=True).stdout
+        assert parent == run.theirs and "return b * a" in shown
+        assert pr_comments(fake, pr)[-1].startswith("fixgraph revised this pull request as @carol")

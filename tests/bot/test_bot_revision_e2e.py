@@ -93,6 +93,8 @@ def check_revised(fake: FakeGitHub, bare: Path, tmp: Path, pr: dict[str, Any], p
     assert ASK in record["revision"]["brief"] and "+    return a + b" in record["revision"]["brief"]
     assert "On `calc/__init__.py`, line 2, @carol wrote:" in record["revision"]["brief"]
     assert record["verdict"] == "Safe" and record["published"]["commit"] == head
+    # The Critic ran the first round's reproduction test on the revision (no new one was asked for).
+    assert record["repro"]["path"] == "tests/test_add_issue.py" and record["fix_score"]["kind"] == "tests"
     assert TOKEN not in fake.all_text() and TOKEN not in path.read_text()
 
 
