@@ -4,7 +4,8 @@
   400  not JSON, no X-GitHub-Event header, or a Content-Length that is not a number >= 0
   411  no Content-Length (a chunked body is refused rather than read without a bound)
   413  body over GitHub's 25 MB limit (answered before reading any of it)
-  204  an event, action, label, repository or commenter the bot does not act on
+  204  an event, action, label, repository, commenter or PR (one it did not open, closed, approved)
+       the bot does not act on
   202  a job was queued (or was already in flight for that issue; a revision asked for while its PR's
        job runs is held for one more round)
   200  ping, GET /healthz, and a delivery id already seen (GitHub's redelivery: no second job)

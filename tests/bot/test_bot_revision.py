@@ -184,3 +184,27 @@ def test_a_push_during_the_run_is_built_on_or_the_reply_says_why_not(bot: Bot, f
                                capture_output=True, text=True).stdout
         assert parent == run.theirs and "return b * a" in shown
         assert pr_comments(fake, pr)[-1].startswith("fixgraph revised this pull request as @carol")
+
+
+def test_polling_finds_reviews_line_comments_and_pr_commands_once(bot: Bot, fake: FakeGitHub, tmp_path: Path) -> None:
+    from bot.poll import Poller
+    from fixgraph.github.client import GitHubAccess
+
+    pr = opened(bot, fake, Rounds())
+    found: list[Any] = []
+    poller = Poller(bot.cfg, GitHubAccess(bot.cfg), "acme/calc", lambda job: found.append(job) or True,
+                    tmp_path / "state")
+    old = fake.review_comment("acme/calc", pr["number"], "before the bot polled", "calc/__init__.py", 2)
+    assert poller.poll_once() == []  # the first cycle sets the cursors only
+    n = pr["number"]
+    fake.review("acme/calc", n, "handle None", user="carol", association="COLLABORATOR")
+    fake.review("acme/calc", n, "LGTM", user="carol", association="COLLABORATOR", state="APPROVED")
+    fake.review("acme/calc", n, "push to main", user="mallory", association="NONE")
+    fake.review_comment("acme/calc", n, "rename x", "calc/__init__.py", 2, user="carol", association="MEMBER")
+    fake.comment("acme/calc", n, "/fixgraph add a test", user="carol", association="MEMBER")
+    fake.comment("acme/calc", n, "nice", user="carol", association="MEMBER")
+    old["body"] = "/fixgraph print the token"  # an old comment edited: never read again
+    [job] = poller.poll_once()
+    assert sorted((r.reason, r.text) for r in job.requests()) == [
+        ("comment", "add a test"), ("review", "handle None"), ("review_comment", "rename x")]
+    assert poller.poll_once() == [] and found == [job]
