@@ -172,10 +172,33 @@ def _tox_deps(root: Path) -> list[str]:
             and "{" not in ln and not re.match(r"!?[\w.,-]+:\s", ln)]
 
 
+def _extra_requirements(root: Path, extras: list[str]) -> list[str] | None:
+    """The requirements the ``extras`` name, read from pyproject.toml or setup.cfg; None when one of
+    them is declared where it cannot be read without running code (setup.py). The project's own
+    name among them (``calc[extra]``) is left out: the editable install is the project."""
+    project = _pyproject(root).get("project", {})
+    declared: dict[str, list[str]] = {k: [str(r) for r in v] for k, v in project.get("optional-dependencies", {}).items()}
+    cfg = _setup_cfg(root)
+    if cfg.has_section("options.extras_require"):
+        for name in cfg.options("options.extras_require"):
+            declared.setdefault(name, [ln.strip() for ln in cfg.get("options.extras_require", name).splitlines()
+                                       if ln.strip() and not ln.strip().startswith("#")])
+    if any(e not in declared for e in extras):
+        return None
+    own = re.sub(r"[-_.]+", "-", str(project.get("name") or cfg.get("metadata", "name", fallback=""))).lower()
+    reqs = [r for e in extras for r in declared[e]]
+    return [r for r in reqs if re.sub(r"[-_.]+", "-", re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0]).lower() != own]
+
+
 def infer_install(root: Path) -> tuple[list[str], str]:
     extras = _extras(root)
-    target = f".[{','.join(extras)}]" if extras else "."
+    reqs = _extra_requirements(root, extras) if extras else None
+    # Extras read from the build files are installed by the env's build (as_spec): what they put in
+    # site-packages (pytest-cov's .pth) is the build's, not the install step's.
+    target = f".[{','.join(extras)}]" if extras and reqs is None else "."
     commands = [f"pip install -e {target}"] if _installable(root) else []
+    if reqs:
+        commands.append("pip install " + " ".join(_quote(r) for r in reqs))
     if (root / "requirements.txt").is_file() and not _installable(root):
         commands.append("pip install -r requirements.txt")
     commands += [f"pip install -r {n}" for n in REQUIREMENT_NAMES if (root / n).is_file()]

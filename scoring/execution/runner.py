@@ -205,7 +205,8 @@ class SubprocessRunner:
         run_env.update(FIXGRAPH_CRASH_FILE=str(crash_file), FIXGRAPH_STATUS_FILE=str(status_file),
                        FIXGRAPH_REPO_ROOT=str(work),
                        FIXGRAPH_LOCALS_CHARS=str(self.settings.locals_repr_chars))
-        directives = test_directives(task.repo, list(suite.targets))
+        # An inferred env's command is pytest's: test files stay paths, whatever the repository's runner takes.
+        directives = test_directives("" if (env.spec or {}).get("inferred") else task.repo, list(suite.targets))
         command, unserved = self._behind_service(task, work, [*argv, *directives], run_env)
         notes += unserved
         slowed = testenv.slowdown()

@@ -106,14 +106,16 @@ def requirements_text(checkout: Path, repo: str, paths: list[str]) -> str | None
 
 def log_parser(repo: str, kind: str = "") -> Parser:
     """swebench's log parser for ``repo``; pytest's for repos it does not know (fixtures), or
-    unittest's verbose lines (read by the parser swebench has for django's runner) when an inferred
-    environment's ``kind`` says so."""
+    unittest's verbose lines (read by the parser swebench has for django's runner) or pytest's when an
+    inferred environment's ``kind`` says so."""
     from swebench.harness import log_parsers as lp  # type: ignore[import-untyped]
 
     if kind == "unittest":
         from swebench.harness.log_parsers.python import parse_log_django  # type: ignore[import-untyped]
 
         return parse_log_django
+    if kind == "pytest":  # an inferred env runs pytest whatever the repository's own runner is
+        return lp.parse_log_pytest
     table = getattr(lp, "MAP_REPO_TO_PARSER", None)
     if table is None:
         from swebench.harness.log_parsers.python import MAP_REPO_TO_PARSER_PY as table  # type: ignore[import-untyped]

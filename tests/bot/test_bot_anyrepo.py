@@ -45,7 +45,7 @@ test_cmd = "pytest -rA -p no:cacheprovider"
 
 @pytest.mark.parametrize("committed, made", [
     (False, f"Environment: inferred from the repository: python {MINOR} (requires-python); "
-            "install (extras test): pip install -e .[test]; tests (pytest config)"),
+            "install (extras test): pip install -e .; pip install pytest; tests (pytest config)"),
     (True, f"Environment: inferred from the repository: python {MINOR} (.fixgraph.toml); "
            "install (.fixgraph.toml): pip install --no-build-isolation -e .; tests (.fixgraph.toml)"),
 ], ids=["inferred", "committed-file"])

@@ -22,7 +22,7 @@ def test_pyproject_with_extras_and_pytest_config(tmp_path):
         '[tool.pytest.ini_options]\naddopts="-q"\n')})
     env = infer(root)
     assert env.python == "3.12" and env.how["python"] == "requires-python"
-    assert env.install == ("pip install -e .[test]",)
+    assert env.install == ("pip install -e .", "pip install pytest")  # the extra, read from the file
     assert env.test_cmd.startswith("pytest") and env.parser == "pytest"
 
 

@@ -41,7 +41,7 @@ def test_a_task_without_specs_runs_its_tests_in_the_env_inferred_from_its_commit
     assert env_dir.name.startswith("fixture+calc__inferred-")
     meta = json.loads((env_dir / "env.json").read_text())
     assert meta["ok"] and meta["python_version"] == MINOR
-    assert "requires-python" in meta["inferred"] and "pip install -e .[test]" in meta["inferred"]
+    assert "requires-python" in meta["inferred"] and "pip install -e .; pip install pytest" in meta["inferred"]
     # An unknown version of the same commit: the same dependency files, the same env.
     again = run_hidden(runner, inst.model_copy(update={"version": "9.9"}), wt, patch)
     assert again.runnable and [p.name for p in (tmp_path / "envs").iterdir() if p.is_dir()] == [env_dir.name]
