@@ -153,3 +153,12 @@ def test_a_django_test_with_a_docstring_has_its_full_id_failing_and_passing():
     assert failing["test_plain (decorators.tests.MethodDecoratorTests)"] == "PASSED"
     passing = parse_log("django/django", DJANGO_DOCSTRING_LOG.split("\n\n")[0].replace("... FAIL", "... ok"))
     assert passing[full] == "PASSED"
+
+
+def test_an_inferred_env_reads_pytest_colour_and_pytest_ids_in_any_repository() -> None:
+    """A repository's own pytest config may ask for colour (``--color=yes``); an inferred env's log
+    is read by pytest's parser, also for a repository whose swebench parser is another runner's."""
+    log = "\x1b[32mPASSED\x1b[0m tests/test_time.py::\x1b[1mtest_x[a]\x1b[0m\nFAILED tests/test_y.py::test_y - boom\n"
+    want = {"tests/test_time.py::test_x[a]": "PASSED", "tests/test_y.py::test_y": "FAILED"}
+    assert specs.parse_log("acme/humanize", log, "pytest") == want
+    assert specs.parse_log("django/django", log, "pytest") == want
