@@ -361,10 +361,15 @@ def scm_version(repo: Path, commit: str) -> str:
 
 
 def _pytest_cmd(env: InferredEnv) -> str:
-    """The test command with the tests the table leaves out: ``path::test`` deselected, a path ignored."""
-    if env.parser != "pytest" or not env.exclude:
+    """The test command with the tests the table leaves out: ``path::test`` deselected, a path ignored;
+    an inferred one goes on past a module that fails to import."""
+    if env.parser != "pytest":
         return env.test_cmd
     flags = [f"--deselect={e}" if "::" in e else f"--ignore={e}" for e in env.exclude]
+    if "fixgraph" not in env.how.get("test_cmd", ""):
+        # One test module that cannot be imported here (a data folder CI clones) stops pytest's
+        # whole session otherwise; the other modules' tests still say something.
+        flags.append("--continue-on-collection-errors")
     return " ".join([env.test_cmd, *(shlex.quote(f) for f in flags)])
 
 

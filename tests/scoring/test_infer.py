@@ -114,6 +114,7 @@ def test_spec_shape_for_the_venv_builder(tmp_path):
     # the test requirements are the build's (read from its checkout), the project's install the commit's
     assert spec["install"] == "pip install -e ."
     assert spec["pip_packages"] == ["pytest", "-r", "requirements-test.txt"]
+    assert spec["test_cmd"] == "pytest -rA --continue-on-collection-errors"  # the committed table's runs as written
     assert spec["python"] == "3.11" and spec["pre_install"] == [] and spec["inferred"] is True
 
 
