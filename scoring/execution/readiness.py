@@ -105,8 +105,8 @@ def build_env(task: Task, build: Callable[[Task], None], cache_dir: Path, settin
     env builder); the report is the env's record afterwards."""
     start = time.monotonic()
     before = check_env(task, cache_dir, settings)
-    if before.state == "missing":
-        return before
+    if before.state in ("missing", "built", "substitute"):
+        return before  # a built env's record is the answer: no checkout, nothing asked of the builder
     try:
         build(task)
     except Exception as exc:  # noqa: BLE001 - a build's failure is a row of the table, not the end of the step

@@ -136,7 +136,10 @@ def test_a_prepare_killed_midway_resumes_and_its_half_built_env_is_never_used(tm
     row = next(ln for ln in out.splitlines() if ln.startswith("fixture/calc 0.1"))
     assert row.split()[4] == "built" and "1 of 1 envs ready for 1 tasks" in out
 
+    # Only the record is read: with the mirror gone (so no checkout could be made) the env is built.
+    mirrors.rename(tmp_path / "mirrors-gone")
+    mirrors.mkdir()
     t0 = time.monotonic()
     again = call("quick").communicate(timeout=120)[0]
-    assert time.monotonic() - t0 < 30 and "1 of 1 envs ready" in again
+    assert time.monotonic() - t0 < 30 and "1 of 1 envs ready" in again, again
     assert json.loads((env_dir / "env.json").read_text())["build_id"] == meta["build_id"]  # read, not rebuilt
