@@ -31,9 +31,15 @@ PROVISION_TIMEOUT_S = 900
 PYTHONS_DIR = "pythons"
 
 # (repo, version) -> {spec Python: substitutes in order of preference}. A pair is here only when the
-# gold patches of that (repo, version) gave the same verdicts under both interpreters on this machine
-# (eval.gold_bench --python; docs/running-tests.md has the rows and the command).
-SAFE_SUBSTITUTES: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {}
+# gold patches of that (repo, version) gave the same verdicts under both interpreters (eval.gold_bench
+# --python, compared by eval.substitutes; docs/fresh-machine.md has the rows, held-out ones included).
+SAFE_SUBSTITUTES: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
+    ("django/django", "3.0"): {"3.6": ("3.7",)},
+    ("mwaskom/seaborn", "0.12"): {"3.9": ("3.11",)},
+    ("pylint-dev/pylint", "2.15"): {"3.9": ("3.11",)},
+    ("sphinx-doc/sphinx", "3.4"): {"3.9": ("3.11",)},
+    ("sympy/sympy", "1.8"): {"3.9": ("3.11",)},
+}
 
 How = Literal["found", "provisioned", "substitute", "missing"]
 
