@@ -34,7 +34,9 @@ PYTHONS_DIR = "pythons"
 # gold patches of that (repo, version) gave the same verdicts under both interpreters (eval.gold_bench
 # --python, compared by eval.substitutes; docs/fresh-machine.md has the rows, held-out ones included).
 SAFE_SUBSTITUTES: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
-    ("django/django", "3.0"): {"3.6": ("3.7",)},
+    ("django/django", "3.0"): {"3.6": ("3.7", "3.8")},
+    ("django/django", "3.1"): {"3.6": ("3.8",)},
+    ("django/django", "3.2"): {"3.6": ("3.8",)},
     ("mwaskom/seaborn", "0.12"): {"3.9": ("3.11",)},
     ("pylint-dev/pylint", "2.15"): {"3.9": ("3.11",)},
     ("sphinx-doc/sphinx", "3.4"): {"3.9": ("3.11",)},
