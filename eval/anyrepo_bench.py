@@ -1,7 +1,7 @@
 """Environments inferred for repositories swebench has no spec for: built, tests collected, share
 passing at the pinned commit.
 
-    python -m eval.anyrepo_bench --repos /work/.mirror [--only NAME,...] [--out FILE] [--resume]
+    python -m eval.anyrepo_bench --repos MIRRORS [--only NAME,...] [--out FILE] [--resume]
 
 Each repository below (fetched as a git mirror, ``<repos>/<owner>+<name>/repo`` or
 ``<repos>/<owner>+<name>``) is checked at its pinned commit by ``scoring.execution.repo_check``: the
