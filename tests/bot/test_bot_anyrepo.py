@@ -4,7 +4,6 @@ PR body says how the env was made and names the tests that ran with their verdic
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +14,11 @@ from fixgraph.models.scripted import ScriptedChatModel
 from tests.bot.test_bot_e2e import script
 from tests.helpers.bot_harness import TOKEN, Bot
 from tests.helpers.run_graph import run_task
+from tests.helpers.testrun_helpers import MINOR, pinned_pyproject
 
 pytestmark = pytest.mark.slow
 
-MINOR = "{}.{}".format(*sys.version_info[:2])
-PYPROJECT = f"""[build-system]
-requires = ["setuptools"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "calc"
-version = "0.1"
-requires-python = "=={MINOR}.*"
-
-[project.optional-dependencies]
+PYPROJECT = pinned_pyproject("""[project.optional-dependencies]
 test = ["pytest"]
 
 [tool.setuptools]
@@ -36,7 +26,7 @@ packages = ["calc"]
 
 [tool.pytest.ini_options]
 testpaths = ["tests"]
-"""
+""")
 TABLE = f"""python = "{MINOR}"
 setup = ["pip install --no-build-isolation -e ."]
 test_cmd = "pytest -rA -p no:cacheprovider"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -54,6 +55,22 @@ version = "0.1"
 [tool.setuptools]
 py-modules = ["calc"]
 '''
+
+MINOR = "{}.{}".format(*sys.version_info[:2])
+
+
+def pinned_pyproject(tail: str) -> str:
+    """calc's pyproject.toml asking for this interpreter's minor (what inference reads), then ``tail``."""
+    return f"""[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "calc"
+version = "0.1"
+requires-python = "=={MINOR}.*"
+
+{tail}"""
 
 
 def make_repo(root: Path, files: dict[str, str], repo: str = REPO) -> tuple[Path, str]:

@@ -10,25 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.testrun_helpers import CALC, TEST_FILE, make_repo
+from tests.helpers.testrun_helpers import CALC, MINOR, TEST_FILE, make_repo, pinned_pyproject
 
 ROOT = Path(__file__).resolve().parents[2]
-MINOR = "{}.{}".format(*sys.version_info[:2])
-PYPROJECT = f"""[build-system]
-requires = ["setuptools"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "calc"
-version = "0.1"
-requires-python = "=={MINOR}.*"
-
-[tool.setuptools]
+PYPROJECT = pinned_pyproject("""[tool.setuptools]
 py-modules = ["calc"]
 
 [tool.pytest.ini_options]
 addopts = "-q"
-"""
+""")
 
 
 def _graph(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
