@@ -167,17 +167,16 @@ def check_envs(instances: list[Instance], cfg: RunConfig, require_tests: bool) -
     if not cfg.critic.enabled or cfg.critic.tests == "off" or cfg.tests.backend != "venv":
         return set()
     reports = check_tasks([i.task() for i in instances], cfg.cache_dir, cfg.tests)
+    # Every env not runnable is the machine's fault (an interpreter, a library, a build): a
+    # repository without install specs gets one inferred from its own files.
     bad = [r for r in reports if not r.runnable]
-    # The machine's faults (an interpreter, a library, a build), not a repository with no install
-    # specs, which is scored without tests by design.
-    machine = [r for r in bad if "no install specs" not in r.reason]
-    if machine and len(machine) == len(reports):
+    if bad and len(bad) == len(reports):
         raise ConfigError(f"no task of this set can run its tests on this machine ({summary_line(bad)}); "
                           "see python graph.py --check --dataset ... for what to install")
-    if machine:
+    if bad:
         what = "will fail (--require-tests)" if require_tests else "will be scored without tests"
-        print(f"fixgraph: {sum(len(r.tasks) for r in machine)} of {len(instances)} tasks {what}: "
-              + summary_line(machine).split(" (", 1)[1].rstrip(")"), file=sys.stderr)
+        print(f"fixgraph: {sum(len(r.tasks) for r in bad)} of {len(instances)} tasks {what}: "
+              + summary_line(bad).split(" (", 1)[1].rstrip(")"), file=sys.stderr)
     return {t for r in bad for t in r.tasks}
 
 
