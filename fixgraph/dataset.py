@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -94,6 +95,11 @@ class Instance(_TaskFields, EvaluationData):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
+    # Which data the row was read from, for the run's records (never the graph's): the hub set and the
+    # commit read (``SWE-bench/SWE-bench_Verified@<commit>``), or the file's name and the start of its
+    # SHA-256. The data has been edited upstream, and an edit moves scores.
+    dataset: str = ""
+
     def task(self, *, hints: bool = False) -> Task:
         """The task side only; ``hints_text`` only when ``hints`` (off in the usual SWE-bench setting)."""
         fields = self.model_dump(include=set(_TaskFields.model_fields))
@@ -127,7 +133,9 @@ def load_jsonl(path: Path) -> list[Instance]:
             out.append(inst)
     if not out:
         raise DatasetError(f"{path}: no instances")
-    return out
+    with path.open("rb") as fh:
+        source = f"{path.name}@sha256:{hashlib.file_digest(fh, 'sha256').hexdigest()[:16]}"
+    return [inst.model_copy(update={"dataset": source}) for inst in out]
 
 
 def hub_spec(spec: str | Path | None) -> tuple[str, str | None, str | None] | None:
@@ -158,11 +166,11 @@ def load_dataset_any(spec: str | Path | None, cache_dir: Path) -> list[Instance]
     from fixgraph.hub import HubError, load_hub
 
     try:
-        rows = load_hub(cache_dir, *hub)
+        commit, rows = load_hub(cache_dir, *hub)
     except HubError as exc:
         raise DatasetError(str(exc)) from None
     try:
-        return [Instance.model_validate(row) for row in rows]
+        return [Instance.model_validate({**row, "dataset": f"{hub[0]}@{commit}"}) for row in rows]
     except ValidationError as exc:
         err = exc.errors()[0]
         raise DatasetError(f"{hub[0]}: a row's {'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None

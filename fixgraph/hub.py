@@ -104,9 +104,10 @@ def read_split(files: list[Path]) -> list[dict[str, object]]:
     return [row for f in files for row in pq.read_table(f).to_pylist()]
 
 
-def load_hub(cache_dir: Path, dataset: str, revision: str | None, pinned: str | None) -> list[dict[str, object]]:
-    """The rows of ``dataset``'s test split at ``revision`` (None: the hub's main branch); says on stderr which
-    commit it read when that is not the ``pinned`` one."""
+def load_hub(cache_dir: Path, dataset: str, revision: str | None,
+             pinned: str | None) -> tuple[str, list[dict[str, object]]]:
+    """The commit read and the rows of ``dataset``'s test split at ``revision`` (None: the hub's main
+    branch); says on stderr which commit it read when that is not the ``pinned`` one."""
     commit = cached_commit(cache_dir, dataset, revision) if revision and COMMIT.fullmatch(revision) else None
     offline = os.environ.get("HF_HUB_OFFLINE") == "1"
     if commit is None and offline:
@@ -128,7 +129,7 @@ def load_hub(cache_dir: Path, dataset: str, revision: str | None, pinned: str | 
         why = f"not the pinned {pinned}" if pinned else "no revision is pinned for it"
         print(f"note: read {dataset} at revision {commit} ({why})", file=sys.stderr)
     try:
-        return read_split(files)
+        return commit, read_split(files)
     except Exception as exc:  # a cut or foreign file in the cache
         raise HubError(f"{dataset} at revision {commit}: cannot read its test split ({type(exc).__name__}: "
                            f"{str(exc)[:120]})") from None

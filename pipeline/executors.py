@@ -382,7 +382,8 @@ class RayExecutor:
             # Ray reran it max_retries times and the worker died each time: a failed task, final.
             record = build_record(split(inst, cfg)[0], cfg, {}, seconds=time.monotonic() - t0, started=started,
                                   failed=f"its Ray worker died on each of {cfg.executor.max_retries + 1} "
-                                         f"tries ({type(exc).__name__})")
+                                         f"tries ({type(exc).__name__})",
+                                  dataset=inst.dataset if isinstance(inst, Instance) else "")
             record["billed"] = store.billed(inst.instance_id)
             store.write_record(record)
             return record

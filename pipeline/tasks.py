@@ -97,7 +97,7 @@ def _status(values: dict[str, Any], failed: str) -> str:
 
 
 def build_record(task: Task, cfg: RunConfig, values: dict[str, Any], *, seconds: float,
-                 started: str, failed: str = "", resumed: bool = False) -> dict[str, Any]:
+                 started: str, failed: str = "", resumed: bool = False, dataset: str = "") -> dict[str, Any]:
     attempts = values.get("attempts", [])
     published = values.get("published") or {}
     chosen = next((a for a in attempts if a.get("number") == published.get("attempt")), None)
@@ -106,6 +106,7 @@ def build_record(task: Task, cfg: RunConfig, values: dict[str, Any], *, seconds:
     return {
         "instance_id": task.instance_id,
         "repo": task.repo,
+        "dataset": dataset,
         "config": cfg.label,
         "tests_source": "oracle" if cfg.oracle else ("own" if cfg.critic.enabled and cfg.critic.tests == "own" else "none"),
         "model_name_or_path": model_name(cfg),
@@ -226,7 +227,7 @@ def run_task(item: Instance | Task, cfg: RunConfig, *, build_graph: GraphFactory
             saved = saver.get_tuple(thread)
             values = {**(saved.checkpoint["channel_values"] if saved else {}), **values}
     record = build_record(instance, cfg, values, seconds=time.monotonic() - t0, started=started,
-                          failed=failed, resumed=resumed)
+                          failed=failed, resumed=resumed, dataset=item.dataset if isinstance(item, Instance) else "")
     if "traceback" in values:
         record["traceback"] = values["traceback"]
     if store is not None:

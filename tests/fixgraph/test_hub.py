@@ -50,6 +50,7 @@ def test_the_pinned_commit_is_read_and_nothing_is_said(hub: tuple[FakeHub, str, 
     monkeypatch.setitem(dataset.HUB_REVISIONS, "verified", before)
     [inst] = load_dataset_any("verified", tmp_path)
     assert inst.PASS_TO_PASS == ["t::a", "t::gone"]  # main has moved on; the pin has not
+    assert inst.dataset == f"{VERIFIED}@{before}"  # what the run's records say it read
     assert capsys.readouterr().err == ""
 
 
@@ -57,7 +58,7 @@ def test_unpinned_reads_main_and_names_the_commit(hub: tuple[FakeHub, str, str],
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     _, _, after = hub
     [inst] = load_dataset_any("verified", tmp_path)
-    assert inst.PASS_TO_PASS == ["t::a"]
+    assert inst.PASS_TO_PASS == ["t::a"] and inst.dataset == f"{VERIFIED}@{after}"
     assert capsys.readouterr().err.strip() == f"note: read {VERIFIED} at revision {after} (no revision is pinned for it)"
 
 
@@ -67,7 +68,7 @@ def test_another_revision_than_the_pin_is_read_when_asked_and_said(
     _, before, after = hub
     monkeypatch.setitem(dataset.HUB_REVISIONS, "verified", after)
     [inst] = load_dataset_any(f"verified@{before}", tmp_path)
-    assert inst.PASS_TO_PASS == ["t::a", "t::gone"]
+    assert inst.PASS_TO_PASS == ["t::a", "t::gone"] and inst.dataset == f"{VERIFIED}@{before}"
     assert f"at revision {before} (not the pinned {after})" in capsys.readouterr().err
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from eval.fixtures.repos import calc_script
+from fixgraph.dataset import load_dataset_any
 from fixgraph.models.scripted import ScriptedChatModel
 from tests.conftest import read_record
 from tests.helpers.run_graph import run_tasks
@@ -90,3 +92,16 @@ def test_baseline_makes_one_attempt_without_critic(calc, cfg_factory):
     assert rec["n_attempts"] == 1 and rec["attempts"][0]["verdict"] == "Skipped"
     assert "total(values)" in (cfg.predictions_dir / f"{inst.instance_id}.diff").read_text()
     assert not model.prompts_for("RuntimeCheck")
+
+
+def test_the_record_names_the_data_the_task_was_read_from(calc, cfg_factory, tmp_path):
+    mirrors, inst = calc
+    rows = tmp_path / "tasks.jsonl"
+    rows.write_text(inst.model_dump_json(exclude={"dataset"}) + "\n")
+    [read] = load_dataset_any(rows, tmp_path)
+    cfg = cfg_factory("baseline")
+    model = ScriptedChatModel(script=calc_script(first_attempt_broken=False))
+    run_tasks([read], cfg, run_id="data", repos=mirrors, model_factory=lambda r: model, progress=False)
+    digest = hashlib.sha256(rows.read_bytes()).hexdigest()[:16]
+    assert read_record(cfg, "data", inst.instance_id)["dataset"] == f"tasks.jsonl@sha256:{digest}"
+    assert "dataset" not in read.task().model_dump()  # the graph is not told
