@@ -5,7 +5,7 @@ A task's tests agree with the official harness only under the Python its spec na
 can change what the tests print (3.11 renamed unittest's test ids in its output, so a correct patch
 of django 4.2 scored 0) or fail before any test runs (``collections.Mapping`` is gone in 3.10). So
 the closest version is never taken silently: only the pairs in :data:`SAFE_SUBSTITUTES`, where the
-gold patches were run under both and agreed (docs/running-tests.md says how).
+gold patches were run under both and agreed (docs/fresh-machine.md has the table and how it was measured).
 
 Provisioning is uv's managed Pythons (python-build-standalone builds), installed into fixgraph's
 cache. uv reads ``UV_PYTHON_INSTALL_MIRROR`` and ``UV_PYTHON_DOWNLOADS_JSON_URL`` from the
@@ -182,7 +182,9 @@ def _needs(xy: str, repo: str, version: str) -> str:
 def resolve(wanted: str, *, cache_dir: Path, provision: bool = True, repo: str = "",
             version: str = "") -> Resolution:
     """The interpreter for a spec's Python ``wanted``: an exact minor on the machine, else one uv
-    installs into ``cache_dir`` (when ``provision``), else a measured-safe substitute, else none."""
+    installs into ``cache_dir`` (when ``provision``), else a measured-safe substitute on the machine,
+    else one uv installs (3.6 is not in uv's list, 3.8 is), else none. With ``provision`` False
+    nothing is downloaded: the answer says what a build would install (``provisionable``)."""
     target = version_tuple(str(wanted))
     if target is None:
         return Resolution(None, str(wanted), "missing", f"the spec's Python {wanted!r} is not a version")
@@ -195,19 +197,45 @@ def resolve(wanted: str, *, cache_dir: Path, provision: bool = True, repo: str =
         path, why = _provision(xy, cache_dir)
         if path:
             return Resolution(path, xy, "provisioned", f"Python {xy} installed by uv into {cache_dir / PYTHONS_DIR}")
-    for sub in SAFE_SUBSTITUTES.get((repo, version), {}).get(xy, ()):
+    elif _may_provision(xy):
+        return Resolution(None, xy, "missing", f"{_needs(xy, repo, version)}: {_hint(xy, True)}",
+                          provisionable=True)
+    subs = SAFE_SUBSTITUTES.get((repo, version), {}).get(xy, ())
+    safe = f"measured safe for {repo} {version}"
+    for sub in subs:
         sub_t = version_tuple(sub)
-        if sub_t in have:
-            return Resolution(have[sub_t], sub, "substitute",
-                              f"Python {sub} for {xy} (measured safe for {repo} {version})")
+        if sub_t is not None and sub_t in have:
+            return Resolution(have[sub_t], sub, "substitute", f"Python {sub} for {xy} ({safe})")
+    sub_why: list[str] = []
+    for sub in subs:
+        if not provision:
+            if _may_provision(sub):
+                return Resolution(None, sub, "substitute", f"Python {sub} for {xy} ({safe}), which uv will install into the cache",
+                                  provisionable=True)
+            continue
+        if not uv_offers(sub):
+            continue
+        path, err = _provision(sub, cache_dir)
+        if path:
+            return Resolution(path, sub, "substitute", f"Python {sub} for {xy} ({safe}; installed by uv into "
+                              f"{cache_dir / PYTHONS_DIR})")
+        sub_why.append(f"{sub}: {err}")
     offered = uv_binary() is None or uv_offers(xy)  # without uv, installing it is the first step
-    hint = f"`uv python install {xy}` or `pyenv install {xy}`" if offered else \
+    text = f"{_needs(xy, repo, version)}: {_hint(xy, offered)}"
+    if subs:
+        text += f", or Python {' or '.join(subs)} ({safe})"
+    uv_said = ([why] if offered and why else []) + sub_why
+    return Resolution(None, xy, "missing", text + (f" (uv: {'; '.join(uv_said)})" if uv_said else ""))
+
+
+def _may_provision(xy: str) -> bool:
+    """Whether a build would have uv install ``xy`` (asked without downloading)."""
+    return uv_binary() is not None and xy not in {k for k, _ in _failed} and uv_offers(xy)
+
+
+def _hint(xy: str, offered: bool) -> str:
+    return f"`uv python install {xy}` or `pyenv install {xy}`" if offered else \
         f"`pyenv install {xy}` (uv offers no Python {xy} build)"
-    if provision:
-        return Resolution(None, xy, "missing", f"{_needs(xy, repo, version)}: {hint}"
-                          + (f" (uv: {why})" if offered else ""))
-    can = uv_binary() is not None and offered and xy not in {k for k, _ in _failed}
-    return Resolution(None, xy, "missing", f"{_needs(xy, repo, version)}: {hint}", provisionable=can)
 
 
 # ``resolve``'s keyword shadows the function inside it.

@@ -86,7 +86,7 @@ def check_env(task: Task, cache_dir: Path, settings: TestSettings) -> EnvReport:
     if got.path is None and not got.provisionable:
         return EnvReport(env, got.python, "missing", got.reason, ids)
     note = got.reason if got.how == "substitute" else ""
-    if got.path is None:
+    if got.path is None and got.how != "substitute":
         note = f"Python {got.python} not on this machine: uv will install it into the cache ({got.reason.split(': ', 1)[-1]})"
     return EnvReport(env, got.python, "to build", note, ids)
 

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from scoring.execution import interpreters
+from fixgraph.config import TestSettings
+from fixgraph.dataset import Task
+from scoring.execution import interpreters, readiness
 from scoring.execution.interpreters import resolve
 
 XY = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -140,12 +142,17 @@ def test_the_install_mirror_setting_is_honoured(mirror: Mirror, tmp_path: Path,
 def test_substitute_only_where_measured(mirror: Mirror, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(interpreters, "system_pythons", lambda: {(3, 11): "/p/python3.11"})
     monkeypatch.setattr(interpreters, "SAFE_SUBSTITUTES", {("psf/requests", "2.4"): {"3.9": ("3.11",)}})
-    got = resolve("3.9", cache_dir=tmp_path, provision=False, repo="psf/requests", version="2.4")
-    assert got == interpreters.Resolution("/p/python3.11", "3.11", "substitute", got.reason)
-    assert "measured safe" in got.reason
+    # the build asks uv for the spec's minor before taking a substitute, and the check says so
+    first = resolve("3.9", cache_dir=tmp_path, provision=False, repo="psf/requests", version="2.4")
+    assert first.how == "missing" and first.provisionable and first.python == "3.9"
     other = resolve("3.9", cache_dir=tmp_path, provision=False, repo="django/django", version="4.2")
     assert other.how == "missing" and other.path is None and other.provisionable
     assert other.reason == "needs Python 3.9 for django 4.2: `uv python install 3.9` or `pyenv install 3.9`"
+    # an organisation's list without 3.9: the substitute already on the machine
+    monkeypatch.setenv("UV_PYTHON_DOWNLOADS_JSON_URL", str(mirror.downloads_json(tmp_path / "dl.json")))
+    got = resolve("3.9", cache_dir=tmp_path, provision=False, repo="psf/requests", version="2.4")
+    assert got == interpreters.Resolution("/p/python3.11", "3.11", "substitute", got.reason)
+    assert "measured safe" in got.reason
     assert resolve("3.11", cache_dir=tmp_path, provision=False).how == "found"
     assert resolve("", cache_dir=tmp_path, provision=False).how == "missing"
 
@@ -155,9 +162,72 @@ def test_a_minor_uv_does_not_offer_is_missing_without_a_download(mirror: Mirror,
     """uv's list starts at 3.8: the check must not promise 3.6 from uv, nor a build wait on it."""
     monkeypatch.setenv("UV_PYTHON_DOWNLOADS_JSON_URL", str(mirror.downloads_json(tmp_path / "dl.json")))
     other = "3.6" if XY != "3.6" else "3.7"
+    monkeypatch.setattr(interpreters, "SAFE_SUBSTITUTES", {})
     check = resolve(other, cache_dir=tmp_path / "cache", provision=False, repo="django/django", version="3.0")
     assert check.how == "missing" and not check.provisionable
     assert check.reason == f"needs Python {other} for django 3.0: `pyenv install {other}` (uv offers no Python {other} build)"
     built = resolve(other, cache_dir=tmp_path / "cache", repo="django/django", version="3.0")
     assert built.how == "missing" and built.reason == check.reason and not mirror.asked
     assert resolve(XY, cache_dir=tmp_path / "cache", provision=False).provisionable  # the list has this one
+
+
+def _spec_uv_lacks() -> str:
+    return "3.6" if XY != "3.6" else "3.7"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the archive is a linux-x86_64 build")
+def test_a_safe_substitute_uv_offers_is_installed_when_the_spec_minor_cannot_be(
+        mirror: Mirror, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user's machine has no 3.6 and uv offers none: the measured-safe substitute is installed
+    into the cache, said by --check beforehand, and recorded as a substitute."""
+    monkeypatch.setenv("UV_PYTHON_DOWNLOADS_JSON_URL", str(mirror.downloads_json(tmp_path / "dl.json")))
+    spec = _spec_uv_lacks()
+    monkeypatch.setattr(interpreters, "SAFE_SUBSTITUTES", {("django/django", "3.0"): {spec: ("3.7", XY)}})
+    cache = tmp_path / "cache"
+    check = resolve(spec, cache_dir=cache, provision=False, repo="django/django", version="3.0")
+    assert (check.how, check.python, check.path, check.provisionable) == ("substitute", XY, None, True)
+    assert check.reason == (f"Python {XY} for {spec} (measured safe for django/django 3.0), which uv will "
+                            "install into the cache")
+    monkeypatch.setattr(readiness, "repo_specs", lambda cache_dir, repo, version: {"python": spec})
+    task = Task(repo="django/django", instance_id="django__django-1", base_commit="0" * 40, problem_statement="x",
+                version="3.0")
+    [row] = readiness.check_tasks([task], cache, TestSettings())
+    assert (row.python, row.state, row.reason) == (XY, "to build", check.reason)
+    assert not mirror.asked  # the check downloads nothing
+    got = resolve(spec, cache_dir=cache, repo="django/django", version="3.0")
+    assert (got.how, got.python) == ("substitute", XY) and got.path
+    assert Path(got.path).is_relative_to(cache / interpreters.PYTHONS_DIR)
+    assert got.reason.startswith(f"Python {XY} for {spec} (measured safe for django/django 3.0; installed by uv")
+    out = subprocess.run([got.path, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.strip() == str(sys.version_info[:2])
+    again = resolve(spec, cache_dir=cache, repo="django/django", version="3.0")
+    assert (again.how, again.path) == ("substitute", got.path) and len(mirror.asked) == 1
+    # a pair not measured safe gets no substitute, installed or not
+    other = resolve(spec, cache_dir=tmp_path / "other", repo="django/django", version="3.1")
+    assert other.how == "missing" and other.path is None
+
+
+@pytest.mark.parametrize("fault", ["bad hash", "cut"])
+def test_a_failed_substitute_download_leaves_nothing_and_says_why(mirror: Mirror, tmp_path: Path, fault: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    mirror.mode = "cut" if fault == "cut" else "whole"
+    dl = mirror.downloads_json(tmp_path / "dl.json", sha256="0" * 64 if fault == "bad hash" else None)
+    monkeypatch.setenv("UV_PYTHON_DOWNLOADS_JSON_URL", str(dl))
+    monkeypatch.setenv("UV_HTTP_RETRIES", "0")
+    spec = _spec_uv_lacks()
+    monkeypatch.setattr(interpreters, "SAFE_SUBSTITUTES", {("django/django", "3.0"): {spec: (XY,)}})
+    cache = tmp_path / "cache"
+    got = resolve(spec, cache_dir=cache, repo="django/django", version="3.0")
+    assert got.how == "missing" and got.path is None and "\n" not in got.reason
+    assert got.reason.startswith(f"needs Python {spec} for django 3.0: `pyenv install {spec}` (uv offers no "
+                                 f"Python {spec} build), or Python {XY} (measured safe for django/django 3.0) (uv: {XY}: ")
+    if fault == "bad hash":
+        assert "hash mismatch" in got.reason.lower()
+    assert interpreters.managed_pythons(cache) == {}
+    assert not list((cache / interpreters.PYTHONS_DIR).glob("cpython-*"))
+    # remembered: the check no longer promises it, and the next task does not download again
+    asked = len(mirror.asked)
+    assert not resolve(spec, cache_dir=cache, provision=False, repo="django/django", version="3.0").provisionable
+    assert resolve(spec, cache_dir=cache, repo="django/django", version="3.0").how == "missing"
+    assert len(mirror.asked) == asked
