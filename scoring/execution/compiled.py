@@ -5,7 +5,8 @@ Offline: swebench's specs fetch matplotlib's freetype and qhull from their sites
 is reachable here, so every matplotlib version is told to use Debian's ``libfreetype-dev`` and
 ``libqhull-dev`` (``[libs] system_freetype/system_qhull`` in a config file named by ``MPLSETUPCFG``,
 which setupext.py reads from 3.3 on, ``setup.cfg`` syntax before 3.5 and ``mplsetup.cfg`` after, the
-same section). scikit-learn's old versions build with the spec's Python 3.6 and pins; ``cython`` is
+same section; before 3.3 the build takes Debian's FreeType by default and compiles its own copy of
+Qhull, and 3.0's download of jQuery UI is skipped by :func:`download_stand_ins`). scikit-learn's old versions build with the spec's Python 3.6 and pins; ``cython`` is
 held below 3 for 0.20-0.22 (conda's Python 3.6 builds, which the harness's images used, never had
 Cython 3, which these versions' ``.pyx`` files do not compile with).
 
@@ -57,6 +58,11 @@ WHEEL_PINS: dict[tuple[str, str], dict[str, str]] = {
 
 # What setupext.py reads from MPLSETUPCFG: the Debian libraries instead of downloaded sources.
 MPL_SETUP_CFG = "[libs]\nsystem_freetype = true\nsystem_qhull = true\n"
+# matplotlib 3.0's setup.py fetches jQuery UI from jqueryui.com (no package registry) in its develop
+# step, unless the folder it unpacks to is there already. Only the webagg backend's HTML pages load it,
+# in a browser; no code or test of the package reads it. An empty folder of that name stands in.
+_JQUERY_UI_ZIP = re.compile(r"jquery-ui-(\d+(?:\.\d+)+)\.zip")
+JQUERY_UI_HOME = "lib/matplotlib/backends/web_backend"
 # swebench's pre_install steps that download or need root (apt-get): the build does neither.
 _SKIPPED_PRE_INSTALL = re.compile(r"^\s*(apt-get|apt|wget|curl|tar\s|mkdir -p \"\$QHULL|QHULL_\w+=)")
 CCACHE_SUBDIR = "ccache"
@@ -205,6 +211,23 @@ def with_wheel_pins(repo: str, version: str, spec: dict[str, Any]) -> dict[str, 
         out["packages"] = " ".join(shlex.quote(swap.get(p, p)) for p in shlex.split(packages))
     out["pip_packages"] = [swap.get(p, p) for p in spec.get("pip_packages") or []]
     return out
+
+
+def download_stand_ins(repo: str, checkout: Path) -> list[str]:
+    """The folders made in ``checkout`` (relative paths) that its build would otherwise download
+    from outside the package registries: matplotlib's jQuery UI where setup.py fetches it."""
+    if repo != "matplotlib/matplotlib":
+        return []
+    try:
+        setup = (checkout / "setup.py").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    m = _JQUERY_UI_ZIP.search(setup)
+    if m is None or "_download_jquery_to" not in setup:
+        return []
+    folder = f"{JQUERY_UI_HOME}/jquery-ui-{m.group(1)}"
+    (checkout / folder).mkdir(parents=True, exist_ok=True)
+    return [folder]
 
 
 def offline_pre_install(steps: list[str]) -> list[str]:

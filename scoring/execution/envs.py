@@ -52,6 +52,7 @@ from scoring.execution.compiled import (
     build_requires,
     classify_failure,
     compiled_build,
+    download_stand_ins,
     is_compiled,
     missing_system_packages,
     offline_pre_install,
@@ -401,6 +402,11 @@ class VenvEnvs:
         shutil.rmtree(src, ignore_errors=True)
         err = materialize(wt, task.base_commit, src)
         ok = not err
+        stand_ins = download_stand_ins(task.repo, src) if ok else []
+        if stand_ins:  # env.json says what was not downloaded
+            meta["stand_ins"] = stand_ins
+        else:
+            meta.pop("stand_ins", None)
         before = _file_set(src) if ok else set()
         for sub in _empty_submodules(src) if ok else []:
             if sub in SUBMODULE_PACKAGES:

@@ -16,6 +16,7 @@ from scoring.execution.compiled import (
     MPL_SETUP_CFG,
     classify_failure,
     compiled_build,
+    download_stand_ins,
     missing_system_packages,
     with_wheel_pins,
 )
@@ -155,6 +156,21 @@ def test_matplotlib_uses_debian_freetype_and_qhull_and_skips_downloads(tmp_path:
         "--no-build-isolation") == 1
     plain = compiled_build("psf/requests", "2.0", tmp_path)
     assert not plain.compiled and plain.env == {} and plain.pre_install(steps) == steps
+
+
+def test_matplotlib_3_0_s_jquery_ui_download_is_stood_in_for_by_its_folder(tmp_path: Path) -> None:
+    # setup.py's develop step at 3.0 skips the download when the folder is there
+    (tmp_path / "setup.py").write_text('def _download_jquery_to(dest):\n'
+                                       '    url = "https://jqueryui.com/resources/download/jquery-ui-1.12.1.zip"\n')
+    assert download_stand_ins("matplotlib/matplotlib", tmp_path) == [
+        "lib/matplotlib/backends/web_backend/jquery-ui-1.12.1"]
+    assert (tmp_path / "lib/matplotlib/backends/web_backend/jquery-ui-1.12.1").is_dir()
+    assert download_stand_ins("psf/requests", tmp_path) == []
+    later = tmp_path / "later"
+    later.mkdir()
+    (later / "setup.py").write_text("from setuptools import setup\n")
+    assert download_stand_ins("matplotlib/matplotlib", later) == [] and not (later / "lib").exists()
+    assert download_stand_ins("matplotlib/matplotlib", tmp_path / "none") == []
 
 
 def test_pins_with_no_wheel_for_the_specs_python_take_the_nearest_that_has_one(tmp_path: Path) -> None:
