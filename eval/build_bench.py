@@ -72,7 +72,7 @@ def build_step(envs: VenvEnvs, cache: RepoCache, inst: Instance, kind: str) -> d
     row: dict[str, Any] = {"repo": inst.repo, "version": inst.version, "kind": kind,
                            "instance_id": inst.instance_id, "base_commit": inst.base_commit}
     wt = cache.worktree(inst.repo, inst.base_commit, f"buildbench-{inst.instance_id}")
-    path = envs.env_path(inst.task())
+    path = envs.record_path(inst.task(), wt)  # an inferred env's is named by what it was built from
     before = _meta(path)
     start = time.monotonic()
     cpu = _children_cpu()

@@ -53,8 +53,10 @@ def build_one(envs: VenvEnvs, cache: RepoCache, inst: Instance) -> dict[str, Any
     except EnvError as exc:
         row["ok"], row["reason"] = False, str(exc)
     finally:
+        env_dir = envs.record_path(inst.task(), wt)  # an inferred env's is named by what it was built from
         cache.remove_worktree(inst.repo, wt)
-    meta_path = envs.env_path(inst.task()) / "env.json"
+    row["env"] = env_dir.name
+    meta_path = env_dir / "env.json"
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     row.update(wall_seconds=round(time.monotonic() - start, 1), python=meta.get("python_version"),
                wanted_python=meta.get("wanted_python"), build_seconds=meta.get("seconds"),

@@ -25,12 +25,20 @@ def table(reports: Sequence[EnvReport], out: Callable[[str], None] = print) -> N
         out(f"{r.env:<34} {len(r.tasks):>5}  {r.python:<6}  {r.state:<10}  {secs:>7}  {r.reason}")
 
 
-def builder(cfg: RunConfig, repos: Path | None) -> Callable[[Task], None]:
-    """Checks the task out and asks the env builder for its env: what a test run would do first."""
-    from fixgraph.repo.workspace import RepoCache
+def builder(cfg: RunConfig, repos: Path | None, tasks: Sequence[Task] = ()) -> Callable[[Task], None]:
+    """Checks the task out and asks the env builder for its env: what a test run would do first. The
+    repositories of ``tasks`` without a spec are cloned first: their envs are named by what each
+    commit's files infer, so tasks that share one are built once and those that do not each get theirs."""
+    from fixgraph.repo.workspace import RepoCache, WorkspaceError
 
     cache = RepoCache(cfg.cache_dir, repos)
     envs = venv_envs(cfg.cache_dir, cfg.tests)
+    for task in tasks:
+        if not (task.version and envs.specs(task.repo, task.version)):
+            try:
+                cache.ensure_clone(task.repo, task.base_commit)
+            except WorkspaceError:
+                pass  # the task's build says so in its row
 
     def build(task: Task) -> None:
         wt = cache.worktree(task.repo, task.base_commit, f"prepare-{task.instance_id}")
@@ -46,8 +54,8 @@ def prepare(tasks: Sequence[Task], cfg: RunConfig, repos: Path | None, workers: 
             progress: bool = True) -> list[EnvReport]:
     from tqdm import tqdm
 
-    groups = by_env(tasks)
-    build = builder(cfg, repos)
+    build = builder(cfg, repos, tasks)
+    groups = by_env(tasks, venv_envs(cfg.cache_dir, cfg.tests))
     reports: list[EnvReport] = []
     with ThreadPoolExecutor(max_workers=workers) as pool, \
             tqdm(total=len(groups), desc="envs", unit="env", disable=not progress, file=sys.stderr) as bar:

@@ -105,6 +105,11 @@ def _commits_in(src: Path, repo: str, commits: set[str]) -> set[str]:
     return {c for c, line in zip(wanted, lines, strict=False) if line.split()[1:2] == ["commit"]}
 
 
+def clone_path(cache_dir: Path, repo: str) -> Path:
+    """Where :class:`RepoCache` keeps its bare clone of ``repo`` (read without one: ``--check``)."""
+    return cache_dir.resolve() / "repos" / (repo.replace("/", "+") + ".git")
+
+
 class RepoCache:
     def __init__(self, cache_dir: Path, mirrors: Path | None = None):
         self.cache_dir = cache_dir.resolve()
@@ -125,7 +130,7 @@ class RepoCache:
         return f"https://github.com/{repo}.git"
 
     def bare_path(self, repo: str) -> Path:
-        return self.cache_dir / "repos" / (repo.replace("/", "+") + ".git")
+        return clone_path(self.cache_dir, repo)
 
     def ensure_clone(self, repo: str, commit: str | None = None) -> git.Repo:
         """The cached bare clone of ``repo``, fetched if ``commit`` is missing."""

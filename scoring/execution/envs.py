@@ -176,19 +176,32 @@ class VenvEnvs:
         """swebench's spec for the task's (repo, version); for one it has no spec for (another
         repository, an empty or unknown version), the environment inferred from the base commit's
         own files and the maintainer's committed table (``scoring.execution.infer``)."""
+        return self.spec_in(task, wt.path)
+
+    def spec_in(self, task: Task, git_dir: Path) -> dict[str, Any]:
+        """:meth:`spec_for` read from any git repository holding the task's base commit (a bare clone:
+        ``--check`` names an inferred env without a checkout); raises EnvError on a bad committed table."""
         spec = self.specs(task.repo, task.version) if task.version else None
         if spec is not None:
             return spec
         key = (task.repo, task.base_commit)
         if key not in self._inferred:
             try:
-                self._inferred[key] = as_spec(infer_at(wt.path, task.base_commit))
+                self._inferred[key] = as_spec(infer_at(git_dir, task.base_commit))
             except ConfigError as exc:
                 self._inferred[key] = str(exc)
         found = self._inferred[key]
         if isinstance(found, str):
             raise EnvError(found)
         return found
+
+    def record_path(self, task: Task, wt: Worktree) -> Path:
+        """Where ``task``'s env keeps its record, a spec's or an inferred one's (by what it is built
+        from); a table that cannot be read names no inferred env: the version's folder."""
+        try:
+            return self.env_path(task, self.spec_for(task, wt))
+        except EnvError:
+            return self.env_path(task)
 
     def get(self, task: Task, wt: Worktree) -> TestEnv:
         spec = self.spec_for(task, wt)

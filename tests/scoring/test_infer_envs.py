@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from eval import build_bench, env_bench
 from eval.hidden import run_hidden
 from fixgraph import config
 from scoring.execution.envs import VenvEnvs
+from scoring.execution.readiness import check_tasks
 from scoring.execution.runner import SubprocessRunner
 from scoring.verdict import fix_score
 from tests.helpers.testrun_helpers import CALC, CALC_PYPROJECT, apply_to, calc_instance, diff_for
@@ -67,3 +69,19 @@ def test_a_committed_setup_step_that_fails_is_named_with_its_file(tmp_path: Path
     assert not out.runnable
     assert "install step of .fixgraph.toml failed" in out.reason, out.reason
     assert fix_score.compute(out, 0.5, 0.75).get("kind") == "semantic"
+
+
+@pytest.mark.slow
+def test_the_env_benches_and_the_check_find_an_inferred_envs_record(tmp_path: Path) -> None:
+    inst, wt, cache = calc_instance(tmp_path, files={"pyproject.toml": PYPROJECT})
+    cache.remove_worktree(inst.repo, wt)
+    envs, _ = _runner(tmp_path)
+    row = env_bench.build_one(envs, cache, inst)
+    assert row["ok"], row["reason"]
+    assert row["env"].startswith("fixture+calc__inferred-") and row["python"] == MINOR
+    assert row["build_seconds"] is not None and row["install_seconds"] is not None
+    warm = build_bench.build_step(envs, cache, inst, "warm")
+    # the same env, found by its record: not built again, its install the one the first row timed
+    assert warm["ok"] and warm["venv_seconds"] == 0.0 and warm["install_seconds"] == row["install_seconds"]
+    (rep,) = check_tasks([inst.task()], tmp_path / "cache", envs.settings.model_copy(update={"env_dir": envs.root}))
+    assert (rep.state, rep.python) == ("built", MINOR) and rep.env.startswith("fixture/calc inferred ")
