@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from fixgraph.config import TestSettings
@@ -87,7 +88,7 @@ class DockerRunner:
         self.settings = settings
         self.cache_dir = cache_dir.resolve()
 
-    def env_key(self, task: Task, wt: Worktree) -> str:
+    def env_key(self, task: Task, wt: Worktree, files: Sequence[str] = ()) -> str:
         return "docker-" + image_name(self.settings.docker_namespace, task.instance_id)
 
     def run_suite(self, task: Task, wt: Worktree, patch: str | None, suite: Suite) -> SuiteRun:

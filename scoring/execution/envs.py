@@ -31,7 +31,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,7 @@ from scoring.execution.compiled import (
     reuse_generated,
     with_wheel_pins,
 )
-from scoring.execution.infer import ConfigError, as_spec, infer_at
+from scoring.execution.infer import ConfigError, as_spec, git_output, infer_at, package_of
 from scoring.execution.interpreters import resolve
 from scoring.execution.specs import repo_specs, requirements_paths, requirements_text
 from scoring.execution.testenv import EnvError, LocalService, TestEnv, materialize
@@ -161,8 +161,9 @@ class VenvEnvs:
         self.settings = settings
         # swebench's specs unless given (tests give a spec for a fixture repo)
         self.specs = specs or (lambda repo, version: repo_specs(self.cache_dir, repo, version))
-        # (repo, base commit) -> the spec inferred from that commit's files, or why there is none
-        self._inferred: dict[tuple[str, str], dict[str, Any] | str] = {}
+        # (repo, base commit, package) -> the spec inferred from that commit's files, or why there is none
+        self._inferred: dict[tuple[str, str, str], dict[str, Any] | str] = {}
+        self._tracked: dict[tuple[str, str], frozenset[str]] = {}  # (repo, commit) -> the files it tracks
 
     def env_path(self, task: Task, spec: dict[str, Any] | None = None) -> Path:
         # A pinned Python gets its own folder: the env built from the specs may be in use.
@@ -172,28 +173,43 @@ class VenvEnvs:
         name = f"inferred-{spec['env_key']}" if spec and spec.get("inferred") else task.version
         return self.root / (f"{task.repo_slug}__{name}" + (f"-py{pinned}" if pinned else ""))
 
-    def spec_for(self, task: Task, wt: Worktree) -> dict[str, Any]:
+    def spec_for(self, task: Task, wt: Worktree, files: Sequence[str] = ()) -> dict[str, Any]:
         """swebench's spec for the task's (repo, version); for one it has no spec for (another
         repository, an empty or unknown version), the environment inferred from the base commit's
-        own files and the maintainer's committed table (``scoring.execution.infer``)."""
-        return self.spec_in(task, wt.path)
+        own files and the maintainer's committed table (``scoring.execution.infer``): in a
+        repository of several packages, those of the package ``files`` (the run's tests, else the
+        patch's files) belong to."""
+        return self.spec_in(task, wt.path, files)
 
-    def spec_in(self, task: Task, git_dir: Path) -> dict[str, Any]:
+    def spec_in(self, task: Task, git_dir: Path, files: Sequence[str] = ()) -> dict[str, Any]:
         """:meth:`spec_for` read from any git repository holding the task's base commit (a bare clone:
         ``--check`` names an inferred env without a checkout); raises EnvError on a bad committed table."""
         spec = self.specs(task.repo, task.version) if task.version else None
         if spec is not None:
             return spec
-        key = (task.repo, task.base_commit)
+        package = self._package(task, git_dir, files)
+        key = (task.repo, task.base_commit, package)
         if key not in self._inferred:
             try:
-                self._inferred[key] = as_spec(infer_at(git_dir, task.base_commit))
+                self._inferred[key] = as_spec(infer_at(git_dir, task.base_commit, package))
             except ConfigError as exc:
                 self._inferred[key] = str(exc)
         found = self._inferred[key]
         if isinstance(found, str):
             raise EnvError(found)
         return found
+
+    def _package(self, task: Task, git_dir: Path, files: Sequence[str]) -> str:
+        if not files:
+            return ""
+        key = (task.repo, task.base_commit)
+        if key not in self._tracked:
+            try:
+                self._tracked[key] = frozenset(git_output(git_dir, "ls-tree", "-r", "--name-only",
+                                                          task.base_commit).splitlines())
+            except ConfigError:
+                return ""  # the inference that follows says why the commit cannot be read
+        return package_of(self._tracked[key], files)
 
     def record_path(self, task: Task, wt: Worktree) -> Path:
         """Where ``task``'s env keeps its record, a spec's or an inferred one's (by what it is built
@@ -203,8 +219,8 @@ class VenvEnvs:
         except EnvError:
             return self.env_path(task)
 
-    def get(self, task: Task, wt: Worktree) -> TestEnv:
-        spec = self.spec_for(task, wt)
+    def get(self, task: Task, wt: Worktree, files: Sequence[str] = ()) -> TestEnv:
+        spec = self.spec_for(task, wt, files)
         if (task.repo, task.version) in HARNESS_PYTHON:
             spec = {**spec, "python": HARNESS_PYTHON[(task.repo, task.version)]}
         if self.settings.python:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import configparser
 import hashlib
+import os
 import re
 import shlex
 import subprocess
 import tempfile
 import tomllib
+from collections.abc import Iterable, Set
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -56,6 +58,8 @@ class InferredEnv:
     how: dict[str, str] = field(default_factory=dict)  # part -> where it came from, for PR bodies
     # The version a setuptools_scm/hatch-vcs build is told: a test run's copy has no git history.
     scm_version: str = ""
+    # The package's folder in a repository of several ("" for the root): its files made the env.
+    package: str = ""
 
 
 def _read(root: Path, name: str) -> str:
@@ -319,12 +323,17 @@ def infer(root: Path) -> InferredEnv:
                        key=env_key(root, python, install), how=how)
 
 
-def infer_at(repo: Path, commit: str) -> InferredEnv:
+def infer_at(repo: Path, commit: str, package: str = "") -> InferredEnv:
     """The environment of ``commit`` of the git repository at ``repo``, read from that commit's
-    files (never the work tree, which may hold a candidate patch); raises ConfigError on a bad
-    committed table or a commit git cannot read."""
+    files (never the work tree, which may hold a candidate patch); of the package in folder
+    ``package`` of a repository of several (:func:`package_of`), its paths then said from the
+    repository's root, where installs and tests run. Raises ConfigError on a bad committed table or
+    a commit git cannot read."""
+    prefix = f"{package}/" if package else ""
+    # The CI workflows are the repository's, at its root, for every package.
     names = [n for n in git_output(repo, "ls-tree", "-r", "--name-only", commit).splitlines()
-             if n in DEPENDENCY_FILES or n in CONFIG_FILES or n.startswith(WORKFLOWS)]
+             if n.startswith(WORKFLOWS) or (n.startswith(prefix) and n[len(prefix):] in (*DEPENDENCY_FILES,
+                                                                                          *CONFIG_FILES))]
     with tempfile.TemporaryDirectory(prefix="fixgraph-infer-") as tmp:
         if names:
             archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit, "--", *names],
@@ -332,8 +341,58 @@ def infer_at(repo: Path, commit: str) -> InferredEnv:
             untar = subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, capture_output=True, timeout=120)
             if archive.returncode != 0 or untar.returncode != 0:
                 raise ConfigError(f"cannot read the build files of {commit[:12]}")
-        env = infer(Path(tmp))
-    return replace(env, scm_version=scm_version(repo, commit))
+        if package:
+            root = Path(tmp) / package
+            root.mkdir(parents=True, exist_ok=True)
+            if (Path(tmp) / ".github").is_dir() and not (root / ".github").exists():
+                (root / ".github").symlink_to(Path(tmp) / ".github")
+        env = infer(Path(tmp) / package if package else Path(tmp))
+    return replace(in_package(env, package) if package else env, scm_version=scm_version(repo, commit))
+
+
+# What makes a folder a package's root: the files a build reads.
+PACKAGE_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg")
+
+
+def package_of(tracked: Set[str], files: Iterable[str]) -> str:
+    """The folder of the package ``files`` belong to in a repository whose commit tracks ``tracked``:
+    the nearest folder above each file with a build file, the one most of them share (the first
+    file's on a tie); "" for the root, or when no folder above any file has one."""
+    votes: dict[str, int] = {}
+    for name in files:
+        folder = os.path.dirname(name)
+        while folder and not any(f"{folder}/{m}" in tracked for m in PACKAGE_MARKERS):
+            folder = os.path.dirname(folder)
+        votes[folder] = votes.get(folder, 0) + 1
+    return max(votes, key=lambda f: votes[f]) if votes else ""
+
+
+def in_package(env: InferredEnv, package: str) -> InferredEnv:
+    """``env``, inferred from the files of folder ``package``, with its paths said from the
+    repository's root: the editable install and the requirements files are the package's, the test
+    ids stay the repository's (``--rootdir``), a committed table's setup runs in the package's folder."""
+    def rooted(cmd: str) -> str:
+        words = shlex.split(cmd)
+        if words[:2] != ["pip", "install"]:
+            return f"cd {shlex.quote(package)} && {cmd}"
+        out = []
+        for i, word in enumerate(words):
+            prev = words[i - 1] if i else ""
+            if prev == "-e" and word.startswith("."):
+                word = f"./{package}{word[1:]}"
+            elif prev == "-r":
+                word = f"{package}/{word}"
+            elif prev == "--group":
+                word = f"{package}/pyproject.toml:{word}"
+            out.append(word)
+        return shlex.join(out)
+
+    install = tuple(f"cd {shlex.quote(package)} && {c}" for c in env.install) if "fixgraph" in env.how.get(
+        "install", "") else tuple(rooted(c) for c in env.install)
+    test_cmd = env.test_cmd if "fixgraph" in env.how.get("test_cmd", "") else f"{env.test_cmd} --rootdir=."
+    key = hashlib.sha256(f"{env.key}\0{package}".encode()).hexdigest()[:16]
+    return replace(env, install=install, test_cmd=test_cmd, key=key, package=package,
+                   exclude=tuple(e if e.startswith(f"{package}/") else f"{package}/{e}" for e in env.exclude))
 
 
 def git_output(repo: Path, *args: str) -> str:
@@ -406,7 +465,8 @@ def as_spec(env: InferredEnv) -> dict[str, object]:
 
 def describe(env: InferredEnv) -> str:
     """How the environment was made, one part a line: for ``--check`` output and PR bodies."""
-    lines = [f"python {env.python} ({env.how.get('python', '')})",
+    lines = [f"package {env.package}/ of several (the one the tests and the patch touch)"] if env.package else []
+    lines += [f"python {env.python} ({env.how.get('python', '')})",
              f"install ({env.how.get('install', '')}): " + ("; ".join(env.install) or "nothing"),
              f"tests ({env.how.get('test_cmd', '')}): {env.test_cmd} [{env.parser} log]"]
     if env.exclude:

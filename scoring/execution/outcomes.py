@@ -253,7 +253,7 @@ def _cached_baseline(path: Path, backend: str) -> SuiteRun | None:
 
 def _baseline_path(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: int) -> tuple[str, Path]:
     """(the env's key, where :func:`baseline` caches this suite's base run); no key: not cached."""
-    env_key = runner.env_key(task, wt)
+    env_key = runner.env_key(task, wt, suite.targets)  # the env the suite's run gets (run_suite)
     # "unrooted": test ids no longer hold the run's path (base runs cached before hold it);
     # "loopback-up": runs since the sandbox's own loopback is up (a test's local server works).
     # A new tag whenever what a run does or what is parsed from it changes ("user-name": test

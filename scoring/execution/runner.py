@@ -61,7 +61,7 @@ class LocalEnvs:
     def __init__(self, cache_dir: Path):
         self.cache_dir = cache_dir
 
-    def get(self, task: Task, wt: Worktree) -> TestEnv:
+    def get(self, task: Task, wt: Worktree, files: Sequence[str] = ()) -> TestEnv:
         spec = None
         if task.version:
             try:
@@ -88,9 +88,9 @@ class SubprocessRunner:
         return Limits(suite_timeout(suite, self.settings.timeout_s, slowed), self.settings.cpu_s,
                       self.settings.memory_mb, self.settings.network_isolation)
 
-    def env_key(self, task: Task, wt: Worktree) -> str:
+    def env_key(self, task: Task, wt: Worktree, files: Sequence[str] = ()) -> str:
         try:
-            key = self.envs.get(task, wt).key
+            key = self.envs.get(task, wt, files).key
         except (EnvError, SpecsError):
             return ""
         service = services.declared(task.repo)  # runs with it answer otherwise than runs without
@@ -98,7 +98,8 @@ class SubprocessRunner:
 
     def run_suite(self, task: Task, wt: Worktree, patch: str | None, suite: Suite) -> SuiteRun:
         try:
-            env = self.envs.get(task, wt)
+            # The tests decide the package of a repository of several; the patch's files when there are none.
+            env = self.envs.get(task, wt, suite.targets or tuple(patch_files(patch or "")))
         except (EnvError, SpecsError) as exc:
             return SuiteRun({}, "", 0.0, error=f"env could not be built: {exc}", backend=self.backend)
         with self._scratch() as (run_dir, work, home):
@@ -119,7 +120,7 @@ class SubprocessRunner:
         :data:`MAX_OUTPUT_FILE_BYTES` of each). Raises :class:`EnvError` when there is no
         environment, no copy of the commit, or a file path outside the copy."""
         try:
-            env = self.envs.get(task, wt)
+            env = self.envs.get(task, wt, tuple(patch_files(patch or "")))
         except (EnvError, SpecsError) as exc:
             raise EnvError(f"env could not be built: {exc}") from exc
         with self._scratch() as (_, work, home):

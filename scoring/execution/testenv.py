@@ -14,7 +14,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,8 +161,9 @@ class SuiteRunner(Protocol):
 
     def run_suite(self, task: Task, wt: Worktree, patch: str | None, suite: Suite) -> SuiteRun: ...
 
-    def env_key(self, task: Task, wt: Worktree) -> str:
-        """Identifies the environment runs happen in (for caching), "" when none can be had."""
+    def env_key(self, task: Task, wt: Worktree, files: Sequence[str] = ()) -> str:
+        """Identifies the environment runs happen in (for caching), "" when none can be had; ``files``
+        as :class:`EnvProvider` takes them."""
         ...
 
 
@@ -208,7 +209,9 @@ class LocalService:
 
 
 class EnvProvider(Protocol):
-    def get(self, task: Task, wt: Worktree) -> TestEnv: ...
+    # ``files``: the run's tests (else the patch's files): in a repository of several packages, the
+    # env of the package they belong to.
+    def get(self, task: Task, wt: Worktree, files: Sequence[str] = ()) -> TestEnv: ...
 
 
 class UnavailableRunner:
@@ -222,7 +225,7 @@ class UnavailableRunner:
     def run_suite(self, task: Task, wt: Worktree, patch: str | None, suite: Suite) -> SuiteRun:
         return SuiteRun({}, "", 0.0, error=self.reason, backend=self.backend)
 
-    def env_key(self, task: Task, wt: Worktree) -> str:
+    def env_key(self, task: Task, wt: Worktree, files: Sequence[str] = ()) -> str:
         return ""
 
 

@@ -4,7 +4,17 @@ from pathlib import Path
 
 import pytest
 
-from scoring.execution.infer import ConfigError, infer
+from eval.fixtures.repos import make_monorepo
+from scoring.execution.infer import (
+    ConfigError,
+    InferredEnv,
+    describe,
+    git_output,
+    in_package,
+    infer,
+    infer_at,
+    package_of,
+)
 
 
 def _repo(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -123,3 +133,36 @@ def test_tox_deps_skip_factor_lines_and_requirement_files(tmp_path):
         "[testenv]\ndeps =\n    !pypy: -r {toxinidir}/requirements_test.txt\n"
         "    pypy: coverage\n    -rrequirements-dev.txt\n    hypothesis>=6\n")})
     assert infer(root).install == ("pip install -e .", "pip install 'hypothesis>=6'")
+
+
+def test_a_monorepo_infers_the_env_of_the_package_its_files_belong_to(tmp_path):
+    inst = make_monorepo(tmp_path, "3.11")
+    repo = tmp_path / "fixture+mono"
+    tracked = set(git_output(repo, "ls-tree", "-r", "--name-only", "HEAD").splitlines())
+    tests = ["packages/strutil/tests/test_core.py"]
+    assert package_of(tracked, tests) == "packages/strutil"
+    assert package_of(tracked, ["packages/calc/src/calc/ops.py", *tests, *tests]) == "packages/strutil"
+    assert package_of(tracked, ["README.md"]) == "" and package_of(tracked, []) == ""
+    env = infer_at(repo, inst["base_commit"], "packages/strutil")
+    assert env.install == ("pip install -e ./packages/strutil", "pip install pytest")  # its test extra, read
+    assert env.python == "3.11" and env.how["python"] == "requires-python"
+    assert env.test_cmd == "pytest -rA --rootdir=." and env.package == "packages/strutil"
+    assert "package packages/strutil/" in describe(env)
+    other = infer_at(repo, inst["base_commit"], "packages/calc")
+    assert other.key != env.key and infer_at(repo, inst["base_commit"]).key not in (env.key, other.key)
+    # nothing to install at the root: what a run without files gets
+    assert infer_at(repo, inst["base_commit"]).install == ()
+
+
+def test_a_packages_own_requirements_groups_and_table_are_said_from_the_root():
+    env = InferredEnv(python="3.12", install=("pip install -e .[test]", "pip install -r requirements-dev.txt",
+                                              "pip install --group test", "pip install 'attrs>=22'"),
+                      test_cmd="pytest -rA", parser="pytest", exclude=("tests/test_slow.py",), key="k",
+                      how={"install": "extras test", "test_cmd": "pytest config"})
+    moved = in_package(env, "libs/a b")
+    assert moved.install == ("pip install -e './libs/a b[test]'", "pip install -r 'libs/a b/requirements-dev.txt'",
+                             "pip install --group 'libs/a b/pyproject.toml:test'", "pip install 'attrs>=22'")
+    assert moved.exclude == ("libs/a b/tests/test_slow.py",) and moved.key != env.key
+    table = in_package(InferredEnv(python="3.12", install=("make dev",), test_cmd="make test", parser="pytest",
+                                   how={"install": ".fixgraph.toml", "test_cmd": ".fixgraph.toml"}), "libs/a")
+    assert table.install == ("cd libs/a && make dev",) and table.test_cmd == "make test"

@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 
 from eval import build_bench, env_bench
+from eval.fixtures.repos import make_monorepo
 from eval.hidden import run_hidden
 from fixgraph import config
+from fixgraph.dataset import Instance
+from fixgraph.repo.workspace import RepoCache
 from scoring.execution.envs import VenvEnvs
 from scoring.execution.readiness import check_tasks
 from scoring.execution.runner import SubprocessRunner
@@ -85,3 +88,21 @@ def test_the_env_benches_and_the_check_find_an_inferred_envs_record(tmp_path: Pa
     assert warm["ok"] and warm["venv_seconds"] == 0.0 and warm["install_seconds"] == row["install_seconds"]
     (rep,) = check_tasks([inst.task()], tmp_path / "cache", envs.settings.model_copy(update={"env_dir": envs.root}))
     assert (rep.state, rep.python) == ("built", MINOR) and rep.env.startswith("fixture/calc inferred ")
+
+
+@pytest.mark.slow
+def test_a_monorepos_tests_run_in_the_env_of_the_package_the_patch_touches(tmp_path: Path) -> None:
+    row = make_monorepo(tmp_path / "mirrors", MINOR)
+    inst = Instance.model_validate(row)
+    cache = RepoCache(tmp_path / "cache", tmp_path / "mirrors")
+    wt = cache.worktree(inst.repo, inst.base_commit, inst.instance_id)
+    envs, runner = _runner(tmp_path)
+    out = run_hidden(runner, inst, wt, inst.patch)
+    assert out.runnable, (out.reason, out.log_tail)
+    # strutil is importable only once its own package is installed: the env is strutil's
+    assert out.fail_to_pass == {"packages/strutil/tests/test_core.py::test_shout_exclaims": "PASSED"}
+    assert out.pass_to_pass_after == {"packages/strutil/tests/test_core.py::test_shout_upper": "PASSED"}
+    (env_dir,) = [p for p in (tmp_path / "envs").iterdir() if p.is_dir()]
+    assert "package packages/strutil/" in json.loads((env_dir / "env.json").read_text())["inferred"]
+    # the repository's root has nothing to install: a run with no file to go by says so, never a crash
+    assert envs.spec_for(inst.task(), wt)["install"] == ""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -345,7 +346,7 @@ def test_the_docker_backend_says_why_not(fixture, tmp_path: Path) -> None:
 
 
 class _BrokenEnvs:
-    def get(self, task: Task, wt: Worktree) -> TestEnv:
+    def get(self, task: Task, wt: Worktree, files: Sequence[str] = ()) -> TestEnv:
         raise EnvError("no interpreter for this version")
 
 
