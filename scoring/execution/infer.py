@@ -472,7 +472,10 @@ def describe(env: InferredEnv) -> str:
     if env.exclude:
         lines.append("left out: " + ", ".join(env.exclude))
     if env.services:
-        lines.append("services: " + ", ".join(env.services))
+        # Read, never started (no server binary comes from the package index): said wherever the env
+        # is, so a test failing for want of one is not read as the patch's.
+        lines.append("services: " + ", ".join(env.services) + " (named by the committed file; NOT started by "
+                     "fixgraph: tests that need them fail or skip)")
     return "\n".join(lines + [f"env key {env.key}"])
 
 

@@ -75,7 +75,7 @@ def env_name(task: Task, inferred: dict[str, Any] | str | None = None) -> str:
     """"django/django 3.0"; an inferred env by what it is built from: "acme/calc inferred 1a2b3c4d"."""
     if isinstance(inferred, dict):
         return f"{task.repo} inferred {str(inferred.get('env_key', ''))[:8]}"
-    return f"{task.repo} {task.version}"
+    return f"{task.repo} {task.version}".rstrip()
 
 
 def by_env(tasks: Iterable[Task], envs: VenvEnvs | None = None) -> dict[str, list[Task]]:

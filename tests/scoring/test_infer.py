@@ -73,6 +73,7 @@ def test_committed_table_overrides_every_part(tmp_path):
     assert env.python == "3.9" and env.install == ("pip install -e .",)
     assert env.parser == "unittest" and env.exclude == ("tests/test_net.py",)
     assert env.services == ("redis",) and env.how["test_cmd"] == "pyproject.toml [tool.fixgraph]"
+    assert "services: redis (named by the committed file; NOT started by fixgraph" in describe(env)
 
 
 def test_key_follows_dependency_files_only(tmp_path):
