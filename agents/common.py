@@ -10,6 +10,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
 from agents.context import TaskContext
+from fixgraph import phases
 from fixgraph.models.llm import BudgetExceeded, LLMFailure
 from fixgraph.prompts import render
 from fixgraph.state import TaskState
@@ -35,7 +36,8 @@ def stops_cleanly(node: str) -> Callable[[F], F]:
         @functools.wraps(fn)
         def inner(state: TaskState, runtime: Runtime[TaskContext]) -> dict[str, Any]:
             try:
-                return fn(state, runtime)
+                with phases.phase(f"node {node}"):
+                    return fn(state, runtime)
             except BudgetExceeded as exc:
                 return {"stop_reason": f"budget: {exc}"}
             except LLMFailure as exc:  # InvalidReply too; the usage counts what failed (timeouts, ...)

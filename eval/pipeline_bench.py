@@ -26,6 +26,7 @@ from typing import Any
 from eval.fixtures.oracle import oracle_script
 from eval.hidden import run_hidden
 from eval.options import add_options, check_options, load_instances, mirrored
+from fixgraph import phases
 from fixgraph.config import ConfigError, load_config
 from fixgraph.dataset import DatasetError, select
 from fixgraph.models.scripted import ScriptedChatModel
@@ -65,6 +66,36 @@ class TimedModel(ScriptedChatModel):
             return super()._generate(*args, **kwargs)
         finally:
             self.clock.append(time.perf_counter() - t0)
+
+
+OUTSIDE = "outside any phase"
+
+
+def phase_seconds(rec: phases.Recorder, total: float) -> dict[str, float]:
+    """The run's seconds by phase, with what no phase claimed (the runner, LangGraph) as its own."""
+    out = dict(rec.seconds)
+    out[OUTSIDE] = max(0.0, total - rec.total())
+    return out
+
+
+def phase_lines(rec: phases.Recorder, total: float) -> str:
+    """One task's phases, largest first, each with how many times it was entered; then what ran
+    beside them (overlapping, not in the sum)."""
+    seconds = phase_seconds(rec, total)
+    parts = [f"{name} {s:.2f}s" + (f" x{rec.counts[name]}" if rec.counts.get(name, 0) > 1 else "")
+             for name, s in sorted(seconds.items(), key=lambda kv: -kv[1]) if s >= 0.005]
+    line = f"{'':8s} phases (sum {sum(seconds.values()):.2f}s of {total:.2f}s): " + ", ".join(parts)
+    if rec.overlapped:
+        line += "; beside them: " + ", ".join(f"{n} {s:.2f}s" for n, s in sorted(rec.overlapped.items(),
+                                                                               key=lambda kv: -kv[1]))
+    return line
+
+
+def median_phases(runs: list[dict[str, float]]) -> str:
+    names = sorted({n for r in runs for n in r})
+    med = {n: statistics.median(r.get(n, 0.0) for r in runs) for n in names}
+    return "  phases, median of the runs: " + ", ".join(
+        f"{n} {s:.2f}s" for n, s in sorted(med.items(), key=lambda kv: -kv[1]) if s >= 0.005)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,6 +147,7 @@ def _bench(instances, cfg, args) -> int:  # noqa: ANN001
 def _measure(instances, cfg, args, repo_cache, overhead, bare, executor, ray_vs_threads) -> int:  # noqa: ANN001
     from scoring.execution.runner import make_runner
 
+    by_phase: dict[str, list[dict[str, float]]] = {i.instance_id: [] for i in instances}
     for run in range(args.runs + 1):
         for inst in instances:
             # Reference: worktree, gold patch, the tests once.
@@ -128,15 +160,17 @@ def _measure(instances, cfg, args, repo_cache, overhead, bare, executor, ray_vs_
 
             model = TimedModel(script=oracle_script(inst))
             model.clock.clear()
-            t0 = time.perf_counter()
-            summary = run_tasks([inst], cfg, build_graph=build_graph, run_id=f"bench{run}", repos=args.repos,
-                                model_factory=lambda role, m=model: m, progress=False)
-            total = time.perf_counter() - t0
+            with phases.recording() as rec:
+                t0 = time.perf_counter()
+                summary = run_tasks([inst], cfg, build_graph=build_graph, run_id=f"bench{run}", repos=args.repos,
+                                    model_factory=lambda role, m=model: m, progress=False)
+                total = time.perf_counter() - t0
             llm = sum(model.clock)
             tag = "warm-up" if run == 0 else f"run {run}"
             print(f"{tag:8s} {inst.instance_id:28s} total {total:6.2f}s llm {llm:5.3f}s "
                   f"overhead {total - llm:6.2f}s bare {t_bare:6.2f}s patched={summary.patched} "
                   f"tests_runnable={outcome.runnable}{'' if outcome.runnable else ' (' + outcome.reason + ')'}")
+            print(phase_lines(rec, total))
             if executor is not None:
                 t0 = time.perf_counter()
                 on_ray = run_tasks([inst], cfg, build_graph=build_graph, run_id=f"ray{run}", repos=args.repos,
@@ -149,11 +183,13 @@ def _measure(instances, cfg, args, repo_cache, overhead, bare, executor, ray_vs_
             if run:
                 overhead[inst.instance_id].append(total - llm)
                 bare[inst.instance_id].append(t_bare)
+                by_phase[inst.instance_id].append(phase_seconds(rec, total))
     med = statistics.median([statistics.median(v) for v in overhead.values()])
     ref = statistics.median([statistics.median(v) for v in bare.values()])
     for iid in overhead:
         print(f"{iid}: median overhead {statistics.median(overhead[iid]):.2f}s, "
               f"bare {statistics.median(bare[iid]):.2f}s")
+        print(median_phases(by_phase[iid]))
     line = f"overhead_per_task_s={med:.2f} bare_task_s={ref:.2f} ratio={med / ref if ref else float('nan'):.2f}"
     if executor is not None:
         for iid, ratios in ray_vs_threads.items():

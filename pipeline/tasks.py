@@ -16,18 +16,19 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.errors import GraphRecursionError
 
 from agents.context import TaskContext
-from fixgraph import astlock, redaction
+from fixgraph import astlock, phases, redaction
 from fixgraph.config import ConfigError, RunConfig
 from fixgraph.dataset import EvaluationData, Instance, Task
 from fixgraph.models.llm import (
@@ -136,13 +137,27 @@ def build_record(task: Task, cfg: RunConfig, values: dict[str, Any], *, seconds:
     }
 
 
+class _Saver(SqliteSaver):
+    """LangGraph's SQLite checkpointer, its writes timed as the phase "checkpoints"."""
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        with phases.phase("checkpoints"):
+            return super().put(config, checkpoint, metadata, new_versions)
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                   task_path: str = "") -> None:
+        with phases.phase("checkpoints"):
+            super().put_writes(config, writes, task_id, task_path)
+
+
 def _checkpointer(path: Path | None) -> SqliteSaver | None:
     if path is None:
         return None
     savers: list[SqliteSaver] = []
 
     def setup(db: sqlite3.Connection) -> None:
-        savers.append(SqliteSaver(db))
+        savers.append(_Saver(db))
         savers[0].setup()  # under open_wal's lock: the tables are created by one opener at a time
 
     open_wal(path, setup, check_same_thread=False)
@@ -231,10 +246,11 @@ def run_task(item: Instance | Task, cfg: RunConfig, *, build_graph: GraphFactory
     if "traceback" in values:
         record["traceback"] = values["traceback"]
     if store is not None:
-        record["billed"] = store.billed(instance.instance_id)
-        store.write_record(record)
+        with phases.phase("records"):
+            record["billed"] = store.billed(instance.instance_id)
+            store.write_record(record)
     if saver is not None:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception), phases.phase("checkpoints"):
             saver.delete_thread(instance.instance_id)
         saver.conn.close()
     if wt is not None:

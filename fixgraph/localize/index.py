@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fixgraph import phases
 from fixgraph.localize.files import (
     PY_SUFFIXES,
     FileInfo,
@@ -162,6 +163,7 @@ class RepoIndex(RepoViews):
     # -- building ----------------------------------------------------------------------------
 
     @classmethod
+    @phases.timed("localization: index")
     def build(cls, wt: Worktree, cache_dir: Path, history: bool = True) -> RepoIndex:
         """The index of ``wt`` at its base commit, from the cache when built before."""
         index = cls._build(_WorktreeSource(wt), cache_dir)
@@ -382,6 +384,7 @@ class RepoIndex(RepoViews):
                 scores[path] += weight * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / self.avg_len))
         return scores
 
+    @phases.timed("localization: ranking")
     def rank(self, problem: str, k: int = 30) -> list[Candidate]:
         """Files most likely to need changing for ``problem``, best first (deterministic)."""
         from fixgraph.localize import rerank

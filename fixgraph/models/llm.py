@@ -22,7 +22,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from pydantic import BaseModel
 
-from fixgraph import redaction
+from fixgraph import phases, redaction
 from fixgraph.config import Budget, Price, RunConfig
 from fixgraph.models.replies import Problem, StreamedArguments, problem_of, reask
 from fixgraph.models.transport import (
@@ -299,7 +299,8 @@ class LLM:
                 pieces.args.clear()  # a try's pieces only, not a failed try's
             spent = merge_usage(spent, count(node, "requests"))
             try:
-                out = runnable.invoke(_redacted(convo), config={"callbacks": [pieces]} if pieces else None)
+                with phases.phase("llm"):
+                    out = runnable.invoke(_redacted(convo), config={"callbacks": [pieces]} if pieces else None)
                 if streamed and not _finished(out):
                     # The stream stopped before the server said why it ended: the transport cut it.
                     raise ValueError("the reply stream ended before its last chunk")

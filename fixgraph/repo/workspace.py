@@ -17,6 +17,7 @@ from pathlib import Path
 
 import git
 
+from fixgraph import phases
 from fixgraph.records import file_lock
 from fixgraph.repo import gitsafe
 from fixgraph.sandbox import process as sandbox
@@ -166,6 +167,7 @@ class RepoCache:
         except git.GitCommandError:
             return False
 
+    @phases.timed("git worktree")
     def worktree(self, repo: str, commit: str, key: str) -> Worktree:
         """A worktree for one task at ``commit``, clean; reused (and reset) when it exists."""
         bare = self.ensure_clone(repo, commit)
@@ -211,6 +213,7 @@ class RepoCache:
                     subprocess.run(["git", "worktree", "prune"], cwd=bare, capture_output=True, env=_git_env())
         return removed
 
+    @phases.timed("git worktree")
     def remove_worktree(self, repo: str, wt: Worktree) -> None:
         bare = git.Repo(self.bare_path(repo))
         with file_lock(self.bare_path(repo).with_suffix(".lock")):
@@ -230,6 +233,7 @@ class Worktree:
         self.base = base_commit
         self.repo = git.Repo(self.path)
 
+    @phases.timed("git worktree")
     def reset(self) -> None:
         self.repo.git.reset("--hard", self.base)
         self.repo.git.clean("-ffdx")
@@ -267,6 +271,7 @@ class Worktree:
     def tracked_files(self) -> list[str]:
         return [p for p in self.repo.git.ls_files("-z").split("\x00") if p]
 
+    @phases.timed("git worktree")
     def diff(self) -> str:
         """The working copy's change against the base commit, new files included."""
         self.repo.git.add("-A")
@@ -276,6 +281,7 @@ class Worktree:
             self.repo.git.reset("-q")
         return out + "\n" if out and not out.endswith("\n") else out
 
+    @phases.timed("git worktree")
     def apply(self, patch: str, check_only: bool = False) -> None:
         if not patch.strip():
             raise PatchError("empty patch")

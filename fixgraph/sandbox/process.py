@@ -51,7 +51,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fixgraph import redaction
+from fixgraph import phases, redaction
 from fixgraph.sandbox import indexproxy
 
 # Variables a test process may inherit from the parent; everything else is dropped.
@@ -373,6 +373,7 @@ def can_bind(limits: Limits) -> bool:
     return _probe(limits.network_isolation) is not None
 
 
+@phases.timed("sandboxed process")
 def run_isolated(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], limits: Limits,
                  writable: Sequence[Path] = (), binds: Sequence[tuple[Path, Path]] = ()) -> Completed:
     """Run ``cmd``; never raises for the command's own failures, timeouts or bad output.

@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from fixgraph import phases
 from fixgraph.config import RegressionSettings
 from fixgraph.records import atomic_write, file_lock
 from fixgraph.repo.workspace import Worktree
@@ -196,6 +197,7 @@ def _narrow(sel: Selection, wt: Worktree, ranked: list[str], why: dict[str, list
                                 f"{len(ids)} tests that name changed code run alone")
 
 
+@phases.timed("test selection")
 def select_tests(wt: Worktree, patch: str, settings: RegressionSettings,
                  exclude: set[str] | None = None, costs: CostBook | None = None,
                  node_ids: bool = False, repo: str = "") -> Selection:

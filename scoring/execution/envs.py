@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from fixgraph import phases
 from fixgraph.config import TestSettings
 from fixgraph.dataset import Task
 from fixgraph.records import atomic_write, file_lock
@@ -219,6 +220,7 @@ class VenvEnvs:
         except EnvError:
             return self.env_path(task)
 
+    @phases.timed("env lookup")
     def get(self, task: Task, wt: Worktree, files: Sequence[str] = ()) -> TestEnv:
         spec = self.spec_for(task, wt, files)
         if (task.repo, task.version) in HARNESS_PYTHON:

@@ -13,6 +13,7 @@ import shutil
 import uuid
 from pathlib import Path
 
+from fixgraph import phases
 from fixgraph.config import TestSettings
 from fixgraph.dataset import Task
 from fixgraph.repo.workspace import Worktree
@@ -32,6 +33,7 @@ def pre_install_for(task: Task, cache_dir: Path) -> list[str]:
     return list((spec or {}).get("pre_install") or [])
 
 
+@phases.timed("harness apply check")
 def harness_apply_error(task: Task, wt: Worktree, patch: str, pre_install: list[str],
                         settings: TestSettings) -> str:
     """"" when the patch applies after the harness's preparation, else the reason."""

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fixgraph import phases
 from fixgraph.config import RegressionSettings
 from fixgraph.dataset import EvaluationData, Task
 from fixgraph.records import atomic_write
@@ -217,16 +218,33 @@ def baseline(runner: SuiteRunner, task: Task, wt: Worktree, suite: Suite, runs: 
             first.statuses = {t: s for t, s in first.statuses.items() if t not in flaky}
         first.timed_out = first.timed_out or again.timed_out
     first.seconds = seconds
-    if env_key and not first.timed_out and not first.error.startswith("env could not") and first.statuses:
+    stopped = stopped_at_collection(first)
+    if (env_key and not first.timed_out and not first.error.startswith("env could not")
+            and (first.statuses or stopped)):
         # A timeout may be load on the machine, and an env failure may be mended: do not pin them;
-        # nor a run that reported no test at all (an environment caught mid-reinstall), cheap to redo.
+        # nor a run that reported no test at all for no reason pytest gave (an environment caught
+        # mid-reinstall). One that pytest stopped at collection (a conftest that cannot be imported
+        # at this commit in this env) is pinned: every attempt of every candidate would redo it.
         atomic_write(path, json.dumps({"statuses": first.statuses, "log": first.log_tail(),
+                                       "stopped_at_collection": stopped,
                                        "timed_out": first.timed_out, "error": first.error,
                                        "network_isolated": first.network_isolated, "notes": first.notes,
                                        # What the Reproducer reads to tell a broken or offline test
                                        # from a reproduction.
                                        "crash_records": _kept_records(first.crash_records)}))
     return first
+
+
+# pytest's words when it stops before running any test: a conftest or a test module that raised
+# on import (examples/javascript's conftest in flask: its js_example package is not installed).
+_COLLECTION_STOP = re.compile(r"^ImportError while loading conftest |Interrupted: \d+ errors? during collection", re.M)
+
+
+def stopped_at_collection(run: SuiteRun) -> bool:
+    """Whether ``run`` reported no test because pytest stopped at collection, by its own account
+    (no error of fixgraph's, not cut by a timeout, no node id pytest could not find)."""
+    return (not run.statuses and not run.error and not run.timed_out
+            and bool(_COLLECTION_STOP.search(run.log)) and not _NOT_FOUND.search(run.log))
 
 
 def _kept_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -237,12 +255,14 @@ def _kept_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _cached_baseline(path: Path, backend: str) -> SuiteRun | None:
     """The base run pinned at ``path``; None when there is none to trust: no file, a file cut short,
-    or one pinned with no statuses (written before such runs were left uncached)."""
+    or one pinned with no statuses that does not say pytest stopped at collection (written before
+    such runs were left uncached)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return None
-    if not isinstance(data, dict) or not data.get("statuses") or "log" not in data:
+    if not isinstance(data, dict) or "log" not in data or not (
+            data.get("statuses") or data.get("stopped_at_collection") is True):
         return None
     return SuiteRun(statuses=data["statuses"], log=data["log"], seconds=0.0,
                     timed_out=data.get("timed_out", False), error=data.get("error", ""),
@@ -276,12 +296,17 @@ class _Beside:
         self.suite = suite
         self._result: list[SuiteRun] = []
         # A daemon: a benchmark stopped by SIGTERM does not wait for it (its sandbox dies with us).
-        self._thread = threading.Thread(target=lambda: self._result.append(runner.run_suite(task, wt, patch, suite)),
+        self._thread = threading.Thread(target=self._run, args=(runner, task, wt, patch, suite),
                                         daemon=True, name="patched-beside-base")
         self._thread.start()
 
+    def _run(self, runner: SuiteRunner, task: Task, wt: Worktree, patch: str, suite: Suite) -> None:
+        with phases.beside():
+            self._result.append(runner.run_suite(task, wt, patch, suite))
+
     def result(self) -> SuiteRun:
-        self._thread.join()
+        with phases.phase("waiting on the patched run beside"):
+            self._thread.join()
         return self._result[0] if self._result else SuiteRun({}, "", 0.0, error="the patched run raised")
 
 

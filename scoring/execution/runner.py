@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fixgraph import phases
 from fixgraph.config import TestSettings
 from fixgraph.dataset import Task
 from fixgraph.repo.workspace import Worktree
@@ -96,6 +97,7 @@ class SubprocessRunner:
         service = services.declared(task.repo)  # runs with it answer otherwise than runs without
         return f"{key}+{services.service_key(service)}" if service else key
 
+    @phases.timed("test runner")
     def run_suite(self, task: Task, wt: Worktree, patch: str | None, suite: Suite) -> SuiteRun:
         try:
             # The tests decide the package of a repository of several; the patch's files when there are none.
@@ -105,6 +107,7 @@ class SubprocessRunner:
         with self._scratch() as (run_dir, work, home):
             return self._run(task, wt, env, patch, suite, run_dir, work, home)
 
+    @phases.timed("test runner")
     def run_python(self, task: Task, wt: Worktree, files: Mapping[str, str], argv_tail: Sequence[str],
                    timeout_s: float, *, outputs: Sequence[str] = (),
                    extra_env: Mapping[str, str] | None = None,

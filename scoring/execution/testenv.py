@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from fixgraph import phases
 from fixgraph.dataset import Task
 from fixgraph.repo import gitsafe
 from fixgraph.repo.workspace import Worktree
@@ -261,6 +262,7 @@ def git(work: Path, *args: str, data: bytes | None = None) -> subprocess.Complet
     return subprocess.run(["git", *args], cwd=work, input=data, capture_output=True, env=env, timeout=600)
 
 
+@phases.timed("copy of the base commit")
 def materialize(wt: Worktree, commit: str, work: Path) -> str:
     """A fresh copy of ``commit`` at ``work`` from the worktree's objects (read only); "" or why not."""
     work.mkdir(parents=True)

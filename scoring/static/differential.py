@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from fixgraph import astlock
+from fixgraph import astlock, phases
 from fixgraph.config import CriticSettings
 from fixgraph.records import atomic_write
 from fixgraph.repo.workspace import Worktree
@@ -184,6 +184,7 @@ def check_available(settings: CriticSettings) -> str:
     return pyright_version(pyright_command(settings))
 
 
+@phases.timed("pyright")
 def pyright_version(cmd: list[str]) -> str:
     key = cmd[0]
     if key not in _version_cache:
@@ -202,6 +203,7 @@ def pyright_config(settings: CriticSettings) -> dict[str, Any]:
     return dict(PYRIGHT_CONFIG, analyzeUnannotatedFunctions=settings.infer_unannotated)
 
 
+@phases.timed("pyright")
 def run_pyright(cmd: list[str], root: Path, files: list[Path], config_dir: Path,
                 timeout: float, base_config: dict[str, Any]) -> dict[Path, list[Diag]]:
     """One pyright process over ``files``; diagnostics per file. Raises when pyright did not run."""
@@ -254,6 +256,7 @@ def _syntax_error(source: str, filename: str) -> Diag:
     return Diag("python", "syntax", "SyntaxError", 1, "error")
 
 
+@phases.timed("pyflakes")
 def run_pyflakes(source: str, filename: str) -> list[Diag]:
     from pyflakes import checker
 
@@ -544,6 +547,7 @@ def _checked_copies(py: list[FileChange], befores: dict[str, str | None], afters
     return checked, syms, broken
 
 
+@phases.timed("static: unknown attributes")
 def _unknown_attributes(wt: Worktree, py: list[FileChange], syms: dict[tuple[str, str], SymbolMap],
                         broken: dict[str, Diag]) -> dict[str, list[Diag]]:
     """Attributes the patch uses that nothing in the repository or the standard library has."""

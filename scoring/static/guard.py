@@ -22,6 +22,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from fixgraph import phases
 from fixgraph.repo.workspace import Worktree
 from fixgraph.state import Finding
 from scoring.static.patchinfo import FileChange, PatchParseError, SymbolMap, base_content, parse_patch
@@ -152,6 +153,7 @@ class _Ctx:
         self.out.append(f)
 
 
+@phases.timed("unsafe-patch guard")
 def check_patch(wt: Worktree, patch: str) -> list[Finding]:
     """Guard findings for ``patch``, which the worktree holds applied on top of its base."""
     try:

@@ -29,6 +29,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from fixgraph import phases
 from fixgraph.repo.workspace import Worktree
 from scoring.execution.specs import patch_files
 from scoring.static.patchinfo import changes_code
@@ -109,6 +110,7 @@ def _base_text(wt: Worktree, rel: str) -> str | None:
         return None
 
 
+@phases.timed("code quality")
 def code_quality(wt: Worktree, patch: str, gold_patch: str = "") -> tuple[float, dict[str, Any]]:
     """The patch's code_quality and the figures behind it (kept in the task record)."""
     files = [f for f in patch_files(patch) if f.endswith(".py")]
