@@ -55,7 +55,7 @@ def test_a_run_stopped_at_collection_is_pinned_by_env_and_test_files(
     assert baseline(runner, task, wt, added).seconds > 0
     assert len(list(cached.glob("*.json"))) == 2
     # Another env (a rebuilt one has another key): run again, never the entry pinned with the first.
-    monkeypatch.setattr(runner, "env_key", lambda task, wt: "local-rebuilt")
+    monkeypatch.setattr(runner, "env_key", lambda *args, **kwargs: "local-rebuilt")
     assert baseline(runner, task, wt, suite).seconds > 0
     assert len(list(cached.glob("*.json"))) == 3
 
