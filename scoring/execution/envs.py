@@ -61,7 +61,7 @@ from scoring.execution.compiled import (
     with_wheel_pins,
 )
 from scoring.execution.infer import ConfigError, as_spec, git_output, infer_at, package_of
-from scoring.execution.interpreters import resolve
+from scoring.execution.interpreters import resolve, version_tuple
 from scoring.execution.specs import repo_specs, requirements_paths, requirements_text
 from scoring.execution.testenv import EnvError, LocalService, TestEnv, materialize
 
@@ -70,6 +70,12 @@ from scoring.execution.testenv import EnvError, LocalService, TestEnv, materiali
 ERA_CONSTRAINTS: dict[str, list[str]] = {
     "sphinx-doc/sphinx": ["docutils<0.22", "Pygments<2.19"],
 }
+
+# Under a substitute Python, pip would pick build tools the spec's Python never had: setuptools 61+
+# refuses scikit-learn 0.2x's setup.py (its package discovery sees sklearn, build_tools and
+# maint_tools), which the 59.6 that 3.6 gets builds. So a substitute env keeps the newest setuptools
+# of the spec's Python, the one the harness built with.
+SPEC_ERA_PINS: dict[str, list[str]] = {"3.6": ["setuptools<60"], "3.7": ["setuptools<68.1"]}
 
 # Where the harness whose verdicts we compare with ran another Python than swebench's specs name
 # today. sympy 1.0: the AutoCodeRover eval logs (the 2024 harness, lite_predictions/*) print
@@ -381,6 +387,14 @@ class VenvEnvs:
             return fail(got.reason)
         python, version = got.path, got.python
         meta.update(python=python, python_version=version, python_how=got.how, python_note=got.reason)
+        era = str(spec.get("spec_python") or spec.get("python", ""))
+        pins = SPEC_ERA_PINS.get(era, []) if version_tuple(era) != version_tuple(version) else []
+        if pins:
+            constraints = path / "constraints.txt"
+            before = constraints.read_text() if constraints.is_file() else ""
+            constraints.write_text(before + "\n".join(pins) + "\n")
+            run.env["PIP_CONSTRAINT"] = str(constraints)
+            meta["era_pins"] = pins
         venv, setup = path / "venv", path / "setup"
         # --copies: tools that resolve the interpreter (tox-current-env) must stay in the venv
         if not run([python, "-m", "venv", "--copies", str(venv)], path, "venv"):

@@ -248,6 +248,7 @@ def test_the_harness_s_python_overrides_the_specs_in_an_env_of_its_own(tmp_path:
 
 @pytest.mark.slow
 def test_a_measured_safe_substitute_is_said_in_the_env_record_and_every_run(tmp_path: Path, monkeypatch) -> None:
+    from scoring.execution import envs as envs_mod
     from scoring.execution import interpreters
 
     here = "{}.{}".format(*sys.version_info[:2])
@@ -258,6 +259,7 @@ def test_a_measured_safe_substitute_is_said_in_the_env_record_and_every_run(tmp_
     # No Python 3.4 here and none to install: only the table's substitute can build the env.
     monkeypatch.setattr(interpreters, "_provision", lambda xy, cache_dir: (None, "offline"))
     monkeypatch.setattr(interpreters, "SAFE_SUBSTITUTES", {(inst.repo, "0.1"): {"3.4": (here,)}})
+    monkeypatch.setattr(envs_mod, "SPEC_ERA_PINS", {"3.4": ["setuptools<70"]})
     settings = config.TestSettings(backend="venv", timeout_s=120)
     envs = VenvEnvs(tmp_path / "envs", tmp_path / "cache", settings,
                     specs=lambda repo, version: spec if repo == inst.repo else None)
@@ -268,3 +270,6 @@ def test_a_measured_safe_substitute_is_said_in_the_env_record_and_every_run(tmp_
     assert meta["python_how"] == "substitute" and meta["python_version"] == here
     said = f"Python {here} for 3.4 (measured safe for {inst.repo} 0.1)"
     assert meta["python_note"] == said and said in out.notes
+    # the build tools of the spec's Python, not the substitute's newest
+    assert meta["era_pins"] == ["setuptools<70"]
+    assert "setuptools<70" in (envs.env_path(inst.task()) / "constraints.txt").read_text().splitlines()
