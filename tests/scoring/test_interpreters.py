@@ -18,8 +18,10 @@ import pytest
 
 from fixgraph.config import TestSettings
 from fixgraph.dataset import Task
-from scoring.execution import interpreters, readiness
+from scoring.execution import interpreters
+from scoring.execution.envs import VenvEnvs
 from scoring.execution.interpreters import resolve
+from scoring.execution.readiness import check_env
 
 XY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(interpreters.uv_binary() is None, reason="uv is not installed: pip install uv")]
@@ -188,10 +190,11 @@ def test_a_safe_substitute_uv_offers_is_installed_when_the_spec_minor_cannot_be(
     assert (check.how, check.python, check.path, check.provisionable) == ("substitute", XY, None, True)
     assert check.reason == (f"Python {XY} for {spec} (measured safe for django/django 3.0), which uv will "
                             "install into the cache")
-    monkeypatch.setattr(readiness, "repo_specs", lambda cache_dir, repo, version: {"python": spec})
     task = Task(repo="django/django", instance_id="django__django-1", base_commit="0" * 40, problem_statement="x",
                 version="3.0")
-    [row] = readiness.check_tasks([task], cache, TestSettings())
+    settings = TestSettings()
+    envs = VenvEnvs(cache / "envs", cache, settings, specs=lambda repo, version: {"python": spec})
+    row = check_env(task, cache, settings, envs)
     assert (row.python, row.state, row.reason) == (XY, "to build", check.reason)
     assert not mirror.asked  # the check downloads nothing
     got = resolve(spec, cache_dir=cache, repo="django/django", version="3.0")
