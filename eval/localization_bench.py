@@ -459,10 +459,12 @@ def run(args: argparse.Namespace) -> int:
     done: dict[str, Row] = {}
     if args.output is not None and args.resume and args.output.is_file():
         done = load_rows(args.output)
-        # Written back whole, so that a half line left by a kill is not continued by the next row.
-        atomic_write(args.output, "".join(json.dumps(r.to_json()) + "\n" for r in done.values()))
+        if not args.report_only:
+            # Written back whole, so that a half line left by a kill is not continued by the next row.
+            # Not by a report: a run still going would go on appending to the file this replaces.
+            atomic_write(args.output, "".join(json.dumps(r.to_json()) + "\n" for r in done.values()))
     out = None
-    if args.output is not None:
+    if args.output is not None and not args.report_only:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         out = open_rows(args.output, args.resume)
     seen_repos = {r.repo for r in done.values()}

@@ -256,9 +256,12 @@ def test_localization_bench_resumes_from_its_rows(wt, tmp_path: Path, capsys: py
     assert main([*common, "--resume"]) == 2
     assert "--resume needs -o/--output" in capsys.readouterr().err
     # --report-only reports the rows there and measures none; --stride 2 keeps the 1st and 3rd.
+    # The file is left as it is: a run still going keeps appending to it, not to a replaced one.
     measured.clear()
+    inode = out.stat().st_ino
     assert main([*common, "-o", str(out), "--resume", "--report-only", "--stride", "2"]) == 0
     assert measured == [] and "(2 instances" in capsys.readouterr().out.strip().splitlines()[-1]
+    assert out.stat().st_ino == inode
     assert main([*common, "--report-only"]) == 2
     assert "--report-only needs --resume" in capsys.readouterr().err
 
