@@ -40,7 +40,7 @@ from fixgraph.dataset import Instance
 from fixgraph.repo.workspace import RepoCache, WorkspaceError, Worktree
 from scoring.execution.harness import harness_apply_error, pre_install_for
 from scoring.execution.outcomes import baseline, not_runnable_here, not_runnable_reason, set_aside_notes
-from scoring.execution.specs import NON_TEST_EXTS, log_parser, patch_files
+from scoring.execution.specs import ANSI, NON_TEST_EXTS, log_parser, patch_files
 from scoring.execution.testenv import Suite, SuiteRun, SuiteRunner, git_apply
 
 RESOLVED, UNRESOLVED, PATCH_FAILED, NOT_RUNNABLE = "resolved", "unresolved", "patch_failed", "not_runnable"
@@ -103,20 +103,33 @@ def eval_suite(inst: Instance) -> Suite:
     return Suite(targets=tuple(targets), protected=tuple(files), extra_patch=inst.test_patch, label="grade")
 
 
+def parser_kind(run: SuiteRun | None) -> str:
+    """The log parser an inferred env's run is read with ("pytest", "unittest"; "" for a spec's env:
+    swebench's parser for the repository), as its one-line description says it."""
+    if run is None or not run.env.startswith("inferred"):
+        return ""
+    return "unittest" if "[unittest log]" in run.env else "pytest"
+
+
 def _harness_log(pred: Prediction, run: SuiteRun | None, apply_error: str, timed_out: bool) -> str:
     head = [f"# grader: {grader_label(run.backend if run else 'venv')}", f"# instance: {pred.instance_id}"]
     if apply_error:
         return "\n".join([*head, f"{_APPLY_FAIL}:\n{apply_error}", ""])
     assert run is not None
-    body = [*head, f"{_APPLY_PASS}:", _START, run.log.rstrip("\n"), _END]
+    # An inferred env runs the repository's own pytest configuration, which may ask for colour
+    # (humanize's ``--color=yes``): swebench's parser reads no line with escape codes in it.
+    text = ANSI.sub("", run.log) if parser_kind(run) else run.log
+    body = [*head, f"{_APPLY_PASS}:", _START, text.rstrip("\n"), _END]
     if timed_out:
         body.append(_TIMEOUT)
     return "\n".join(body) + "\n"
 
 
-def harness_report(inst: Instance, pred: Prediction, log: str, set_aside: Iterable[str] = ()) -> dict[str, Any]:
+def harness_report(inst: Instance, pred: Prediction, log: str, set_aside: Iterable[str] = (),
+                   kind: str = "") -> dict[str, Any]:
     """swebench's own report (``get_eval_report``) for ``log``: its report.json entry. The tests
-    ``set_aside`` (not runnable here) are left out of its FAIL_TO_PASS and PASS_TO_PASS."""
+    ``set_aside`` (not runnable here) are left out of its FAIL_TO_PASS and PASS_TO_PASS; ``kind``: an
+    inferred env's parser (:func:`parser_kind`)."""
     from swebench.harness.grading import get_eval_report  # type: ignore[import-untyped]
     from swebench.types import TestSpec  # type: ignore[import-untyped]
 
@@ -125,7 +138,7 @@ def harness_report(inst: Instance, pred: Prediction, log: str, set_aside: Iterab
                     version=inst.version or "",
                     FAIL_TO_PASS=[t for t in inst.FAIL_TO_PASS if t not in aside],
                     PASS_TO_PASS=[t for t in inst.PASS_TO_PASS if t not in aside],
-                    log_parser=log_parser(inst.repo).__name__, eval_type="pass_and_fail")
+                    log_parser=log_parser(inst.repo, kind).__name__, eval_type="pass_and_fail")
     with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as fh:
         fh.write(log)
         fh.flush()
@@ -172,7 +185,8 @@ def _grade_in(inst: Instance, pred: Prediction, wt: Worktree, runner: SuiteRunne
         return Graded(NOT_RUNNABLE, run.error, log=run.log_tail(), notes=run.notes)
     log = _harness_log(pred, run, "", run.timed_out)
     if run.timed_out:
-        return Graded(NOT_RUNNABLE, f"the tests timed out after {run.timeout_s:g}s", harness_report(inst, pred, log),
+        return Graded(NOT_RUNNABLE, f"the tests timed out after {run.timeout_s:g}s",
+                      harness_report(inst, pred, log, kind=parser_kind(run)),
                       log, notes=run.notes, timed_out=True)
     # The run without the patch (cached per instance, the same for every prediction) says what
     # cannot match here, whatever the prediction does (tests.not_runnable_here, as in the loop's
@@ -185,11 +199,12 @@ def _grade_in(inst: Instance, pred: Prediction, wt: Worktree, runner: SuiteRunne
     if base.error:
         notes.append(f"the run without the patch could not run ({base.error[:200]}): no test set aside")
     notes += set_aside_notes(aside)
-    report = harness_report(inst, pred, log, aside)
+    kind = parser_kind(run)
+    report = harness_report(inst, pred, log, aside, kind)
     if aside:
         report["not_runnable_here"] = aside
     listed = set(inst.FAIL_TO_PASS) | set(inst.PASS_TO_PASS)
-    statuses = dict(log_parser(inst.repo)(run.log, None)) if listed else {}
+    statuses = dict(log_parser(inst.repo, kind)(ANSI.sub("", run.log) if kind else run.log, None)) if listed else {}
     if listed and not _any_reported(listed, statuses):
         # None of the instance's tests reported: the patch broke collection, or nothing runs here.
         if base.error or not _any_reported(listed, base.statuses):

@@ -122,7 +122,7 @@ def log_parser(repo: str, kind: str = "") -> Parser:
     return table.get(repo, lp.parse_log_pytest)
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PATH_NAME = re.compile(r"^[^\s:]+\.py:(\w+)$")
 _SYMPY_LAST = re.compile(r"^(test_\w+) (ok|F|E)\s+\[(?:OK|FAIL)\]$")
 # django (unittest) with a failing subTest: the test's own line gets no status, and the failure
@@ -148,7 +148,7 @@ def parse_log(repo: str, log: str, kind: str = "") -> dict[str, str]:
     one function has the same id before and after a fix. The harness never lists such a test, so
     the hidden tests' verdicts do not change."""
     if kind:  # an inferred env runs the repository's own pytest config, which may ask for colour
-        log = _ANSI.sub("", log)
+        log = ANSI.sub("", log)
     try:
         statuses = dict(log_parser(repo, kind)(log, None))
     except Exception:  # a parser crash on odd output means nothing parsed, not a runner crash

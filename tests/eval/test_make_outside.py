@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eval import grade, make_outside
+from eval import grade, local_harness, make_outside
 from eval.fixtures.repos import (
     BUGGY_LINE,
     FIXED_LINE,
@@ -20,6 +20,9 @@ from eval.fixtures.repos import (
     git_commit_all,
     make_calc_repo,
 )
+from eval.local_harness import Prediction, harness_report, parser_kind
+from fixgraph.dataset import Instance
+from scoring.execution.testenv import SuiteRun
 from tests.helpers.testrun_helpers import pinned_pyproject
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -91,3 +94,18 @@ def test_a_fix_commit_becomes_a_row_whose_gold_patch_grades_resolved(tmp_path: P
                        "--timeout", "120", "--no-progress"]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == (
         "resolved=1 unresolved=0 patch_failed=0 not_runnable=0 empty=0 of=1")
+
+
+def test_a_coloured_log_of_an_inferred_env_is_graded_on_its_tests(tmp_path: Path) -> None:
+    """humanize's pytest configuration asks for ``--color=yes``: the grade reads the tests, not the
+    escape codes (swebench's parser alone finds no test and calls the patch not applied)."""
+    mirrors = tmp_path / "mirrors"
+    inst = Instance.model_validate({**make_calc_repo(mirrors), "version": ""})
+    green = "\x1b[32mPASSED\x1b[0m"
+    log = "\n".join([f"{green} tests/test_ops.py::test_mean", f"{green} tests/test_ops.py::test_add",
+                     f"{green} tests/test_ops.py::test_clamp", "\x1b[32m==== 3 passed in 0.1s ====\x1b[0m"])
+    run = SuiteRun({}, log, 0.1, env="inferred from the repository: python 3.12; tests: pytest -rA [pytest log]")
+    pred = Prediction(inst.instance_id, "gold", inst.patch)
+    report = harness_report(inst, pred, local_harness._harness_log(pred, run, "", False), kind=parser_kind(run))
+    assert report["patch_successfully_applied"] and report["resolved"]
+    assert parser_kind(SuiteRun({}, "", 0.0, env="swebench's install spec for a/b 1.0")) == ""
