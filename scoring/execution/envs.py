@@ -612,30 +612,49 @@ def _editable(install: str) -> bool:
     return "-e" in words or "--editable" in words or "develop" in words
 
 
+# Every env lookup of a task asks again (each test run, each base-run key): the answer is one of two
+# commits' contents, kept for the process. A comparison that failed is asked again next time.
+_COMPARED: dict[tuple[str, str, tuple[str, ...]], str] = {}
+_COMPARED_LOCK = threading.Lock()
+
+
 def install_differs(wt: Worktree, old: str, new: str, artifacts: list[str]) -> str:
     """Why an install at ``old`` would not be the install at ``new`` ("" when it would): a changed
     build file or compiled source, a module added or removed at the top of the package's tree (an
     editable install maps top-level names), or any change in a folder where the install generated
     code (astropy's ``_erfa/core.py`` comes from templates beside it). Unknown is different."""
+    key = (old, new, tuple(artifacts))
+    with _COMPARED_LOCK:
+        if key in _COMPARED:
+            return _COMPARED[key]
+    why, known = _install_differs(wt, old, new, artifacts)
+    if known:
+        with _COMPARED_LOCK:
+            _COMPARED[key] = why
+    return why
+
+
+def _install_differs(wt: Worktree, old: str, new: str, artifacts: list[str]) -> tuple[str, bool]:
+    """:func:`install_differs`'s answer, and whether git gave one (False: the comparison failed)."""
     try:
         proc = subprocess.run(["git", "-C", str(wt.path), "diff", "--no-renames", "--name-status", old, new, "--"],
                               capture_output=True, env=gitsafe.hardened_env(), timeout=120)
     except subprocess.TimeoutExpired:
-        return f"comparing {old[:12]} with {new[:12]} timed out"
+        return f"comparing {old[:12]} with {new[:12]} timed out", False
     if proc.returncode != 0:
-        return f"cannot compare {old[:12]} with {new[:12]}"
+        return f"cannot compare {old[:12]} with {new[:12]}", False
     generated = {os.path.dirname(a) for a in artifacts if not _METADATA_ARTIFACT.search(a)}
     for line in proc.stdout.decode(errors="replace").splitlines():
         status, _, name = line.partition("\t")
         if _INSTALL_INPUT.search(name) and not _setup_change_is_inert(wt, old, new, name):
-            return f"{name} changed"
+            return f"{name} changed", True
         parts = name.split("/")[1:] if name.startswith("src/") else name.split("/")
         top = (len(parts) == 1 and name.endswith(".py")) or (len(parts) == 2 and parts[1] == "__init__.py")
         if status[:1] in "AD" and top:
-            return f"{name} {'added' if status[:1] == 'A' else 'removed'} at the top"
+            return f"{name} {'added' if status[:1] == 'A' else 'removed'} at the top", True
         if os.path.dirname(name) in generated:
-            return f"{name} changed beside generated code"
-    return ""
+            return f"{name} changed beside generated code", True
+    return "", True
 
 
 def _setup_change_is_inert(wt: Worktree, old: str, new: str, name: str) -> bool:

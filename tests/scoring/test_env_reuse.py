@@ -142,3 +142,27 @@ def test_a_commit_that_changes_only_code_runs_on_the_install_of_another(tmp_path
     assert run_hidden(strict_runner, later, cache.worktree(REPO, fixed, "fixture__calc-2b"), "").runnable
     assert installs.read_text().splitlines() == ["install"] * 3
     assert json.loads((env_dir / "env.json").read_text())["installed_commit"] == fixed
+
+
+def test_an_answer_is_kept_for_the_process_and_a_failed_comparison_asked_again(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from scoring.execution import envs
+
+    old = git(repo, "rev-parse", "HEAD")
+    new = _commit(repo, {"extra.py": "Z = 1\n"})
+    asked: list[str] = []
+    real = envs.subprocess.run
+
+    def counted(cmd, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        asked.append(" ".join(cmd[3:5]))
+        return real(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(envs.subprocess, "run", counted)
+    wt = Worktree(repo, new)
+    assert install_differs(wt, old, new, []) == install_differs(wt, old, new, []) == "extra.py added at the top"
+    assert asked == ["diff --no-renames"]  # once: the second lookup reads the answer
+    assert install_differs(wt, old, new, ["pkg/x.py"]) == "extra.py added at the top" and len(asked) == 2
+    missing = "1" * 40
+    for _ in range(2):  # a comparison git could not make is not kept
+        assert install_differs(wt, old, missing, []).startswith("cannot compare")
+    assert len(asked) == 4
