@@ -69,10 +69,12 @@ NETWORK_ERROR = re.compile(r"ConnectionError|NewConnectionError|Max retries exce
                       r"Temporary failure in name resolution|Name or service not known")
 
 
-def run_one(inst: Instance, cache: RepoCache, runner: Any) -> dict[str, Any]:
+def run_one(inst: Instance, cache: RepoCache, runner: Any, run: str = "") -> dict[str, Any]:
+    """``run``: this run's name in its worktree's, so that two benches on one cache (another
+    --out) never check out, reset or remove each other's worktree of the same instance."""
     row: dict[str, Any] = {"instance_id": inst.instance_id, "repo": inst.repo, "version": inst.version}
     try:
-        wt = cache.worktree(inst.repo, inst.base_commit, f"goldbench-{inst.instance_id}")
+        wt = cache.worktree(inst.repo, inst.base_commit, f"goldbench-{run}-{inst.instance_id}")
     except WorkspaceError as exc:
         return {**row, "runnable": False, "reason": str(exc)}
     except git.GitCommandError as exc:  # e.g. a mirror missing some blobs
@@ -199,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         if inst.instance_id in done:
             rows.append(done[inst.instance_id])
             continue
-        row = run_one(inst, cache, runner)
+        row = run_one(inst, cache, runner, re.sub(r"[^A-Za-z0-9._+-]", "_", args.output.stem))
         rows.append(row)
         with args.output.open("a") as fh:
             write_row(fh, row)

@@ -9,6 +9,7 @@ import pytest
 
 from eval import gold_bench
 from eval.fixtures.repos import make_calc_repo, write_dataset
+from fixgraph.dataset import load_jsonl
 
 
 @pytest.mark.slow
@@ -84,3 +85,20 @@ def test_a_version_without_install_specs_runs_in_the_env_inferred_from_its_commi
     assert rec["runnable"] is True, rec
     assert [p.name.split("__")[1][:9] for p in (tmp_path / "cache" / "envs").iterdir() if p.is_dir()] == ["inferred-"]
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("runnable=1.000")
+
+
+def test_two_runs_on_one_cache_never_share_an_instance_s_worktree(tmp_path: Path) -> None:
+    from fixgraph.repo.workspace import WorkspaceError
+
+    keys: list[str] = []
+
+    class Cache:
+        def worktree(self, repo: str, commit: str, key: str) -> None:
+            keys.append(key)
+            raise WorkspaceError("stop here")
+
+    mirrors = tmp_path / "mirrors"
+    [inst] = load_jsonl(write_dataset(tmp_path / "data.jsonl", [make_calc_repo(mirrors)]))
+    for run in ("lite_gold", "verified_gold"):
+        assert gold_bench.run_one(inst, Cache(), None, run)["runnable"] is False  # type: ignore[arg-type]
+    assert keys == [f"goldbench-lite_gold-{inst.instance_id}", f"goldbench-verified_gold-{inst.instance_id}"]
