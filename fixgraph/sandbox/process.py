@@ -337,6 +337,22 @@ def _prefixes(paths: Sequence[Path]) -> list[Path]:
     return out + [base for p in out if (base := _venv_base(p)) is not None]
 
 
+def _link_hops(path: Path, limit: int = 16) -> list[Path]:
+    """The links the kernel walks from ``path`` to its target, each as it is named: a venv's
+    ``python3`` that leads through ``/opt/bin/python3`` (a link in a covered folder) to
+    ``/usr/bin/python3.11`` cannot start unless that middle link is there too."""
+    hops: list[Path] = []
+    current = Path(os.path.abspath(path))
+    for _ in range(limit):
+        try:
+            target = os.readlink(current)
+        except OSError:
+            break
+        current = normal(current.parent / target)
+        hops.append(current)
+    return hops
+
+
 def _venv_base(prefix: Path) -> Path | None:
     try:
         cfg = (prefix / "pyvenv.cfg").read_text(errors="replace")
@@ -360,6 +376,7 @@ def _masks(paths: Sequence[Path], env: Mapping[str, str]) -> tuple[list[str], li
             named.append(str(Path(value).parent))
     found = {c for name in named for c in (Path(os.path.abspath(name)), normal(name), Path(name).resolve())}
     found.update(_prefixes(sorted(found)))
+    found.update(hop for c in list(found) for hop in _link_hops(c))
     wanted = {str(c) for c in found if c.exists() and any(c.is_relative_to(d) and str(c) != d for d in dirs)}
     keep: list[str] = []
     for path in sorted(wanted):

@@ -57,3 +57,22 @@ def test_a_venv_named_only_by_its_folder_keeps_its_base_installation(tmp_path: P
     (venv / "pyvenv.cfg").write_text(f"home = {base / 'bin'}\ninclude-system-site-packages = false\n")
     _, keep = _masks([Path("/usr/bin/bash")], {"VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}:/usr/bin"})
     assert str(base) in keep and str(venv.parent) in keep
+
+
+def test_a_venv_whose_python_links_through_a_covered_folder_keeps_each_link(tmp_path: Path) -> None:
+    """``python3 -m venv`` run with a ``python3`` that is itself a link (``/opt/bin/python3`` ->
+    ``/usr/bin/python3``): the venv's ``python3`` names that link, so it is kept too."""
+    from fixgraph.sandbox.process import _masks
+
+    real = Path(os.path.realpath(sys.executable))
+    middle, venv = tmp_path / "tools" / "python3", tmp_path / "env" / "venv"
+    middle.parent.mkdir(parents=True)
+    middle.symlink_to(real)
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python3").symlink_to(middle)
+    (venv / "bin" / "python").symlink_to("python3")
+    # home names the real interpreter's folder (as a venv made from a folder's top-level link does:
+    # its parent is the covered folder itself, which is never kept whole)
+    (venv / "pyvenv.cfg").write_text(f"home = {real.parent}\n")
+    _, keep = _masks([venv / "bin" / "python"], {})
+    assert any(str(middle) == k or str(middle).startswith(k + "/") for k in keep), keep
