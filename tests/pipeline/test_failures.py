@@ -98,8 +98,11 @@ def test_server_errors_are_retried_then_fail_cleanly(calc, cfg_factory):
         t0 = time.monotonic()
         summary = run_tasks([inst], cfg, run_id="f", repos=mirrors, progress=False)
         assert time.monotonic() - t0 < 30
-        assert len(srv.requests) == 3  # one call and two retries
     rec = read_record(cfg, "f", inst.instance_id)
+    # One call and two retries. The server logs the tries that reached it: on a loaded machine a
+    # try can meet the connection the 500 closed and fail before the server reads it (a connection
+    # fault, retried on the same count).
+    assert rec["usage"]["requests"] == 3 and 2 <= len(srv.requests) <= 3, (rec["usage"], len(srv.requests))
     assert summary.failed == 1 and "answered 500" in rec["failed"] and _no_prediction(cfg, inst)
 
 

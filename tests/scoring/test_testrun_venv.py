@@ -199,7 +199,6 @@ def test_a_build_that_failed_on_what_the_machine_lacked_is_built_once_the_machin
     spec = {"python": "{}.{}".format(*sys.version_info[:2]), "test_cmd": "pytest -rA"}
     settings = config.TestSettings(backend="venv")
     envs = VenvEnvs(tmp_path / "cache" / "envs", tmp_path / "cache", settings, specs=lambda repo, version: spec)
-    monkeypatch.setattr("scoring.execution.readiness.repo_specs", lambda cache_dir, repo, version: spec)
     path = envs.env_path(inst.task())
     path.mkdir(parents=True)
     record = {"ok": False, "retryable": False, "reason": reason, "build_id": "old"}
@@ -209,12 +208,12 @@ def test_a_build_that_failed_on_what_the_machine_lacked_is_built_once_the_machin
     monkeypatch.setattr(envs_mod, "missing_system_packages", lambda repo: lacking)
     monkeypatch.setattr("scoring.execution.readiness.missing_system_packages", lambda repo: lacking)
     assert envs._built(inst.task(), wt, spec, path, record) is record  # still lacking: not built again
-    assert check_env(inst.task(), tmp_path / "cache", settings).reason == lacking  # said as the machine is now
+    assert check_env(inst.task(), tmp_path / "cache", settings, envs).reason == lacking  # said as the machine is now
     monkeypatch.setattr(envs_mod, "missing_system_packages", lambda repo: "")
     monkeypatch.setattr("scoring.execution.readiness.missing_system_packages", lambda repo: "")
     assert envs._built(inst.task(), wt, spec, path, record)["build_id"] == "new"
     assert json.loads((path / "env.json").read_text())["build_id"] == "new"
-    assert check_env(inst.task(), tmp_path / "cache", settings).state == "failed"  # the new record's word
+    assert check_env(inst.task(), tmp_path / "cache", settings, envs).state == "failed"  # the new record's word
 
 
 def test_requirements_are_flattened_as_swebench_does(tmp_path: Path) -> None:
