@@ -111,15 +111,19 @@ def parser_kind(run: SuiteRun | None) -> str:
     return "unittest" if "[unittest log]" in run.env else "pytest"
 
 
+def _readable_log(run: SuiteRun) -> str:
+    """``run``'s log as its parser reads it. An inferred env runs the repository's own pytest
+    configuration, which may ask for colour (humanize's ``--color=yes``): swebench's parser reads no
+    line with escape codes in it."""
+    return ANSI.sub("", run.log) if parser_kind(run) else run.log
+
+
 def _harness_log(pred: Prediction, run: SuiteRun | None, apply_error: str, timed_out: bool) -> str:
     head = [f"# grader: {grader_label(run.backend if run else 'venv')}", f"# instance: {pred.instance_id}"]
     if apply_error:
         return "\n".join([*head, f"{_APPLY_FAIL}:\n{apply_error}", ""])
     assert run is not None
-    # An inferred env runs the repository's own pytest configuration, which may ask for colour
-    # (humanize's ``--color=yes``): swebench's parser reads no line with escape codes in it.
-    text = ANSI.sub("", run.log) if parser_kind(run) else run.log
-    body = [*head, f"{_APPLY_PASS}:", _START, text.rstrip("\n"), _END]
+    body = [*head, f"{_APPLY_PASS}:", _START, _readable_log(run).rstrip("\n"), _END]
     if timed_out:
         body.append(_TIMEOUT)
     return "\n".join(body) + "\n"
@@ -204,7 +208,7 @@ def _grade_in(inst: Instance, pred: Prediction, wt: Worktree, runner: SuiteRunne
     if aside:
         report["not_runnable_here"] = aside
     listed = set(inst.FAIL_TO_PASS) | set(inst.PASS_TO_PASS)
-    statuses = dict(log_parser(inst.repo, kind)(ANSI.sub("", run.log) if kind else run.log, None)) if listed else {}
+    statuses = dict(log_parser(inst.repo, kind)(_readable_log(run), None)) if listed else {}
     if listed and not _any_reported(listed, statuses):
         # None of the instance's tests reported: the patch broke collection, or nothing runs here.
         if base.error or not _any_reported(listed, base.statuses):
