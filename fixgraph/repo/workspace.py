@@ -111,6 +111,18 @@ def clone_path(cache_dir: Path, repo: str) -> Path:
     return cache_dir.resolve() / "repos" / (repo.replace("/", "+") + ".git")
 
 
+def clone_holds(cache_dir: Path, repo: str, commit: str) -> bool:
+    """Whether :class:`RepoCache`'s bare clone of ``repo`` exists and holds ``commit`` (asked
+    without fetching: ``--check``)."""
+    path = clone_path(cache_dir, repo)
+    if not (path / "HEAD").is_file():
+        return False
+    try:
+        return RepoCache._has_commit(git.Repo(path), commit)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return False
+
+
 class RepoCache:
     def __init__(self, cache_dir: Path, mirrors: Path | None = None):
         self.cache_dir = cache_dir.resolve()
@@ -162,7 +174,7 @@ class RepoCache:
     @staticmethod
     def _has_commit(repo: git.Repo, commit: str) -> bool:
         try:
-            repo.git.cat_file("-e", f"{commit}^{{commit}}")
+            repo.git.cat_file("-e", f"{commit}^{{commit}}", env=_git_env())
             return True
         except git.GitCommandError:
             return False

@@ -7,7 +7,6 @@ says how many and why before its first LLM call, so nobody reads a semantic scor
 """
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -16,8 +15,7 @@ from typing import Any, Literal
 
 from fixgraph.config import TestSettings
 from fixgraph.dataset import Task
-from fixgraph.repo import gitsafe
-from fixgraph.repo.workspace import clone_path
+from fixgraph.repo.workspace import clone_holds, clone_path
 from scoring.execution.compiled import missing_system_packages
 from scoring.execution.envs import HARNESS_PYTHON, VenvEnvs, env_record, machine_fault
 from scoring.execution.interpreters import resolve
@@ -46,25 +44,15 @@ def venv_envs(cache_dir: Path, settings: TestSettings) -> VenvEnvs:
     return VenvEnvs(settings.env_dir or cache_dir / "envs", cache_dir, settings)
 
 
-def _holds(git_dir: Path, commit: str) -> bool:
-    if not (git_dir / "HEAD").is_file():
-        return False
-    try:
-        return subprocess.run(["git", "-C", str(git_dir), "cat-file", "-e", f"{commit}^{{commit}}"],
-                              capture_output=True, env=gitsafe.hardened_env(), timeout=60).returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
-
-
 def inferred_spec(envs: VenvEnvs, task: Task) -> dict[str, Any] | str | None:
     """The env inferred for a task swebench has no spec for, read from the cached clone's copy of its
     base commit as the build reads it: the spec, or why there is none (a committed table that cannot be
     used). None when swebench has a spec, or no clone holds the commit yet (the build infers it)."""
     if task.version and envs.specs(task.repo, task.version) is not None:
         return None
-    clone = clone_path(envs.cache_dir, task.repo)
-    if not _holds(clone, task.base_commit):
+    if not clone_holds(envs.cache_dir, task.repo, task.base_commit):
         return None
+    clone = clone_path(envs.cache_dir, task.repo)
     try:
         return envs.spec_in(task, clone)
     except EnvError as exc:
