@@ -78,8 +78,7 @@ def run_one(inst: Instance, cache: RepoCache, runner: Any, run: str = "") -> dic
     except WorkspaceError as exc:
         return {**row, "runnable": False, "reason": str(exc)}
     except git.GitCommandError as exc:  # e.g. a mirror missing some blobs
-        detail = [ln for ln in str(exc.stderr or "").strip().splitlines() if ln.strip()]
-        return {**row, "runnable": False, "reason": f"cannot check out the base commit: {(detail or ['git failed'])[-1]}"}
+        return {**row, "runnable": False, "reason": f"cannot check out the base commit: {_git_error(exc)}"}
     try:
         wt.apply(inst.patch)
     except PatchError as exc:
@@ -89,9 +88,8 @@ def run_one(inst: Instance, cache: RepoCache, runner: Any, run: str = "") -> dic
     start = time.monotonic()
     gold: TestOutcome = run_hidden(runner, inst, wt, gold_patch)
     gold_secs = time.monotonic() - start
-    wt.reset()
     start = time.monotonic()
-    empty: TestOutcome = run_hidden(runner, inst, wt, "")
+    empty, empty_reason = _empty_run(inst, wt, runner)
     empty_secs = time.monotonic() - start
     cache.remove_worktree(inst.repo, wt)
     parts = fix_score.compute(gold, quality, None)
@@ -101,8 +99,8 @@ def run_one(inst: Instance, cache: RepoCache, runner: Any, run: str = "") -> dic
         row.update(
             gold_fix_score=parts.get("fix_score"), gold_test_pass_rate=parts.get("test_pass_rate"),
             gold_no_regression=parts.get("no_regression"),
-            empty_test_pass_rate=fix_score.test_pass_rate(empty) if empty.runnable else None,
-            empty_reason=empty.reason,
+            empty_test_pass_rate=fix_score.test_pass_rate(empty) if empty is not None and empty.runnable else None,
+            empty_reason=empty_reason,
             f2p_not_passing={t: s for t, s in gold.fail_to_pass.items() if s not in PASSING},
             p2p_regressed={t: s for t, s in gold.pass_to_pass_after.items()
                            if s not in PASSING and gold.pass_to_pass_before.get(t) in PASSING},
@@ -112,6 +110,25 @@ def run_one(inst: Instance, cache: RepoCache, runner: Any, run: str = "") -> dic
     else:
         row["log_tail"] = gold.log_tail[-600:]
     return row
+
+
+def _git_error(exc: git.GitCommandError) -> str:
+    """The last line git wrote to stderr: the one that says why."""
+    detail = [ln for ln in str(exc.stderr or "").strip().splitlines() if ln.strip()]
+    last = (detail or ["git failed"])[-1].strip()
+    return re.sub(r"^stderr: '(.*)'$", r"\1", last)  # GitPython's wrapping of it
+
+
+def _empty_run(inst: Instance, wt: Any, runner: Any) -> tuple[TestOutcome | None, str]:
+    """The empty patch's outcome and reason, on the worktree reset to the base commit; none when
+    the reset fails (another process removed or locked the worktree under the run), so that the
+    gold result is kept with the reason rather than the whole run ending."""
+    try:
+        wt.reset()
+    except git.GitCommandError as exc:
+        return None, f"empty patch not run: cannot reset the worktree: {_git_error(exc)}"
+    empty: TestOutcome = run_hidden(runner, inst, wt, "")
+    return empty, empty.reason
 
 
 def _mean(xs: list[float]) -> str:

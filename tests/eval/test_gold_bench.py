@@ -102,3 +102,34 @@ def test_two_runs_on_one_cache_never_share_an_instance_s_worktree(tmp_path: Path
     for run in ("lite_gold", "verified_gold"):
         assert gold_bench.run_one(inst, Cache(), None, run)["runnable"] is False  # type: ignore[arg-type]
     assert keys == [f"goldbench-lite_gold-{inst.instance_id}", f"goldbench-verified_gold-{inst.instance_id}"]
+
+
+@pytest.mark.slow
+def test_a_worktree_that_cannot_be_reset_keeps_the_gold_row_and_the_run_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Another process removing the worktree between the gold and the empty run: the row is written
+    with the gold result and why the empty patch did not run, and the next instance runs."""
+    import git
+
+    from fixgraph.repo.workspace import Worktree
+
+    reset = Worktree.reset
+
+    def gone(self: Worktree) -> None:  # checkouts reset a clean worktree; only the patched one is gone
+        if self.repo.is_dirty():
+            raise git.GitCommandError(["git", "reset"], 128, b"fatal: not a git repository: .git/worktrees/x")
+        reset(self)
+
+    monkeypatch.setattr(Worktree, "reset", gone)
+    mirrors = tmp_path / "mirrors"
+    first = make_calc_repo(mirrors)
+    dataset = write_dataset(tmp_path / "data.jsonl", [first, {**first, "instance_id": "fixture__calc-2"}])
+    out = tmp_path / "bench.jsonl"
+    assert gold_bench.main(["--dataset", str(dataset), "--repos", str(mirrors), "--backend", "local",
+                            "--cache-dir", str(tmp_path / "cache"), "--out", str(out), "--timeout", "60"]) == 0
+    rows = [json.loads(ln) for ln in out.read_text().splitlines()]
+    assert [r["instance_id"] for r in rows] == ["fixture__calc-1", "fixture__calc-2"]
+    for r in rows:
+        assert r["runnable"] is True and r["gold_test_pass_rate"] == 1.0 and r["empty_test_pass_rate"] is None
+        assert r["empty_reason"] == "empty patch not run: cannot reset the worktree: fatal: not a git repository: .git/worktrees/x"
+    assert "the empty patch's do not: empty patch not run" in capsys.readouterr().out
