@@ -6,9 +6,11 @@
 
 For each task whose repository has a mirror under MIRRORS, the whole graph runs once (EVAL_MODE)
 with the oracle model (eval/fixtures/oracle.py): it replays the gold patch, and its reproduction
-test is the instance's own test file as ``test_patch`` leaves it (evaluation side, handed over here
-as eval/repro_bench.py does: the pipeline never sees ``test_patch``). So what varies is whether the
-pipeline's own tests run on the repository: the record's chosen attempt scores kind ``tests``
+test is the instance's own test file as ``test_patch`` leaves it, with the files the patch creates
+as its data files (evaluation side, handed over here as eval/repro_bench.py does: the pipeline never
+sees ``test_patch``); when the Reproducer refuses it, the stand-in drafts the patch's next test
+file, as a model told why would write another. So what varies is whether the pipeline's own tests
+run on the repository: the record's chosen attempt scores kind ``tests``
 (the reproduction test and the selected existing tests both ran), ``partial`` (one of the two),
 or ``semantic``/``none``; every row that is not ``tests`` says why, from the record.
 
@@ -38,7 +40,7 @@ from typing import Any
 import git
 
 from eval.fixtures.oracle import oracle_script
-from eval.hidden import test_file_from_test_patch
+from eval.hidden import test_files_from_test_patch
 from eval.options import (
     add_options,
     check_options,
@@ -92,11 +94,12 @@ def choose(instances: list[Instance], args: argparse.Namespace) -> list[Instance
     return sample(kept, instance_repo, args.stride, None, shard)
 
 
-def own_test_file(inst: Instance, repos: RepoCache, key: str) -> dict[str, Any] | None:
-    """Evaluation side: the instance's own test file (eval.hidden), read in a worktree of its own."""
+def own_test_files(inst: Instance, repos: RepoCache, key: str) -> list[dict[str, Any]]:
+    """Evaluation side: the instance's own test files (eval.hidden), read in a worktree of its own;
+    the stand-in drafts them in turn."""
     wt = repos.worktree(inst.repo, inst.base_commit, key)
     try:
-        return test_file_from_test_patch(inst, wt)
+        return test_files_from_test_patch(inst, wt)
     finally:
         repos.remove_worktree(inst.repo, wt)
 
@@ -132,6 +135,7 @@ def row_of(record: dict[str, Any]) -> dict[str, Any]:
         "fix_score": score.get("fix_score"), "test_pass_rate": score.get("test_pass_rate"),
         "no_regression": score.get("no_regression"), "tests_run": score.get("tests_run", 0),
         "attempts": record.get("n_attempts", 0), "repro": (record.get("repro") or {}).get("status", ""),
+        "repro_test": (record.get("repro") or {}).get("path"),
         "stop_reason": record.get("stop_reason", "")}
     if row["kind"] != "tests" or row["outcome"] not in RAN:
         row["why"] = why_not_tests(record, score)
@@ -150,7 +154,7 @@ class Bench:
         head = {"instance_id": inst.instance_id, "repo": inst.repo, "version": inst.version}
         t0 = time.monotonic()
         try:
-            own = own_test_file(inst, self.repos, f"{self.run_id}-own-{inst.instance_id}")
+            own = own_test_files(inst, self.repos, f"{self.run_id}-own-{inst.instance_id}")
         except (WorkspaceError, git.GitCommandError) as exc:  # e.g. the base commit not in the mirror
             detail = str(exc).strip().splitlines() or ["git failed"]
             return head | {"outcome": "no_checkout", "kind": "none", "why": detail[-1][:WHY_CHARS],
@@ -160,9 +164,9 @@ class Bench:
                   model_factory=lambda role: model, progress=False)
         record = self.store.read_record(inst.instance_id)
         body = row_of(record) if record else {"outcome": "error", "kind": "none", "why": "no record written"}
-        if own is None and "why" in body:  # the oracle's stand-in test then fails at nothing: refused
+        if not own and "why" in body:  # the oracle's stand-in test then fails at nothing: refused
             body["why"] = f"test_patch has no Python test file; {body['why']}"[:WHY_CHARS]
-        return head | {"own_test": own["path"] if own else None} | body | {
+        return head | {"own_test": own[0]["path"] if own else None} | body | {
             "seconds": round(time.monotonic() - t0, 1)}
 
     def row(self, inst: Instance) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from fixgraph.publish import DiffPublisher
 from fixgraph.records import RunStore
 from fixgraph.repo.workspace import Worktree
 from fixgraph.state import TaskState
+from scoring.execution.choose_tests import is_test_file
 from scoring.execution.outcomes import TestOutcome, as_listed, hidden_outcome, listed_among
 from scoring.execution.specs import NON_TEST_EXTS, patch_files
 from scoring.execution.testenv import PASSING, Suite, SuiteRunner, git, git_apply
@@ -114,24 +115,47 @@ def _files_of(inst: Instance, wt: Worktree, tests: list[str], selected: list[str
 
 
 def test_file_from_test_patch(inst: Instance, wt: Worktree, only_changed: bool = True) -> dict[str, Any] | None:
-    """The instance's own test file as its ``test_patch`` leaves it: the test file holding the most
-    FAIL_TO_PASS tests, {"path", "content", "files", "other_files"}; None when the test patch has
-    no Python test file.
+    """The instance's own test file as its ``test_patch`` leaves it: the first of
+    :func:`test_files_from_test_patch`, {"path", "content", "files", "other_files"}; None when the
+    test patch has no Python test file."""
+    drafts = test_files_from_test_patch(inst, wt, only_changed)
+    return drafts[0] if drafts else None
 
-    ``only_changed``: keep, of the file's tests, those the test patch adds or edits (with every
-    fixture and helper), as a reproduction test written for the issue would be; the file's other
-    tests are the repository's, and some fail for reasons of their own. ``files``: the text files
-    the test patch creates (data the test reads), as a reproduction test's data files.
+
+def test_files_from_test_patch(inst: Instance, wt: Worktree, only_changed: bool = True) -> list[dict[str, Any]]:
+    """Each test file of the instance's ``test_patch`` as the patch leaves it, the one holding the
+    most FAIL_TO_PASS tests first: what a model that reproduces the issue would write, and would
+    write next when one is refused. [] when the test patch has no Python test file.
+
+    A module the patch creates or edits that is no test file (a management command, a models
+    module) and holds no FAIL_TO_PASS test is not a candidate when a test file is: it is what a
+    test needs, not a test (a FAIL_TO_PASS name that merely holds its stem says nothing). Each
+    candidate is {"path", "content", "files", "other_files"}. ``only_changed``: keep, of the file's
+    tests, those the test patch adds or edits (with every fixture and helper), as a reproduction
+    test written for the issue would be; the file's other tests are the repository's, and some fail
+    for reasons of their own. ``files``: the text files the test patch creates (data the test
+    reads), as a reproduction test's data files; ``other_files``: the existing files it edits.
     """
     files = [f for f in patch_files(inst.test_patch) if f.endswith(".py") and not f.endswith(NON_TEST_EXTS)]
-    if not files:
-        return None
+    named = {t.split("::", 1)[0] for t in inst.FAIL_TO_PASS if "::" in t}
+    files = [f for f in files if is_test_file(f) or f in named] or files
 
     def hits(path: str) -> int:
-        stem = Path(path).stem
-        return sum(t.startswith(path) or stem in t for t in inst.FAIL_TO_PASS)
+        # A node id names its file; a django label its module (app.tests: every label holds
+        # "tests"); a bare name (sympy's) perhaps the file's stem.
+        p = Path(path)
+        label = f"{p.parent.name}.{p.stem}"
+        return sum(t.startswith(path + "::") if "::" in t else label in t or p.stem != "tests" and p.stem in t
+                   for t in inst.FAIL_TO_PASS)
 
-    path = max(files, key=lambda f: (hits(f), -files.index(f)))
+    ranked = sorted(files, key=lambda f: (-hits(f), files.index(f)))
+    drafts = (_test_file_as_patched(inst, wt, path, only_changed) for path in ranked)
+    return [d for d in drafts if d is not None]
+
+
+def _test_file_as_patched(inst: Instance, wt: Worktree, path: str, only_changed: bool) -> dict[str, Any] | None:
+    """``path`` at the base commit with the test patch's hunks for it applied (None if they do not
+    apply), with the patch's created files (``files``) and edited ones (``other_files``)."""
     scratch = Path(tempfile.mkdtemp(prefix="fixgraph-testfile-"))
     try:
         proc = git(wt.path, "show", f"{inst.base_commit}:{path}")

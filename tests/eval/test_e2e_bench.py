@@ -39,6 +39,7 @@ def test_rows_say_each_tasks_score_kind_and_why_not_tests(
     ok, refused, missing = rows["fixture__calc-1"], rows["fixture__calc-2"], rows["fixture__calc-3"]
     assert (ok["outcome"], ok["kind"], ok["test_pass_rate"], ok["no_regression"]) == ("patched", "tests", 1.0, 1.0), ok
     assert ok["tests_run"] and ok["attempts"] == 1 and "why" not in ok, ok
+    assert ok["own_test"] == ok["repro_test"] == "tests/test_ops.py", ok
     # No own test file: the oracle's stand-in passes at the base, the Reproducer refuses it, and
     # only the existing tests score the patch.
     assert (refused["outcome"], refused["kind"], refused["repro"]) == ("patched", "partial", "none"), refused

@@ -3,7 +3,15 @@ edits, with the file's fixtures and helpers (evaluation side only)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+from eval import hidden
+from eval.fixtures.oracle import REPLIES, oracle_script
+from eval.fixtures.repos import _diff, git_commit_all
 from eval.hidden import _created_files, keep_tests
+from fixgraph.dataset import Instance
+from fixgraph.repo.workspace import Worktree
 
 FILE = '''import pytest
 
@@ -120,3 +128,62 @@ def test_files_the_test_patch_creates_are_the_data_files():
              "diff --git a/tests/test_config.py b/tests/test_config.py\n--- a/tests/test_config.py\n"
              "+++ b/tests/test_config.py\n@@ -1,1 +1,2 @@\n import os\n+import sys\n")
     assert _created_files(patch) == {"tests/static/config.toml": 'TEST_KEY="foo"\nSECRET_KEY="bar"\n'}
+
+
+def _command_repo(tmp_path: Path) -> tuple[Worktree, str]:
+    repo = tmp_path / "repo"
+    (repo / "tests" / "user_commands" / "management" / "commands").mkdir(parents=True)
+    (repo / "tests" / "user_commands" / "management" / "commands" / "__init__.py").write_text("")
+    (repo / "tests" / "user_commands" / "tests.py").write_text(COMMAND_TESTS)
+    (repo / "tests" / "test_self.py").write_text(COMMAND_TESTS)
+    base = git_commit_all(repo, "base")
+    return Worktree(repo, base), base
+
+
+COMMAND_TESTS = "from django.test import SimpleTestCase\n\n\nclass CommandTests(SimpleTestCase):\n" \
+                "    def test_old(self):\n        pass\n"
+NEW_TEST = "\n    def test_outputwrapper_flush(self):\n        call_command('outputwrapper')\n"
+COMMAND = "from django.core.management.base import BaseCommand\n\n\nclass Command(BaseCommand):\n" \
+          "    def handle(self, **options):\n        self.stdout.write('OK')\n"
+
+
+def _instance(base: str, test_patch: str, fail_to_pass: list[str]) -> Instance:
+    return Instance.model_validate({
+        "instance_id": "fixture__cmd-1", "repo": "fixture/cmd", "base_commit": base, "problem_statement": "p",
+        "version": "0.1", "patch": "", "test_patch": test_patch, "FAIL_TO_PASS": json.dumps(fail_to_pass),
+        "PASS_TO_PASS": "[]"})
+
+
+def test_the_draft_is_a_test_file_and_a_module_it_needs_comes_as_its_data_file(tmp_path: Path):
+    # The created command's stem is in the FAIL_TO_PASS test's name: it is still no test file.
+    wt, base = _command_repo(tmp_path)
+    command = "tests/user_commands/management/commands/outputwrapper.py"
+    created = "".join("+" + line for line in COMMAND.splitlines(keepends=True))
+    patch = (f"diff --git a/{command} b/{command}\nnew file mode 100644\n--- /dev/null\n+++ b/{command}\n"
+             f"@@ -0,0 +1,{len(COMMAND.splitlines())} @@\n{created}"
+             + _diff(COMMAND_TESTS, COMMAND_TESTS + NEW_TEST, "tests/user_commands/tests.py"))
+    inst = _instance(base, patch, ["test_outputwrapper_flush (user_commands.tests.CommandTests)"])
+    drafts = hidden.test_files_from_test_patch(inst, wt)
+    assert [d["path"] for d in drafts] == ["tests/user_commands/tests.py"], drafts
+    assert drafts[0]["files"] == [{"path": command, "content": COMMAND}]
+    assert "def test_outputwrapper_flush" in drafts[0]["content"] and "def test_old" not in drafts[0]["content"]
+    assert hidden.test_file_from_test_patch(inst, wt) == drafts[0]
+
+
+def test_each_test_file_is_a_draft_and_the_stand_in_drafts_them_in_turn(tmp_path: Path):
+    wt, base = _command_repo(tmp_path)
+    patch = (_diff(COMMAND_TESTS, COMMAND_TESTS + NEW_TEST, "tests/user_commands/tests.py")
+             + _diff(COMMAND_TESTS, COMMAND_TESTS + NEW_TEST, "tests/test_self.py"))
+    inst = _instance(base, patch, ["tests/test_self.py::CommandTests::test_outputwrapper_flush",
+                                   "tests/test_self.py::CommandTests::test_old"])
+    drafts = hidden.test_files_from_test_patch(inst, wt)
+    # The file holding more FAIL_TO_PASS tests first, though the patch lists it second.
+    assert [d["path"] for d in drafts] == ["tests/test_self.py", "tests/user_commands/tests.py"]
+    assert drafts[0]["other_files"] == ["tests/user_commands/tests.py"]
+    replies = oracle_script(inst, drafts)["ReproTestDraft"]
+    assert [r["path"] for r in replies[:3]] == ["tests/test_self.py", "tests/user_commands/tests.py",
+                                                "tests/test_self.py"]
+    assert len(replies) == REPLIES
+    one = oracle_script(inst, drafts[0])["ReproTestDraft"]
+    assert {r["path"] for r in one} == {"tests/test_self.py"} and len(one) == REPLIES
+    assert oracle_script(inst)["ReproTestDraft"][0]["path"] == "tests/test_oracle_missing.py"
