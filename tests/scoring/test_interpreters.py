@@ -1,21 +1,20 @@
 """Interpreter resolution, with uv provisioning from a loopback mirror: a real uv, a real archive in
 the layout uv unpacks (python/bin/pythonX.Y, lib/pythonX.Y with a _sysconfigdata_ file), whose
-python execs this test's interpreter, so what uv installs really runs."""
+python execs this test's interpreter, so what uv installs really runs (test_provisioned_env.py serves
+real interpreters and builds an env with one)."""
 from __future__ import annotations
 
 import hashlib
 import io
-import json
 import subprocess
 import sys
 import tarfile
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from eval.fakes.python_mirror import Archive, PythonMirror
 from fixgraph.config import TestSettings
 from fixgraph.dataset import Task
 from scoring.execution import interpreters
@@ -41,49 +40,17 @@ def _archive() -> bytes:
     return buf.getvalue()
 
 
-class Mirror:
-    """A loopback download host: serves the archive whole, cut, or not at all; logs the paths asked."""
-
-    def __init__(self) -> None:
-        self.body = _archive()
-        self.mode = "whole"
-        self.asked: list[str] = []
-        mirror = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                mirror.asked.append(self.path)
-                if not self.path.endswith(".tar.gz") or mirror.mode == "absent":
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(mirror.body)))
-                self.end_headers()
-                self.wfile.write(mirror.body if mirror.mode == "whole" else mirror.body[:len(mirror.body) // 2])
-                if mirror.mode == "cut":
-                    self.close_connection = True
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def downloads_json(self, path: Path, sha256: str | None = None) -> Path:
-        major, minor = sys.version_info[:2]
-        key = f"cpython-{XY}.99-linux-x86_64-gnu"
-        path.write_text(json.dumps({key: {
-            "name": "cpython", "arch": {"family": "x86_64", "variant": None}, "os": "linux", "libc": "gnu",
-            "major": major, "minor": minor, "patch": 99, "prerelease": "", "variant": None, "build": "20990101",
-            "url": f"{self.url}/cpython-{XY}.99.tar.gz",
-            "sha256": sha256 or hashlib.sha256(self.body).hexdigest()}}))
-        return path
+def _shim(folder: Path) -> Archive:
+    body = _archive()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"cpython-{XY}.99.tar.gz"
+    path.write_bytes(body)
+    return Archive(path, (sys.version_info[0], sys.version_info[1], 99), hashlib.sha256(body).hexdigest())
 
 
 @pytest.fixture
-def mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Mirror]:
-    m = Mirror()
+def mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PythonMirror]:
+    m = PythonMirror([_shim(tmp_path / "archives")])
     # A machine without this minor: only what fixgraph installs into its cache counts.
     monkeypatch.setattr(interpreters, "system_pythons", lambda: {})
     monkeypatch.setattr(interpreters, "_failed", {})
@@ -91,11 +58,11 @@ def mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Mirror]:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("UV_PYTHON_INSTALL_MIRROR", raising=False)
     yield m
-    m.server.shutdown()
+    m.close()
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the archive is a linux-x86_64 build")
-def test_provisioned_from_a_mirror_runs_and_is_found_next_time(mirror: Mirror, tmp_path: Path,
+def test_provisioned_from_a_mirror_runs_and_is_found_next_time(mirror: PythonMirror, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("UV_PYTHON_DOWNLOADS_JSON_URL", str(mirror.downloads_json(tmp_path / "dl.json")))
     cache = tmp_path / "cache"
@@ -111,7 +78,7 @@ def test_provisioned_from_a_mirror_runs_and_is_found_next_time(mirror: Mirror, t
 
 
 @pytest.mark.parametrize("fault", ["bad hash", "cut", "absent"])
-def test_a_failed_download_leaves_nothing_and_says_why(mirror: Mirror, tmp_path: Path, fault: str,
+def test_a_failed_download_leaves_nothing_and_says_why(mirror: PythonMirror, tmp_path: Path, fault: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     mirror.mode = {"cut": "cut", "absent": "absent"}.get(fault, "whole")
     dl = mirror.downloads_json(tmp_path / "dl.json", sha256="0" * 64 if fault == "bad hash" else None)
@@ -130,7 +97,7 @@ def test_a_failed_download_leaves_nothing_and_says_why(mirror: Mirror, tmp_path:
     assert resolve(XY, cache_dir=cache).how == "missing" and len(mirror.asked) == asked
 
 
-def test_the_install_mirror_setting_is_honoured(mirror: Mirror, tmp_path: Path,
+def test_the_install_mirror_setting_is_honoured(mirror: PythonMirror, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     # uv's own list of downloads, its host replaced by the organisation's mirror
     monkeypatch.delenv("UV_PYTHON_DOWNLOADS_JSON_URL", raising=False)
@@ -141,7 +108,7 @@ def test_the_install_mirror_setting_is_honoured(mirror: Mirror, tmp_path: Path,
     assert got.how == "missing" and mirror.asked and mirror.asked[0].endswith(".tar.gz")
 
 
-def test_substitute_only_where_measured(mirror: Mirror, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_substitute_only_where_measured(mirror: PythonMirror, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(interpreters, "system_pythons", lambda: {(3, 11): "/p/python3.11"})
     monkeypatch.setattr(interpreters, "SAFE_SUBSTITUTES", {("psf/requests", "2.4"): {"3.9": ("3.11",)}})
     # the build asks uv for the spec's minor before taking a substitute, and the check says so
@@ -159,7 +126,7 @@ def test_substitute_only_where_measured(mirror: Mirror, tmp_path: Path, monkeypa
     assert resolve("", cache_dir=tmp_path, provision=False).how == "missing"
 
 
-def test_a_minor_uv_does_not_offer_is_missing_without_a_download(mirror: Mirror, tmp_path: Path,
+def test_a_minor_uv_does_not_offer_is_missing_without_a_download(mirror: PythonMirror, tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """uv's list starts at 3.8: the check must not promise 3.6 from uv, nor a build wait on it."""
     monkeypatch.setenv("UV_PYTHON_DOWNLOADS_JSON_URL", str(mirror.downloads_json(tmp_path / "dl.json")))
@@ -179,7 +146,7 @@ def _spec_uv_lacks() -> str:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the archive is a linux-x86_64 build")
 def test_a_safe_substitute_uv_offers_is_installed_when_the_spec_minor_cannot_be(
-        mirror: Mirror, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        mirror: PythonMirror, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A user's machine has no 3.6 and uv offers none: the measured-safe substitute is installed
     into the cache, said by --check beforehand, and recorded as a substitute."""
     monkeypatch.setenv("UV_PYTHON_DOWNLOADS_JSON_URL", str(mirror.downloads_json(tmp_path / "dl.json")))
@@ -212,7 +179,7 @@ def test_a_safe_substitute_uv_offers_is_installed_when_the_spec_minor_cannot_be(
 
 
 @pytest.mark.parametrize("fault", ["bad hash", "cut"])
-def test_a_failed_substitute_download_leaves_nothing_and_says_why(mirror: Mirror, tmp_path: Path, fault: str,
+def test_a_failed_substitute_download_leaves_nothing_and_says_why(mirror: PythonMirror, tmp_path: Path, fault: str,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     mirror.mode = "cut" if fault == "cut" else "whole"
     dl = mirror.downloads_json(tmp_path / "dl.json", sha256="0" * 64 if fault == "bad hash" else None)
