@@ -114,7 +114,7 @@ SANDBOX_UID = SANDBOX_GID = 59_999
 JAIL = Path(__file__).with_name("jail.py")
 # Files a test process writes for fixgraph to read (named by these variables): made writable for
 # the sandbox user, and redacted before fixgraph reads them.
-OUTPUT_FILE_VARS = ("FIXGRAPH_CRASH_FILE", "FIXGRAPH_STATUS_FILE")
+OUTPUT_FILE_VARS = ("FIXGRAPH_CRASH_FILE", "FIXGRAPH_STATUS_FILE", "FIXGRAPH_SERVICES_FILE")
 WRITABLE_DIR_VARS = ("HOME", "TMPDIR", "FIXGRAPH_TRACE_DIR")
 
 _protected: set[Path] = set()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import configparser
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -47,13 +48,50 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class Service:
+    """A server the tests call, started on the test run's own loopback before its tests
+    (``scoring.execution.serve_declared``): ``command`` with ``{port}`` replaced by ``port`` (0: a
+    free port of that loopback), up once the port accepts a connection within ``timeout_s``; the
+    tests get the port in ``env``'s variables (``{port}`` replaced too). A ``command`` of "" is a
+    name the table gave alone that fixgraph knows no command for."""
+
+    name: str
+    command: str = ""
+    port: int = 0
+    env: tuple[tuple[str, str], ...] = ()
+    timeout_s: float = 30.0
+
+    def variables(self) -> dict[str, str]:
+        """What the tests are given, ``{port}`` still to replace: ``<NAME>_PORT`` and ``env``'s."""
+        return {f"{re.sub(r'[^A-Za-z0-9]', '_', self.name).upper()}_PORT": "{port}", **dict(self.env)}
+
+    def as_dict(self) -> dict[str, object]:
+        return {"name": self.name, "command": self.command, "port": self.port, "env": dict(self.env),
+                "timeout_s": self.timeout_s}
+
+
+# The services a table may name alone, by their usual server and port (in the run's own network
+# namespace a fixed port is the run's alone). Their binary is the machine's or the env's.
+KNOWN_SERVICES = {
+    "redis": Service("redis", "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no", 6379),
+    "memcached": Service("memcached", "memcached -l 127.0.0.1 -p {port} -U 0", 11211),
+}
+SERVICE_KEYS = frozenset({"name", "command", "port", "env", "timeout"})
+MAX_SERVICE_TIMEOUT_S = 120
+# Variables the tests' run is given by fixgraph or whose change would move the run, not the
+# service: a table's ``env`` sets none of them.
+_RESERVED_VARS = re.compile(r"(PATH|HOME|TMPDIR|USER|LOGNAME|SHELL|LANG|LC_\w*|LD_\w*|PYTHON\w*|FIXGRAPH_\w*|"
+                            r"PIP_\w*|PYTEST_\w*|VIRTUAL_ENV)")
+
+
+@dataclass(frozen=True)
 class InferredEnv:
     python: str
     install: tuple[str, ...]
     test_cmd: str
     parser: str  # "pytest" or "unittest"
     exclude: tuple[str, ...] = ()
-    services: tuple[str, ...] = ()
+    services: tuple[Service, ...] = ()
     key: str = ""
     how: dict[str, str] = field(default_factory=dict)  # part -> where it came from, for PR bodies
     # The version a setuptools_scm/hatch-vcs build is told: a test run's copy has no git history.
@@ -281,15 +319,97 @@ def _checked(table: dict) -> dict:
     if "python" in table and (not isinstance(table["python"], str)
                               or not re.fullmatch(r"3\.\d{1,2}", table["python"])):
         raise ConfigError("fixgraph config: python must be a string like \"3.11\"")
-    for key in ("setup", "exclude", "services"):
+    for key in ("setup", "exclude"):
         if key in table and not (isinstance(table[key], list)
                                  and all(isinstance(v, str) for v in table[key])):
             raise ConfigError(f"fixgraph config: {key} must be a list of strings")
+    if "services" in table:
+        table = {**table, "services": parse_services(table["services"])}
     if "test_cmd" in table and not (isinstance(table["test_cmd"], str) and table["test_cmd"].strip()):
         raise ConfigError("fixgraph config: test_cmd must be a non-empty string")
     if table.get("parser", "pytest") not in ("pytest", "unittest"):
         raise ConfigError("fixgraph config: parser must be \"pytest\" or \"unittest\"")
     return table
+
+
+def parse_services(value: object) -> tuple[Service, ...]:
+    """The ``services`` key: a list of names fixgraph knows (``KNOWN_SERVICES``) or not, and of
+    tables ``{name, command, port?, env?, timeout?}``. ConfigError names the entry and its key."""
+    if not isinstance(value, list):
+        raise ConfigError("fixgraph config: services must be a list of names or tables")
+    out: list[Service] = []
+    for i, entry in enumerate(value):
+        where = f"services[{i}]"
+        if isinstance(entry, str):
+            _service_name(entry, where)
+            out.append(KNOWN_SERVICES.get(entry, Service(entry)))
+        elif isinstance(entry, dict):
+            out.append(_service_table(entry, where))
+        else:
+            raise ConfigError(f"fixgraph config: {where} must be a name or a table")
+    names = [s.name for s in out]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"fixgraph config: services: {sorted(n for n in names if names.count(n) > 1)[0]} "
+                          "is declared twice")
+    return tuple(out)
+
+
+def _service_name(name: object, where: str) -> str:
+    if not (isinstance(name, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,39}", name)):
+        raise ConfigError(f"fixgraph config: {where} name must be a word of letters, digits, '_', '.', '-'")
+    return name
+
+
+def _service_table(entry: dict, where: str) -> Service:
+    unknown = sorted(set(entry) - SERVICE_KEYS)
+    if unknown:
+        raise ConfigError(f"fixgraph config: {where}: unknown key(s) {', '.join(unknown)}; "
+                          f"known: {', '.join(sorted(SERVICE_KEYS))}")
+    name = _service_name(entry.get("name"), where)
+    command = entry.get("command")
+    if not isinstance(command, str):
+        command = ""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = []
+    if not words:
+        raise ConfigError(f"fixgraph config: {where}.command must be a non-empty shell-quoted command")
+    port = entry.get("port", 0)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigError(f"fixgraph config: {where}.port must be a port number (1-65535)")
+    if not port and "{port}" not in command:
+        raise ConfigError(f"fixgraph config: {where}: without a port the command must take {{port}}")
+    timeout = entry.get("timeout", Service.timeout_s)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_SERVICE_TIMEOUT_S:
+        raise ConfigError(f"fixgraph config: {where}.timeout must be seconds, at most {MAX_SERVICE_TIMEOUT_S}")
+    env = entry.get("env", {})
+    if not (isinstance(env, dict) and all(isinstance(v, str) for v in env.values())):
+        raise ConfigError(f"fixgraph config: {where}.env must be a table of variable = \"text\"")
+    for var in env:
+        if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", var) or _RESERVED_VARS.fullmatch(var):
+            raise ConfigError(f"fixgraph config: {where}.env: {var} is not a variable a service may set")
+    return Service(name, command, port, tuple(sorted(env.items())), float(timeout))
+
+
+def services_of(spec: dict | None) -> tuple[Service, ...]:
+    """The services an env's spec (``as_spec``) declares."""
+    out = []
+    for entry in (spec or {}).get("services", ()) or ():
+        if isinstance(entry, str):
+            out.append(KNOWN_SERVICES.get(entry, Service(entry)))
+        elif isinstance(entry, dict):
+            out.append(Service(str(entry.get("name", "")), str(entry.get("command", "")), int(entry.get("port", 0)),
+                               tuple(sorted(dict(entry.get("env", {})).items())),
+                               float(entry.get("timeout_s", Service.timeout_s))))
+    return tuple(out)
+
+
+def describe_service(service: Service) -> str:
+    if not service.command:
+        return f"{service.name} (no command for service {service.name}: its tests are not run)"
+    port = f"port {service.port}" if service.port else "a free port"
+    return f"{service.name} (`{service.command}` on {port} of the run's loopback, {', '.join(service.variables())})"
 
 
 def env_key(root: Path, python: str, install: tuple[str, ...] | list[str] = ()) -> str:
@@ -299,8 +419,23 @@ def env_key(root: Path, python: str, install: tuple[str, ...] | list[str] = ()) 
     for name in DEPENDENCY_FILES:
         content = _read(root, name)
         if content:
-            digest.update(f"\0{name}\0".encode() + content.encode())
+            digest.update(f"\0{name}\0".encode() + _built_from(name, content).encode())
     return digest.hexdigest()[:16]
+
+
+def _built_from(name: str, content: str) -> str:
+    """What of a dependency file the build reads: ``.fixgraph.toml``'s services start with each
+    run, not in the build, so a table that changes only them keeps its env (the runs' key has them)."""
+    if name != ".fixgraph.toml":
+        return content
+    try:
+        table = tomllib.loads(content)
+    except tomllib.TOMLDecodeError:
+        return content
+    if "services" not in table:
+        return content
+    del table["services"]
+    return json.dumps(table, sort_keys=True, default=str)
 
 
 def infer(root: Path) -> InferredEnv:
@@ -319,7 +454,7 @@ def infer(root: Path) -> InferredEnv:
         parser = overrides.get("parser", "unittest" if "unittest" in test_cmd else "pytest")
     return InferredEnv(python=python, install=tuple(install), test_cmd=test_cmd, parser=parser,
                        exclude=tuple(overrides.get("exclude", ())),
-                       services=tuple(overrides.get("services", ())),
+                       services=overrides.get("services", ()),
                        key=env_key(root, python, install), how=how)
 
 
@@ -459,7 +594,7 @@ def as_spec(env: InferredEnv) -> dict[str, object]:
     return {"python": env.python, "install": " && ".join(commands), "pre_install": [],
             "pip_packages": (["pytest"] if env.parser == "pytest" else []) + build,
             "test_cmd": _pytest_cmd(env), "parser": env.parser, "inferred": True, "env_key": env.key,
-            "how": dict(env.how), "exclude": list(env.exclude), "services": list(env.services),
+            "how": dict(env.how), "exclude": list(env.exclude), "services": [s.as_dict() for s in env.services],
             "scm_version": env.scm_version, "description": describe(env)}
 
 
@@ -472,10 +607,7 @@ def describe(env: InferredEnv) -> str:
     if env.exclude:
         lines.append("left out: " + ", ".join(env.exclude))
     if env.services:
-        # Read, never started (no server binary comes from the package index): said wherever the env
-        # is, so a test failing for want of one is not read as the patch's.
-        lines.append("services: " + ", ".join(env.services) + " (named by the committed file; NOT started by "
-                     "fixgraph: tests that need them fail or skip)")
+        lines.append("services started for the tests: " + ", ".join(describe_service(s) for s in env.services))
     return "\n".join(lines + [f"env key {env.key}"])
 
 

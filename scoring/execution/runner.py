@@ -26,7 +26,7 @@ from fixgraph.dataset import Task
 from fixgraph.repo.workspace import Worktree
 from fixgraph.sandbox import nofollow
 from fixgraph.sandbox.process import Completed, Limits, can_bind, prepare_workdir, run_isolated, scrubbed_env
-from scoring.execution import services, testenv
+from scoring.execution import declared_services, services, testenv
 from scoring.execution.specs import (
     SpecsError,
     eval_env,
@@ -91,11 +91,14 @@ class SubprocessRunner:
 
     def env_key(self, task: Task, wt: Worktree, files: Sequence[str] = ()) -> str:
         try:
-            key = self.envs.get(task, wt, files).key
+            env = self.envs.get(task, wt, files)
         except (EnvError, SpecsError):
             return ""
+        key = env.key
         service = services.declared(task.repo)  # runs with it answer otherwise than runs without
-        return f"{key}+{services.service_key(service)}" if service else key
+        key = f"{key}+{services.service_key(service)}" if service else key
+        declared = declared_services.declared(env.spec)  # the committed table's, started with each run
+        return f"{key}+{declared_services.services_key(declared)}" if declared else key
 
     @phases.timed("test runner")
     def run_suite(self, task: Task, wt: Worktree, patch: str | None, suite: Suite) -> SuiteRun:
@@ -213,9 +216,21 @@ class SubprocessRunner:
         directives = test_directives("" if (env.spec or {}).get("inferred") else task.repo, list(suite.targets))
         command, unserved = self._behind_service(task, work, [*argv, *directives], run_env)
         notes += unserved
+        declared = declared_services.declared(env.spec)
+        if declared_services.unusable(declared):
+            return SuiteRun({}, "", 0.0, error=declared_services.unusable(declared), backend=self.backend,
+                            env=testenv.env_made(task, env.spec))
+        if declared:
+            command = declared_services.wrapped(env.python, declared, command, run_env, run_dir)
         slowed = testenv.slowdown()
         limits = self._limits(suite, slowed)
         done = self._isolated(env, work, command, run_env, limits)
+        if declared:
+            err, started = declared_services.outcome(run_dir, declared, done.timed_out)
+            if err:
+                return SuiteRun({}, pre_log + done.output, done.seconds, done.timed_out, done.isolated_network,
+                                error=err, backend=self.backend, env=testenv.env_made(task, env.spec))
+            notes += started
         # A test parametrized with a path under the run's copy (tmp dirs, fixtures) would get a
         # new id every run, and never match its base run: ids name the copy as ".".
         kind = str((env.spec or {}).get("parser", ""))

@@ -72,8 +72,9 @@ def test_committed_table_overrides_every_part(tmp_path):
     env = infer(root)
     assert env.python == "3.9" and env.install == ("pip install -e .",)
     assert env.parser == "unittest" and env.exclude == ("tests/test_net.py",)
-    assert env.services == ("redis",) and env.how["test_cmd"] == "pyproject.toml [tool.fixgraph]"
-    assert "services: redis (named by the committed file; NOT started by fixgraph" in describe(env)
+    assert [s.name for s in env.services] == ["redis"] and env.how["test_cmd"] == "pyproject.toml [tool.fixgraph]"
+    assert env.services[0].command.startswith("redis-server --port {port}") and env.services[0].port == 6379
+    assert "services started for the tests: redis (`redis-server --port {port}" in describe(env)
 
 
 def test_key_follows_dependency_files_only(tmp_path):
@@ -91,12 +92,42 @@ def test_key_follows_dependency_files_only(tmp_path):
     ("setup = 'pip install .'\n", "setup must be a list of strings"),
     ("test_cmd = ''\n", "test_cmd must be a non-empty string"),
     ("python = [\n", "not valid TOML"),
+    ("services = 'redis'\n", "services must be a list of names or tables"),
+    ("services = [3]\n", "services[0] must be a name or a table"),
+    ("services = ['re dis']\n", "services[0] name must be a word"),
+    ("services = [{name = 'kv'}]\n", "services[0].command must be a non-empty"),
+    ("services = [{name = 'kv', command = 'kv --x \"'}]\n", "services[0].command must be a non-empty"),
+    ("services = [{name = 'kv', command = 'kv-server'}]\n", "services[0]: without a port the command must take {port}"),
+    ("services = [{name = 'kv', command = 'kv {port}', port = 70000}]\n", "services[0].port must be a port number"),
+    ("services = [{name = 'kv', command = 'kv {port}', timeout = 900}]\n", "services[0].timeout must be seconds"),
+    ("services = [{name = 'kv', command = 'kv {port}', env = {PATH = '/x'}}]\n", "services[0].env: PATH is not"),
+    ("services = [{name = 'kv', command = 'kv {port}', cmd = 'x'}]\n", "services[0]: unknown key(s) cmd"),
+    ("services = ['redis', {name = 'redis', command = 'r {port}'}]\n", "services: redis is declared twice"),
 ])
 def test_bad_committed_file_is_one_clear_error(tmp_path, text, message):
     root = _repo(tmp_path, {".fixgraph.toml": text})
     with pytest.raises(ConfigError) as caught:
         infer(root)
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_declared_service_is_read_with_its_port_and_variables_and_leaves_the_env_key(tmp_path):
+    table = ('services = [{name = "kv", command = "python kv_server.py {port}", env = {KV_URL = "kv://127.0.0.1:{port}"},'
+             ' timeout = 5}, "memcached", "postgres"]\n')
+    root = _repo(tmp_path, {"pyproject.toml": '[project]\nname="x"\n', ".fixgraph.toml": table})
+    env = infer(root)
+    kv, memcached, postgres = env.services
+    assert (kv.command, kv.port, kv.timeout_s) == ("python kv_server.py {port}", 0, 5.0)
+    assert kv.variables() == {"KV_PORT": "{port}", "KV_URL": "kv://127.0.0.1:{port}"}
+    assert memcached.port == 11211 and memcached.command.startswith("memcached ")
+    assert postgres.command == ""  # a name fixgraph knows no command for: said, never guessed
+    assert "postgres (no command for service postgres" in describe(env)
+    assert "kv (`python kv_server.py {port}` on a free port of the run's loopback, KV_PORT, KV_URL)" in describe(env)
+    # The services start with each run, not in the build: a table changing only them keeps the env.
+    (root / ".fixgraph.toml").write_text(table.replace("timeout = 5", "timeout = 9"))
+    assert infer(root).key == env.key
+    (root / ".fixgraph.toml").write_text('python = "3.10"\n' + table)
+    assert infer(root).key != env.key
 
 
 def test_broken_pyproject_and_empty_repo_still_infer(tmp_path):
