@@ -218,19 +218,16 @@ class SubprocessRunner:
         notes += unserved
         declared = declared_services.declared(env.spec)
         if declared_services.unusable(declared):
-            return SuiteRun({}, "", 0.0, error=declared_services.unusable(declared), backend=self.backend,
-                            env=testenv.env_made(task, env.spec))
+            return self._not_served(task, env, declared_services.unusable(declared))
         if declared:
             command = declared_services.wrapped(env.python, declared, command, run_env, run_dir)
         slowed = testenv.slowdown()
         limits = self._limits(suite, slowed)
         done = self._isolated(env, work, command, run_env, limits)
-        if declared:
-            err, started = declared_services.outcome(run_dir, declared, done.timed_out)
-            if err:
-                return SuiteRun({}, pre_log + done.output, done.seconds, done.timed_out, done.isolated_network,
-                                error=err, backend=self.backend, env=testenv.env_made(task, env.spec))
-            notes += started
+        err, started = declared_services.outcome(run_dir, declared, done.timed_out)
+        if err:
+            return self._not_served(task, env, err, done, pre_log)
+        notes += started
         # A test parametrized with a path under the run's copy (tmp dirs, fixtures) would get a
         # new id every run, and never match its base run: ids name the copy as ".".
         kind = str((env.spec or {}).get("parser", ""))
@@ -265,6 +262,14 @@ class SubprocessRunner:
                         timeout_s=limits.timeout_s, slowdown=testenv.slowdown_over(slowed),
                         lines=lines.read(trace_dir, suite.trace, done.timed_out)
                         if suite.trace and patch is not None else None)
+
+    def _not_served(self, task: Task, env: TestEnv, why: str, done: Completed | None = None,
+                    pre_log: str = "") -> SuiteRun:
+        """A run whose declared services are not all up: no test counts, ``why`` is its error."""
+        if done is None:
+            return SuiteRun({}, "", 0.0, error=why, backend=self.backend, env=testenv.env_made(task, env.spec))
+        return SuiteRun({}, pre_log + done.output, done.seconds, done.timed_out, done.isolated_network, error=why,
+                        backend=self.backend, env=testenv.env_made(task, env.spec))
 
     def _behind_service(self, task: Task, work: Path, argv: list[str],
                         run_env: dict[str, str]) -> tuple[list[str], list[str]]:
