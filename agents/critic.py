@@ -18,6 +18,7 @@ Coder must fix on the next attempt.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -25,6 +26,7 @@ from langgraph.runtime import Runtime
 from agents.coder import rounds_done
 from agents.common import messages, stops_cleanly
 from agents.context import TaskContext
+from fixgraph import phases
 from fixgraph.models.llm import BudgetExceeded
 from fixgraph.state import AttemptRecord, Finding, PatchJudgment, ScoreParts, TaskState, Usage, merge_usage
 from scoring.execution import harness, outcomes
@@ -34,6 +36,7 @@ from scoring.runtime import llm_check, replay
 from scoring.runtime.findings import evidence, explained, findings_of
 from scoring.static import differential as static
 from scoring.static import guard
+from scoring.static.patchinfo import PatchParseError, parse_patch
 from scoring.verdict import choose_patch, expected_change, fix_score, quality, weigh
 
 
@@ -118,11 +121,6 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
     wt.reset()
     wt.apply(patch)
 
-    usage: Usage = {}
-    findings: list[Finding] = []
-    verdict = "Safe"
-    notes: list[str] = []
-
     cannot = harness.harness_apply_error(ctx.task, wt, patch, harness.pre_install_for(ctx.task, ctx.cache_dir),
                                          ctx.cfg.tests) if settings.tests != "off" else ""
     if cannot:
@@ -130,7 +128,24 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
         none = ScoreParts(fix_score=0.0, kind="none", note=cannot)
         attempt = AttemptRecord(number=number, patch=patch, explanation=explanation,
                                 verdict="CannotApply", findings=[finding], score=none)
-        return attempt, usage, _fmt(finding)
+        return attempt, {}, _fmt(finding)
+    ahead = TestsAhead(ctx, state, patch) if runs_ahead(ctx, patch) else None
+    try:
+        return _judge_applied(ctx, state, patch, explanation, number, ahead)
+    finally:
+        if ahead is not None:
+            ahead.join()  # a run not needed still ends before the worktree is touched again
+
+
+def _judge_applied(ctx: TaskContext, state: TaskState, patch: str, explanation: str, number: int,
+                   ahead: TestsAhead | None) -> tuple[AttemptRecord, Usage, str]:
+    """:func:`_judge` once the patch applies as the harness applies it."""
+    settings = ctx.cfg.critic
+    wt = ctx.worktree
+    usage: Usage = {}
+    findings: list[Finding] = []
+    verdict = "Safe"
+    notes: list[str] = []
     guard_findings = guard.check_patch(wt, patch) if settings.guard != "off" else []
     if guard_findings and settings.guard == "block":
         verdict = "Unsafe"
@@ -178,7 +193,8 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
         findings += weigh.weigh(suspicions, ran=False, lines=None, crashes=[], texts={},
                                 why_not="the attempt ended before the tests")
     else:
-        score, more, unsafe, crash, delta = _with_tests(ctx, state, patch, replayed, suspicions, code_quality)
+        score, more, unsafe, crash, delta = _with_tests(ctx, state, patch, replayed, suspicions, code_quality,
+                                                            ahead)
         usage = merge_usage(usage, delta)
         findings += more
         if unsafe:
@@ -199,7 +215,8 @@ def _judge(ctx: TaskContext, state: TaskState, patch: str, explanation: str,
 
 
 def _with_tests(ctx: TaskContext, state: TaskState, patch: str, replayed: replay.Replay | None,
-                suspicions: list[Finding], code_quality: float) -> tuple[ScoreParts, list[Finding], bool, str, Usage]:
+                suspicions: list[Finding], code_quality: float, ahead: TestsAhead | None = None
+                ) -> tuple[ScoreParts, list[Finding], bool, str, Usage]:
     """The patch's tests run and the suspicions weighed by them: the score, the findings they add,
     whether they make the patch Unsafe, the crash context for the Coder, and the LLM usage."""
     settings = ctx.cfg.critic
@@ -209,8 +226,10 @@ def _with_tests(ctx: TaskContext, state: TaskState, patch: str, replayed: replay
     unsafe = False
     crash = ""
     texts = {f: wt.read(f) or "" for f in sorted({str(s.get("file", "")) for s in suspicions if s.get("file")})}
-    outcome = _run_tests(ctx, state, patch, replayed.reproduced if replayed is not None else [],
-                         weigh.trace_specs(suspicions, texts))
+    issue_code = replayed.reproduced if replayed is not None else []
+    trace = weigh.trace_specs(suspicions, texts)
+    served = ahead.outcome(issue_code if ctx.cfg.repro.issue_code else [], trace) if ahead is not None else None
+    outcome = served if served is not None else _run_tests(ctx, state, patch, issue_code, trace)
     # Tests that assert what the issue asks to change: a warning to update them, not a regression.
     expected = (expected_change.of_outcome(outcome, ctx.task.problem_statement, ctx.task.repo)
                 if outcome is not None and outcome.source == "own" and ctx.cfg.regression.expected_changes
@@ -274,6 +293,57 @@ def _run_tests(ctx: TaskContext, state: TaskState, patch: str, issue_code: list[
     accepted = [outcomes.ReproTest.from_dict(repro)] if repro.get("status") == "accepted" else []
     return outcomes.own_outcome(runner, ctx.task, ctx.worktree, patch, accepted, ctx.cfg.regression,
                              ctx.cfg.repro.timeout_s, issue_code if ctx.cfg.repro.issue_code else [], trace)
+
+
+def runs_ahead(ctx: TaskContext, patch: str) -> bool:
+    """Whether the patch's tests start beside the static phase: they use a copy of their own, and
+    only a patch over more than one Python file has the static phase rewrite its files meanwhile
+    (each put back to the base for the base side's analysis), which the test selection reads."""
+    settings = ctx.cfg.critic
+    if settings.tests != "own" or not settings.static:
+        return False
+    try:
+        return sum(c.is_python for c in parse_patch(patch)) <= 1
+    except PatchParseError:
+        return False
+
+
+class TestsAhead:
+    """The patch's tests run in a thread of their own while the static phase, the LLM check and the
+    replay judge it (on 2 cores, a task then waits for the longer of the two, not their sum). The
+    run is the one the Critic makes when nothing is suspected: no traced file, no issue code. Its
+    outcome serves only when the Critic asks for exactly that run; otherwise it is dropped once
+    it ends and the Critic runs the tests it asks for, so no verdict depends on the run ahead."""
+
+    __test__ = False  # a class named Test*, not a pytest test class
+
+    def __init__(self, ctx: TaskContext, state: TaskState, patch: str):
+        self._result: list[outcomes.TestOutcome | None] = []
+        self._error: list[BaseException] = []
+        # A daemon: a run stopped by SIGTERM does not wait for it (its sandbox dies with us).
+        self._thread = threading.Thread(target=self._run, args=(ctx, state, patch), daemon=True,
+                                        name="critic-tests-ahead")
+        self._thread.start()
+
+    def _run(self, ctx: TaskContext, state: TaskState, patch: str) -> None:
+        with phases.beside():
+            try:
+                self._result.append(_run_tests(ctx, state, patch, [], []))
+            except BaseException as exc:  # raised again where the Critic would have run the tests
+                self._error.append(exc)
+
+    def join(self) -> None:
+        with phases.phase("waiting on the tests run ahead"):
+            self._thread.join()
+
+    def outcome(self, issue_code: list[dict[str, str]], trace: list[str]) -> outcomes.TestOutcome | None:
+        """The run ahead's outcome when it is the run asked for; else None (run the tests)."""
+        self.join()
+        if issue_code or trace:
+            return None
+        if self._error:
+            raise self._error[0]
+        return self._result[0] if self._result else None
 
 
 def _test_findings(outcome: outcomes.TestOutcome, skip: set[str] | frozenset[str] = frozenset()) -> list[Finding]:

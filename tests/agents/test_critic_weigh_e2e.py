@@ -7,6 +7,7 @@ is confirmed by the reproduction test that crashes there, and sent back to the C
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -66,3 +67,30 @@ def test_a_real_runtime_error_found_statically_is_confirmed_and_sent_back(calc, 
     retry = model.prompts_for("CodeChange")[1]
     assert "confirmed by the tests" in retry and "len(values, 1)" in retry
     assert second["verdict"] == "Safe" and rec["published"]["attempt"] == 2
+
+
+@pytest.mark.parametrize("first", [FIXED_LINE, FALSE_POSITIVE], ids=["clean", "suspected"])
+def test_the_tests_run_ahead_of_the_static_phase_serve_only_when_nothing_is_suspected(calc, cfg_factory,
+                                                                                      monkeypatch, first):
+    from agents import critic
+
+    calls: list[tuple[str, bool]] = []
+    real = critic.outcomes.own_outcome
+
+    def spy(*args: Any, **kwargs: Any):
+        calls.append((threading.current_thread().name, bool(kwargs.get("trace") or args[-1])))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(critic.outcomes, "own_outcome", spy)
+    cfg, _, rec = _run(calc, cfg_factory, first)
+    [only] = rec["attempts"]
+    assert only["verdict"] == "Safe" and only["score"]["fix_score"] >= cfg.critic.fix_score_threshold
+    assert calls[0] == ("critic-tests-ahead", False)
+    if first == FIXED_LINE:
+        assert calls == [("critic-tests-ahead", False)]  # the run ahead is the verdict's
+    else:
+        # The suspicion asks for its lines traced: a run of its own, after the one ahead ended.
+        [(thread, traced)] = calls[1:]
+        assert thread != "critic-tests-ahead" and traced
+        [suspicion] = [f for f in only["findings"] if f["source"] == "pyright"]
+        assert suspicion["status"] == "contradicted"
