@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from eval.fakes.github_api import FakeGitHub, labeled_payload, make_fixture_repo
+from eval.fixtures.service_repo import SERVICE, service_files
 from fixgraph.models.scripted import ScriptedChatModel
 from tests.bot.test_bot_e2e import script
 from tests.helpers.bot_harness import TOKEN, Bot
@@ -33,14 +34,22 @@ test_cmd = "pytest -rA -p no:cacheprovider"
 """
 
 
+# Every test of the fixture asks this server first (its conftest): the tests pass only when it was started.
+WITH_SERVICE = {**service_files(), ".fixgraph.toml": f"{TABLE}services = [{SERVICE}]\n"}
+
+
 @pytest.mark.parametrize("committed, made", [
-    (False, f"Environment: inferred from the repository: python {MINOR} (requires-python); "
-            "install (extras test): pip install -e .; pip install pytest; tests (pytest config)"),
-    (True, f"Environment: inferred from the repository: python {MINOR} (.fixgraph.toml); "
-           "install (.fixgraph.toml): pip install --no-build-isolation -e .; tests (.fixgraph.toml)"),
-], ids=["inferred", "committed-file"])
-def test_the_pr_says_how_the_env_was_made_and_which_tests_ran(tmp_path: Path, committed: bool, made: str) -> None:
-    files = {"pyproject.toml": PYPROJECT, **({".fixgraph.toml": TABLE} if committed else {})}
+    ({}, f"Environment: inferred from the repository: python {MINOR} (requires-python); "
+         "install (extras test): pip install -e .; pip install pytest; tests (pytest config)"),
+    ({".fixgraph.toml": TABLE}, f"Environment: inferred from the repository: python {MINOR} (.fixgraph.toml); "
+     "install (.fixgraph.toml): pip install --no-build-isolation -e .; tests (.fixgraph.toml)"),
+    (WITH_SERVICE, "tests (.fixgraph.toml): pytest -rA -p no:cacheprovider [pytest log]; services started for the "
+     "tests: upper (`python services/upper_server.py {port}` on a free port of the run's loopback, UPPER_PORT, "
+     "UPPER_ADDR)."),
+], ids=["inferred", "committed-file", "committed-service"])
+def test_the_pr_says_how_the_env_was_made_and_which_tests_ran(tmp_path: Path, committed: dict[str, str],
+                                                               made: str) -> None:
+    files = {"pyproject.toml": PYPROJECT, **committed}
     fake = FakeGitHub(tmp_path / "served", tokens={TOKEN}).start()
     bare, _ = make_fixture_repo(tmp_path / "fixture", files)
     fake.add_repo("acme/calc", bare)
