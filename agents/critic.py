@@ -300,7 +300,7 @@ def runs_ahead(ctx: TaskContext, patch: str) -> bool:
     only a patch over more than one Python file has the static phase rewrite its files meanwhile
     (each put back to the base for the base side's analysis), which the test selection reads."""
     settings = ctx.cfg.critic
-    if settings.tests != "own" or not settings.static:
+    if not settings.tests_ahead or settings.tests != "own" or not settings.static:
         return False
     try:
         return sum(c.is_python for c in parse_patch(patch)) <= 1

@@ -159,6 +159,12 @@ class CriticSettings(_Strict):
     # repository's existing tests, selected from the patch), "off", or "oracle" (the instance's
     # hidden FAIL_TO_PASS/PASS_TO_PASS tests: an upper-bound ablation, never a SWE-bench result).
     tests: Literal["own", "oracle", "off"] = "own"
+    # With tests = "own" and the static phase on, start the patch's tests beside the static phase,
+    # the LLM check and the replay (agents/critic.py, TestsAhead): the run they get when nothing
+    # is suspected, kept only when the Critic asks for exactly that run. A task then waits for the
+    # longer of the two, not their sum; a patch with a suspicion waits for the run ahead to end
+    # before its traced run.
+    tests_ahead: bool = True
     guard: Literal["block", "warn", "off"] = "warn"
     # Run the code again with the patch and compare it with its run at the base
     # (scoring/runtime/replay.py): a new crash in the repository, or the reported crash still

@@ -94,3 +94,20 @@ def test_the_tests_run_ahead_of_the_static_phase_serve_only_when_nothing_is_susp
         assert thread != "critic-tests-ahead" and traced
         [suspicion] = [f for f in only["findings"] if f["source"] == "pyright"]
         assert suspicion["status"] == "contradicted"
+
+
+def test_no_run_ahead_when_off_or_for_a_patch_over_several_python_files(cfg_factory):
+    from types import SimpleNamespace
+
+    from agents.critic import runs_ahead
+
+    one = "--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -1 +1 @@\n-a\n+b\n"
+    two = one + one.replace("ops.py", "more.py")
+    critic = cfg_factory("redo").critic
+
+    def ahead(patch: str, **changed: object) -> bool:
+        return runs_ahead(SimpleNamespace(cfg=SimpleNamespace(critic=critic.model_copy(update=changed))),  # type: ignore[arg-type]
+                          patch)
+
+    assert ahead(one) and not ahead(two)
+    assert not ahead(one, tests_ahead=False) and not ahead(one, tests="oracle") and not ahead(one, static=False)
