@@ -9,7 +9,8 @@ with the oracle model (eval/fixtures/oracle.py): it replays the gold patch, and 
 test is the instance's own test file as ``test_patch`` leaves it, with the files the patch creates
 as its data files (evaluation side, handed over here as eval/repro_bench.py does: the pipeline never
 sees ``test_patch``); when the Reproducer refuses it, the stand-in drafts the patch's next test
-file, as a model told why would write another. So what varies is whether the pipeline's own tests
+file, then each as a new file beside it (``eval.hidden.standin_drafts``), as a model told why would
+write another. So what varies is whether the pipeline's own tests
 run on the repository: the record's chosen attempt scores kind ``tests``
 (the reproduction test and the selected existing tests both ran), ``partial`` (one of the two),
 or ``semantic``/``none``; every row that is not ``tests`` says why, from the record.
@@ -40,7 +41,7 @@ from typing import Any
 import git
 
 from eval.fixtures.oracle import oracle_script
-from eval.hidden import test_files_from_test_patch
+from eval.hidden import standin_drafts
 from eval.options import (
     add_options,
     check_options,
@@ -99,7 +100,7 @@ def own_test_files(inst: Instance, repos: RepoCache, key: str) -> list[dict[str,
     the stand-in drafts them in turn."""
     wt = repos.worktree(inst.repo, inst.base_commit, key)
     try:
-        return test_files_from_test_patch(inst, wt)
+        return standin_drafts(inst, wt)
     finally:
         repos.remove_worktree(inst.repo, wt)
 

@@ -7,6 +7,7 @@ does (its own tests are ``scoring.execution.outcomes.own_outcome``).
 from __future__ import annotations
 
 import ast
+import posixpath
 import re
 import shutil
 import tempfile
@@ -151,6 +152,28 @@ def test_files_from_test_patch(inst: Instance, wt: Worktree, only_changed: bool 
     ranked = sorted(files, key=lambda f: (-hits(f), files.index(f)))
     drafts = (_test_file_as_patched(inst, wt, path, only_changed) for path in ranked)
     return [d for d in drafts if d is not None]
+
+
+def standin_drafts(inst: Instance, wt: Worktree) -> list[dict[str, Any]]:
+    """The e2e stand-in's reproduction tests, in the order it drafts them: each test file of the
+    test patch (:func:`test_files_from_test_patch`), then each one the base commit has again as a
+    new file beside it. The kept tests alone in place of the whole file can break what the
+    repository imports from it by name (django's backends list ``expressions.tests.FTimeDeltaTests``
+    among their expected failures, and its runner stops when the class is gone); a model told so
+    writes its test as a new file, as the Reproducer's prompt asks."""
+    drafts = test_files_from_test_patch(inst, wt)
+    again = []
+    for draft in drafts:
+        if git(wt.path, "cat-file", "-e", f"{inst.base_commit}:{draft['path']}").returncode:
+            continue  # the test patch creates it: already a new file
+        folder = posixpath.dirname(draft["path"])
+        taken = {d["path"] for d in drafts} | {f["path"] for d in drafts for f in d["files"]}
+        for n in range(1, 10):
+            path = posixpath.join(folder, f"test_reproduction{n if n > 1 else ''}.py")
+            if path not in taken and git(wt.path, "cat-file", "-e", f"{inst.base_commit}:{path}").returncode:
+                again.append(draft | {"path": path})
+                break
+    return drafts + again
 
 
 def _test_file_as_patched(inst: Instance, wt: Worktree, path: str, only_changed: bool) -> dict[str, Any] | None:

@@ -168,6 +168,8 @@ def test_the_draft_is_a_test_file_and_a_module_it_needs_comes_as_its_data_file(t
     assert drafts[0]["files"] == [{"path": command, "content": COMMAND}]
     assert "def test_outputwrapper_flush" in drafts[0]["content"] and "def test_old" not in drafts[0]["content"]
     assert hidden.test_file_from_test_patch(inst, wt) == drafts[0]
+    # The file the base has comes again as a new file beside it; the command never is a draft.
+    assert hidden.standin_drafts(inst, wt) == [drafts[0], drafts[0] | {"path": "tests/user_commands/test_reproduction.py"}]
 
 
 def test_each_test_file_is_a_draft_and_the_stand_in_drafts_them_in_turn(tmp_path: Path):
@@ -187,3 +189,11 @@ def test_each_test_file_is_a_draft_and_the_stand_in_drafts_them_in_turn(tmp_path
     one = oracle_script(inst, drafts[0])["ReproTestDraft"]
     assert {r["path"] for r in one} == {"tests/test_self.py"} and len(one) == REPLIES
     assert oracle_script(inst)["ReproTestDraft"][0]["path"] == "tests/test_oracle_missing.py"
+    # Then each file the base has, again as a new file beside it (a name the base does not hold).
+    (Path(wt.path) / "tests" / "test_reproduction.py").write_text("")
+    git_commit_all(Path(wt.path), "a taken name")
+    inst = _instance(wt.repo.head.commit.hexsha, patch, inst.FAIL_TO_PASS)
+    again = hidden.standin_drafts(inst, wt)
+    assert [d["path"] for d in again] == ["tests/test_self.py", "tests/user_commands/tests.py",
+                                          "tests/test_reproduction2.py", "tests/user_commands/test_reproduction.py"]
+    assert again[2]["content"] == drafts[0]["content"] and again[3]["content"] == drafts[1]["content"]
