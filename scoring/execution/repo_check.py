@@ -37,6 +37,7 @@ class RepoCheck:
     run_seconds: float = 0.0
     timed_out: bool = False
     log_tail: str = ""
+    services: list[str] = field(default_factory=list)  # the declared services the run started, and where
 
     @property
     def collected(self) -> int:
@@ -111,6 +112,7 @@ def check_repo(path: Path, settings: TestSettings, cache_dir: Path, rev: str = "
                                                  finished_on_timeout=True))
     out.statuses, out.run_seconds, out.timed_out = dict(run.statuses), run.seconds, run.timed_out
     out.log_tail = run.log_tail(1500)
+    out.services = [n for n in run.notes if n.startswith("service ")]
     if run.error:
         out.reason = run.error
     elif not run.statuses:
@@ -133,6 +135,7 @@ def report_lines(check: RepoCheck) -> list[str]:
     if not check.built:
         return [*lines, f"  not runnable: {check.reason}"]
     lines.append(f"  env built ({check.build_seconds:g}s)")
+    lines += [f"  {note}" for note in check.services]
     counts: dict[str, int] = {}
     for status in check.statuses.values():
         counts[status] = counts.get(status, 0) + 1

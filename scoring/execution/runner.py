@@ -123,13 +123,17 @@ class SubprocessRunner:
         ``files`` (repository-relative path -> text) are written into the copy first, and the
         command runs from its root; returns what it did and the bytes of each of ``outputs``
         (repository-relative paths) it left there as a regular file (at most
-        :data:`MAX_OUTPUT_FILE_BYTES` of each). Raises :class:`EnvError` when there is no
-        environment, no copy of the commit, or a file path outside the copy."""
+        :data:`MAX_OUTPUT_FILE_BYTES` of each). The services the env's committed table declares
+        run around it, as around the tests. Raises :class:`EnvError` when there is no environment,
+        no copy of the commit, a file path outside the copy, or a declared service that was not up."""
         try:
             env = self.envs.get(task, wt, tuple(patch_files(patch or "")))
         except (EnvError, SpecsError) as exc:
             raise EnvError(f"env could not be built: {exc}") from exc
-        with self._scratch() as (_, work, home):
+        declared = declared_services.declared(env.spec)
+        if declared_services.unusable(declared):
+            raise EnvError(declared_services.unusable(declared))
+        with self._scratch() as (run_dir, work, home):
             err = materialize(wt, task.base_commit, work)
             if not err and patch is not None and patch.strip():
                 _apply_candidate(wt, work, patch)
@@ -142,7 +146,13 @@ class SubprocessRunner:
             run_env.update(extra_env or {})
             limits = Limits(min(timeout_s, self.settings.timeout_s), self.settings.cpu_s, self.settings.memory_mb,
                             self.settings.network_isolation)
-            done = self._isolated(env, work, [env.python, *argv_tail], run_env, limits)
+            argv = [env.python, *argv_tail]
+            if declared:  # the code the tests would call the services from calls them here too
+                argv = declared_services.wrapped(env.python, declared, argv, run_env, run_dir)
+            done = self._isolated(env, work, argv, run_env, limits)
+            why, _ = declared_services.outcome(run_dir, declared, done.timed_out)
+            if why:
+                raise EnvError(why)
             return done, {rel: data for rel in outputs if (data := _read_output(work, rel)) is not None}
 
     @contextlib.contextmanager

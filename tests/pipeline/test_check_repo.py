@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from eval.fixtures.service_repo import service_files
 from tests.helpers.testrun_helpers import CALC, MINOR, TEST_FILE, make_repo, pinned_pyproject
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,3 +57,20 @@ def test_a_folder_that_is_no_git_checkout_is_one_line(tmp_path: Path) -> None:
     proc = _graph(["--check", "--repo", str(tmp_path / "plain")], tmp_path)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "plain" in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+def test_check_repo_starts_the_declared_service_and_a_missing_one_is_its_last_line(tmp_path: Path) -> None:
+    files = {"calc.py": CALC, "tests/test_calc.py": TEST_FILE, "pyproject.toml": PYPROJECT, **service_files()}
+    mirrors, _ = make_repo(tmp_path / "up", files)
+    proc = _graph(["--check", "--repo", str(mirrors / "fixture+calc")], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "services started for the tests: upper (`python services/upper_server.py {port}`" in proc.stdout
+    assert "  service upper started on 127.0.0.1:" in proc.stdout and "10 passed" in proc.stdout
+    # The same checkout declaring a server this machine lacks: the same env, no test run, one line why.
+    table = 'services = [{name = "upper", command = "upper-server {port}"}]\n'
+    mirrors, _ = make_repo(tmp_path / "missing", {**files, **service_files(table)})
+    proc = _graph(["--check", "--repo", str(mirrors / "fixture+calc")], tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == (
+        "  not runnable: service upper not started: upper-server is not on the env's or the machine's PATH")

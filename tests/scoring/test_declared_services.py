@@ -23,7 +23,7 @@ from scoring.execution.declared_services import OUT_NAME, OUT_VAR, outcome, unus
 from scoring.execution.envs import VenvEnvs
 from scoring.execution.infer import KNOWN_SERVICES, Service
 from scoring.execution.runner import SubprocessRunner
-from scoring.execution.testenv import Suite
+from scoring.execution.testenv import EnvError, Suite
 from scoring.verdict import fix_score
 from tests.helpers.testrun_helpers import CALC, CALC_PYPROJECT, apply_to, calc_instance, diff_for
 
@@ -172,3 +172,15 @@ def test_a_service_that_does_not_come_up_is_the_tasks_reason_and_it_is_scored_wi
     assert not out.runnable and out.reason.startswith(why), out.reason
     assert "\n" not in out.reason
     assert fix_score.compute(out, 0.5, 0.75).get("kind") == "semantic"
+
+
+@pytest.mark.slow
+def test_code_run_beside_the_tests_gets_the_services_too(tmp_path: Path, shared: Path) -> None:
+    runner = _runner(shared)
+    inst, wt = _calc(tmp_path / "with")
+    ask = "import sys; sys.path.insert(0, 'tests'); from conftest import ask; print(ask('issue code'))"
+    done, _ = runner.run_python(inst.task(), wt, {}, ["-c", ask], 60)
+    assert done.returncode == 0 and "ISSUE CODE" in done.output, done.output
+    inst, wt = _calc(tmp_path / "missing", '[[services]]\nname = "upper"\ncommand = "no-such-server {port}"\n')
+    with pytest.raises(EnvError, match="service upper not started: no-such-server is not on the env's"):
+        runner.run_python(inst.task(), wt, {}, ["-c", "print(1)"], 60)
