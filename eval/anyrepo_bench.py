@@ -12,14 +12,21 @@ repository it prints the shape, the commit, the Python and how the env was made,
 seconds, the tests collected, passed, failed, skipped and the pass share (passed over those not
 skipped). Rows go to ``--out`` (JSONL); ``--resume`` keeps the rows there. Last line: the number
 of repositories whose tests ran, and the pass share pooled over their tests and its median.
+
+``--with-tables`` checks the repositories of ``TABLES`` once more with the ``.fixgraph.toml`` a
+maintainer would commit (committed on top of the pinned commit in a scratch clone; the mirror is
+left alone): a row ``<repo> (table)`` each, measured as the others, the table's services started.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +58,40 @@ REPOS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# What a maintainer would commit where inference cannot do it alone.
+TABLES: dict[str, str] = {
+    # test-requirements.txt less pylibmc (it compiles against libmemcached's headers) and pytest-cov
+    # (setup.cfg's --cov addopts, reset); the integration tests beside the unit ones, against the
+    # memcached the table starts (the integration tests' default localhost:11211).
+    "pinterest/pymemcache": (
+        'setup = ["pip install -e .", "pip install Faker==26.1.0 pytest==8.3.4 python-memcached==1.62 '
+        'zstd==1.5.4.0 gevent==24.2.1"]\n'
+        "test_cmd = \"pytest -rA -o addopts='' -m 'unit or integration' pymemcache/test\"\n"
+        'services = ["memcached"]\n'),
+}
+TABLE_COMMIT_ENV = {"GIT_AUTHOR_NAME": "fixgraph", "GIT_AUTHOR_EMAIL": "bench@fixgraph.invalid",
+                    "GIT_COMMITTER_NAME": "fixgraph", "GIT_COMMITTER_EMAIL": "bench@fixgraph.invalid",
+                    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z"}
+
+
+def with_table(mirror: Path, commit: str, table: str, scratch: Path) -> tuple[Path, str]:
+    """A bare scratch clone of ``mirror`` sharing its objects, and the commit that adds ``table`` as
+    ``.fixgraph.toml`` on top of ``commit`` (fixed names and dates: the same commit every run)."""
+    clone = scratch / "repo.git"
+    env = {**os.environ, **TABLE_COMMIT_ENV, "GIT_INDEX_FILE": str(scratch / "index")}
+
+    def git(*args: str, text: str | None = None) -> str:
+        return subprocess.run(["git", *args], cwd=clone if clone.exists() else scratch, env=env, input=text,
+                              capture_output=True, text=True, check=True, timeout=300).stdout.strip()
+
+    git("clone", "-q", "--bare", "--shared", str(mirror), str(clone))
+    blob = git("hash-object", "-w", "--stdin", text=table)
+    git("read-tree", commit)
+    git("update-index", "--add", "--cacheinfo", f"100644,{blob},.fixgraph.toml")
+    tree = git("write-tree")
+    return clone, git("commit-tree", tree, "-p", commit, "-m", "fixgraph table (eval.anyrepo_bench)")
+
+
 def mirror_of(repos: Path, repo: str) -> Path | None:
     base = repos / repo.replace("/", "+")
     for path in (base / "repo", base):
@@ -60,19 +101,26 @@ def mirror_of(repos: Path, repo: str) -> Path | None:
 
 
 def measure(repos: Path, repo: str, shape: str, commit: str, settings: TestSettings, cache_dir: Path,
-            timeout_s: float) -> dict[str, Any]:
-    row: dict[str, Any] = {"repo": repo, "shape": shape, "commit": commit}
+            timeout_s: float, table: str = "") -> dict[str, Any]:
+    row: dict[str, Any] = {"repo": f"{repo} (table)" if table else repo, "shape": shape, "commit": commit}
     path = mirror_of(repos, repo)
     if path is None:
         return {**row, "built": False, "reason": f"no mirror of {repo} under {repos}"}
-    try:
-        check = check_repo(path, settings, cache_dir, rev=commit, timeout_s=timeout_s, repo=repo)
-    except CheckError as exc:
-        return {**row, "built": False, "reason": str(exc)}
+    with tempfile.TemporaryDirectory(prefix="anyrepo-table-") as scratch:
+        try:
+            rev = commit
+            if table:
+                path, rev = with_table(path, commit, table, Path(scratch))
+                row["table"] = table
+            check = check_repo(path, settings, cache_dir, rev=rev, timeout_s=timeout_s, repo=repo)
+        except CheckError as exc:
+            return {**row, "built": False, "reason": str(exc)}
+        except (OSError, subprocess.SubprocessError) as exc:
+            return {**row, "built": False, "reason": f"cannot commit the table: {exc}"}
     counts: dict[str, int] = {}
     for status in check.statuses.values():
         counts[status] = counts.get(status, 0) + 1
-    return {**row, "env": check.description, "built": check.built, "reason": check.reason,
+    return {**row, "env": check.description, "built": check.built, "reason": check.reason, "services": check.services,
             "build_seconds": check.build_seconds, "run_seconds": round(check.run_seconds, 1),
             "timed_out": check.timed_out, "collected": check.collected, "passed": check.passed,
             "skipped": check.skipped, "counts": counts, "pass_share": round(check.pass_share, 4),
@@ -109,12 +157,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=300, help="seconds for each repository's test run")
     p.add_argument("--out", type=Path, default=Path("anyrepo_bench.jsonl"))
     p.add_argument("--resume", action="store_true", help="keep the rows --out already has")
+    p.add_argument("--with-tables", action="store_true",
+                   help="check the repositories of TABLES once more with the table a maintainer would commit")
     args = p.parse_args(argv)
     if not args.repos.is_dir():
         print(f"eval.anyrepo_bench: error: --repos {args.repos} is not a folder", file=sys.stderr)
         return 2
     only = {o.strip() for o in args.only.split(",") if o.strip()}
-    chosen = [r for r in REPOS if not only or r[0] in only or r[0].split("/")[1] in only]
+    chosen = [(*r, "") for r in REPOS if not only or r[0] in only or r[0].split("/")[1] in only]
+    if args.with_tables:
+        chosen += [(*r, TABLES[r[0]]) for r in REPOS if r[0] in TABLES and (not only or r[0] in only
+                                                                          or r[0].split("/")[1] in only)]
     done: dict[str, dict[str, Any]] = {}
     if args.resume and args.out.is_file():
         for text in args.out.read_text().splitlines():
@@ -125,11 +178,12 @@ def main(argv: list[str] | None = None) -> int:
             done[row["repo"]] = row
     settings = TestSettings(backend="venv", timeout_s=args.timeout)
     rows = []
-    for repo, shape, commit in chosen:
-        row = done.get(repo) if done.get(repo, {}).get("commit") == commit else None
+    for repo, shape, commit, table in chosen:
+        name = f"{repo} (table)" if table else repo
+        row = done.get(name) if done.get(name, {}).get("commit") == commit else None
         if row is None:
-            row = measure(args.repos, repo, shape, commit, settings, args.cache_dir.resolve(), args.timeout)
-            done[repo] = row
+            row = measure(args.repos, repo, shape, commit, settings, args.cache_dir.resolve(), args.timeout, table)
+            done[name] = row
             atomic_write(args.out, "".join(json.dumps(r) + "\n" for r in done.values()))
         rows.append(row)
         print(line(row), flush=True)
