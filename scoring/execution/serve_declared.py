@@ -11,7 +11,8 @@ in the copy, started in a process group of its own with no stdin and its output 
 the port accepts a connection within its seconds. Each outcome is a JSON line in
 ``$FIXGRAPH_SERVICES_FILE``. CMD then runs with the services' variables, and when it ends each
 service's whole process group is stopped (SIGTERM, then SIGKILL) and this process ends as CMD did.
-A service whose binary is missing, that exits first or is not up in time: its line says why, the
+A service whose binary is missing, that fails before it listens or is not up in time (a command
+that exits 0 may have left its server behind: its port decides): its line says why, the
 services already up are stopped and CMD does not run (exit 3), so the run counts no test. When the
 run's timeout kills this process, the sandbox's jail (PID 1) ends every process it left.
 """
@@ -81,14 +82,17 @@ def _binary(word, env):
 def _wait_up(proc, log, port, timeout_s):
     deadline = time.monotonic() + timeout_s
     while True:
-        if proc.poll() is not None:
+        if _listening(port):
+            return
+        # A command that ends well may have left its server behind (a daemon, ``cmd &``): its port
+        # still decides. One that fails has no server to wait for.
+        if proc.poll() not in (None, 0):
             last = _last_line(log)
             raise NotUp(f"exited with code {proc.returncode} before listening on port {port}"
                         + (": " + last if last else ""))
-        if _listening(port):
-            return
         if time.monotonic() > deadline:
-            raise NotUp(f"not listening on port {port} after {timeout_s:g}s")
+            raise NotUp(f"not listening on port {port} after {timeout_s:g}s"
+                        + (" (its command exited with code 0)" if proc.poll() == 0 else ""))
         time.sleep(0.1)
 
 

@@ -68,6 +68,18 @@ def test_the_tests_get_the_service_on_a_free_port_and_its_whole_group_is_stopped
                                      "stopped after the tests"]
 
 
+def test_a_command_that_leaves_its_server_behind_and_exits_0_is_up_by_its_port(tmp_path: Path) -> None:
+    upper = Service("upper", "sh -c 'python services/upper_server.py {port} server.pid & exit 0'", timeout_s=20)
+    done, _ = _start(tmp_path, (upper,))
+    assert done.returncode == 0 and "got HI" in done.stdout, done.stderr
+    assert _gone(int((tmp_path / "server.pid").read_text()))  # still in the group, stopped with it
+    quits = Service("kv", "python -c 'pass' {port}", timeout_s=1)
+    (tmp_path / OUT_NAME).unlink()
+    done, _ = _start(tmp_path, (quits,))
+    assert done.returncode == 3 and outcome(tmp_path, (quits,), False)[0].endswith(
+        "not listening on port " + done.stderr.split("on port ")[1].split(" ")[0] + " after 1s (its command exited with code 0)")
+
+
 def test_the_tests_exit_code_is_the_runs(tmp_path: Path) -> None:
     upper = Service("upper", "python services/upper_server.py {port}", timeout_s=20)
     done, _ = _start(tmp_path, (upper,), CLIENT + "raise SystemExit(5)\n")
