@@ -217,14 +217,43 @@ def sandbox_mode() -> str:
     return "uid" if os.geteuid() == 0 else "userns"
 
 
-def _limit_child(cpu_s: int, memory_mb: int) -> None:  # pragma: no cover - runs in the child
+def _rlimits(cpu_s: int, memory_mb: int) -> list[tuple[int, int, int]]:
+    """(resource, soft, hard) for a run: its CPU seconds, its address space, no core file; never
+    above the hard limits this process has (the child inherits them and cannot raise them)."""
     mem = int(memory_mb) * 1024 * 1024
+    out = []
     for which, soft, hard in ((resource.RLIMIT_CPU, int(cpu_s), int(cpu_s) + 5),
                               (resource.RLIMIT_AS, mem, mem), (resource.RLIMIT_CORE, 0, 0)):
         _, cur_hard = resource.getrlimit(which)
-        if cur_hard != resource.RLIM_INFINITY:  # an unprivileged process cannot raise its hard limit
+        if cur_hard != resource.RLIM_INFINITY:
             soft, hard = min(soft, cur_hard), min(hard, cur_hard)
+        out.append((which, soft, hard))
+    return out
+
+
+def _limit_child(cpu_s: int, memory_mb: int) -> None:  # pragma: no cover - runs in the child
+    for which, soft, hard in _rlimits(cpu_s, memory_mb):
         resource.setrlimit(which, (soft, hard))
+
+
+_PRLIMIT_FLAGS = {resource.RLIMIT_CPU: "--cpu", resource.RLIMIT_AS: "--as", resource.RLIMIT_CORE: "--core"}
+
+
+def _behind_prlimit(argv: list[str], env: Mapping[str, str], cpu_s: int, memory_mb: int) -> list[str] | None:
+    """``argv`` behind util-linux's ``prlimit``, which sets the run's limits on itself and then
+    executes ``argv``; None where there is no ``prlimit`` or ``argv[0]`` is not an executable file
+    (Popen then says why not). The limits are not set by a ``preexec_fn``: Python runs that in the
+    forked child only after taking its import lock and the ``os.register_at_fork`` hooks' locks
+    (logging's) in the parent, and a fixgraph thread importing a module that logs at that moment
+    (setuptools through ``importlib.util.find_spec``, in the static phase) waits on logging's lock
+    while the fork waits on the import lock: both threads stopped for good, seen in an e2e run
+    whose tests start beside the Critic's static phase."""
+    exe = shutil.which("prlimit")
+    target = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH", os.defpath))
+    if exe is None or not target or not (os.path.isfile(target) and os.access(target, os.X_OK)):
+        return None
+    flags = [f"{_PRLIMIT_FLAGS[which]}={soft}:{hard}" for which, soft, hard in _rlimits(cpu_s, memory_mb)]
+    return [exe, *flags, "--", *argv]
 
 
 def _user_processes() -> int:
@@ -487,11 +516,12 @@ def _run(argv: list[str], cwd: Path, env: Mapping[str, str], limits: Limits, iso
     start = time.monotonic()
     timed_out = False
     with tempfile.TemporaryFile() as sink:
+        limited = _behind_prlimit(argv, env, limits.cpu_s, limits.memory_mb)
         try:
             proc = subprocess.Popen(
-                argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=sink,
+                limited or argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=sink,
                 stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=functools.partial(_limit_child, limits.cpu_s, limits.memory_mb),
+                preexec_fn=None if limited else functools.partial(_limit_child, limits.cpu_s, limits.memory_mb),
             )
         except (OSError, subprocess.SubprocessError) as exc:
             return Completed(127, f"cannot start {argv[0]}: {exc}", 0.0, False, isolated)
