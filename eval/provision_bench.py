@@ -117,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     archives, missing = _pack_all({w for w in wanted.values() if w != "?"}, args.pythons_from, args.archives)
     for line in missing:
         print(f"not served: {line}", file=sys.stderr)
+    if not archives:
+        print(f"error: no interpreter to serve: none of the rows' Pythons is under {args.pythons_from}/versions "
+              "(--pythons-from names a pyenv-style folder)", file=sys.stderr)
+        return 2
     mirror = PythonMirror(archives)
     try:
         dl = mirror.downloads_json(args.archives / "downloads.json")

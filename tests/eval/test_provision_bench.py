@@ -51,3 +51,17 @@ def test_a_bad_dataset_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Cap
 def test_an_install_without_an_interpreter_is_refused_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(PackError, match="no bin/python3.X under"):
         pack(tmp_path, tmp_path / "out")
+
+
+def test_a_machine_without_the_rows_pythons_gets_one_line_and_exit_2(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"instance_id": "psf__requests-2674", "repo": "psf/requests", "version": "2.7",
+                                "base_commit": "0" * 40, "problem_statement": "x", "patch": "",
+                                "test_patch": "", "FAIL_TO_PASS": "[]", "PASS_TO_PASS": "[]"}) + "\n")
+    code = provision_bench.main(["--dataset", str(data), "--repos", str(tmp_path), "--cache-dir",
+                                 str(tmp_path / "cache"), "--tasks", "psf__requests-2674",
+                                 "--pythons-from", str(tmp_path / "nowhere"), "--archives", str(tmp_path / "a")])
+    err = capsys.readouterr().err
+    assert code == 2 and "no interpreter to serve" in err and "Traceback" not in err
+    assert not (tmp_path / "a" / "downloads.json").exists()
