@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fixgraph.config import RunConfig
 from fixgraph.dataset import Task
+from scoring.execution.envs import VenvEnvs
 from scoring.execution.readiness import EnvReport, build_env, by_env, check_tasks, venv_envs
 
 
@@ -25,14 +26,16 @@ def table(reports: Sequence[EnvReport], out: Callable[[str], None] = print) -> N
         out(f"{r.env:<34} {len(r.tasks):>5}  {r.python:<6}  {r.state:<10}  {secs:>7}  {r.reason}")
 
 
-def builder(cfg: RunConfig, repos: Path | None, tasks: Sequence[Task] = ()) -> Callable[[Task], None]:
-    """Checks the task out and asks the env builder for its env: what a test run would do first. The
-    repositories of ``tasks`` without a spec are cloned first: their envs are named by what each
-    commit's files infer, so tasks that share one are built once and those that do not each get theirs."""
+def builder(cfg: RunConfig, repos: Path | None, tasks: Sequence[Task] = (),
+            envs: VenvEnvs | None = None) -> Callable[[Task], None]:
+    """Checks the task out and asks the env builder (``envs``, or a new one) for its env: what a test
+    run would do first. The repositories of ``tasks`` without a spec are cloned first: their envs are
+    named by what each commit's files infer, so tasks that share one are built once and those that do
+    not each get theirs."""
     from fixgraph.repo.workspace import RepoCache, WorkspaceError
 
     cache = RepoCache(cfg.cache_dir, repos)
-    envs = venv_envs(cfg.cache_dir, cfg.tests)
+    envs = envs or venv_envs(cfg.cache_dir, cfg.tests)
     for task in tasks:
         if not (task.version and envs.specs(task.repo, task.version)):
             try:
@@ -54,12 +57,13 @@ def prepare(tasks: Sequence[Task], cfg: RunConfig, repos: Path | None, workers: 
             progress: bool = True) -> list[EnvReport]:
     from tqdm import tqdm
 
-    build = builder(cfg, repos, tasks)
-    groups = by_env(tasks, venv_envs(cfg.cache_dir, cfg.tests))
+    envs = venv_envs(cfg.cache_dir, cfg.tests)  # one builder: the grouping, the builds and their records
+    build = builder(cfg, repos, tasks, envs)
+    groups = by_env(tasks, envs)
     reports: list[EnvReport] = []
     with ThreadPoolExecutor(max_workers=workers) as pool, \
             tqdm(total=len(groups), desc="envs", unit="env", disable=not progress, file=sys.stderr) as bar:
-        futures = {pool.submit(build_env, group[0], build, cfg.cache_dir, cfg.tests): group
+        futures = {pool.submit(build_env, group[0], build, cfg.cache_dir, cfg.tests, envs): group
                    for group in groups.values()}
         for fut in as_completed(futures):
             rep = fut.result()

@@ -132,11 +132,13 @@ def check_tasks(tasks: Iterable[Task], cache_dir: Path, settings: TestSettings) 
     return out
 
 
-def build_env(task: Task, build: Callable[[Task], None], cache_dir: Path, settings: TestSettings) -> EnvReport:
+def build_env(task: Task, build: Callable[[Task], None], cache_dir: Path, settings: TestSettings,
+              envs: VenvEnvs | None = None) -> EnvReport:
     """Build (or find built) ``task``'s env with ``build`` (which checks out the task and asks the
-    env builder); the report is the env's record afterwards."""
+    env builder); the report is the env's record afterwards. ``envs``: the builder's own, so what it
+    inferred of a commit is read once."""
     start = time.monotonic()
-    envs = venv_envs(cache_dir, settings)
+    envs = envs or venv_envs(cache_dir, settings)
     before = check_env(task, cache_dir, settings, envs)
     if before.state in ("missing", "built", "substitute"):
         return before  # a built env's record is the answer: no checkout, nothing asked of the builder
