@@ -41,12 +41,15 @@ def first_per_version(instances: list[Instance], only: set[str]) -> list[Instanc
 
 
 def build_one(envs: VenvEnvs, cache: RepoCache, inst: Instance) -> dict[str, Any]:
-    row: dict[str, Any] = {"repo": inst.repo, "version": inst.version, "instance_id": inst.instance_id}
+    row: dict[str, Any] = {"repo": inst.repo, "version": inst.version, "instance_id": inst.instance_id,
+                           "env": "", "wall_seconds": 0.0, "python": None, "wanted_python": None,
+                           "build_seconds": None, "install_seconds": None, "left_out": []}
     start = time.monotonic()
     try:
         wt = cache.worktree(inst.repo, inst.base_commit, f"envbench-{inst.instance_id}")
-    except WorkspaceError as exc:
-        return {**row, "ok": False, "reason": str(exc)}
+    except WorkspaceError as exc:  # a row of the table (not built, with why), never the end of the run
+        return {**row, "ok": False, "reason": str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                "wall_seconds": round(time.monotonic() - start, 1)}
     try:
         envs.get(inst.task(), wt)
         row["ok"], row["reason"] = True, ""

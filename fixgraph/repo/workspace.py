@@ -209,9 +209,12 @@ class RepoCache:
                 shutil.rmtree(path, ignore_errors=True)
                 with contextlib.suppress(git.GitCommandError):
                     bare.git.worktree("prune")
-                detail = (exc.stderr or "").strip().splitlines()
-                raise WorkspaceError(
-                    f"cannot check out {repo} at {commit[:12]}: {detail[-1] if detail else exc}") from None
+                detail = [ln.strip() for ln in (exc.stderr or "").strip().splitlines()]
+                # git's first "error:" is the cause ("unable to read sha1 file of PATH": the mirror
+                # lacks that file's content); its last line ("fatal: Could not reset index file") only
+                # says the checkout stopped.
+                cause = next((ln for ln in detail if ln.startswith("error:")), detail[-1] if detail else str(exc))
+                raise WorkspaceError(f"cannot check out {repo} at {commit[:12]}: {cause}") from None
         return wt
 
     def remove_stale_worktrees(self, prefix: str, keep: set[str]) -> list[Path]:
