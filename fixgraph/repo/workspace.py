@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -129,6 +130,24 @@ def clone_holds(cache_dir: Path, repo: str, commit: str) -> bool:
         return False
 
 
+# git's line for a file of the commit whose content the clone lacks (a mirror that left out its
+# largest files); its last line ("Could not reset index file to revision ...") does not say so.
+_UNREADABLE_BLOB = re.compile(r"unable to read sha1 file of (.+) \(([0-9a-f]{40})\)")
+
+
+def _checkout_failure(exc: git.GitCommandError) -> str:
+    """Why a checkout failed, in one line: the files whose content the clone lacks when that is the
+    cause, else git's last line."""
+    lines = (exc.stderr or "").strip().splitlines()
+    lacking = [m for m in map(_UNREADABLE_BLOB.search, lines) if m]
+    if lacking:
+        path, blob = lacking[0].groups()
+        more = f" and {len(lacking) - 1} more" if len(lacking) > 1 else ""
+        return (f"the mirror lacks the content of {path} (blob {blob[:12]}){more}, "
+                "so the commit cannot be checked out")
+    return lines[-1] if lines else str(exc)
+
+
 class RepoCache:
     def __init__(self, cache_dir: Path, mirrors: Path | None = None):
         self.cache_dir = cache_dir.resolve()
@@ -209,12 +228,7 @@ class RepoCache:
                 shutil.rmtree(path, ignore_errors=True)
                 with contextlib.suppress(git.GitCommandError):
                     bare.git.worktree("prune")
-                detail = [ln.strip() for ln in (exc.stderr or "").strip().splitlines()]
-                # git's first "error:" is the cause ("unable to read sha1 file of PATH": the mirror
-                # lacks that file's content); its last line ("fatal: Could not reset index file") only
-                # says the checkout stopped.
-                cause = next((ln for ln in detail if ln.startswith("error:")), detail[-1] if detail else str(exc))
-                raise WorkspaceError(f"cannot check out {repo} at {commit[:12]}: {cause}") from None
+                raise WorkspaceError(f"cannot check out {repo} at {commit[:12]}: {_checkout_failure(exc)}") from None
         return wt
 
     def remove_stale_worktrees(self, prefix: str, keep: set[str]) -> list[Path]:
