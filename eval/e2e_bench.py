@@ -187,6 +187,13 @@ def category(row: dict[str, Any]) -> str:
     return row["kind"] if row.get("kind") in ("tests", "partial") else "other"
 
 
+def one_line(why: str) -> str:
+    """A reason as one line of the report: a reason may hold a test runner's output over many lines
+    (django-11211's holds django's import traceback), so its whitespace is collapsed; the row keeps
+    it as it was."""
+    return " ".join(why.split())
+
+
 def report(rows: list[dict[str, Any]]) -> list[str]:
     by_repo: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
@@ -202,7 +209,8 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
     misses = [r for r in rows if category(r) != "tests"]
     if misses:
         lines.append("not kind tests (outcome, kind: why):")
-        lines += [f"  {r['instance_id']}: {r.get('outcome')}, {r.get('kind')}: {r.get('why', '')}" for r in misses]
+        lines += [f"  {r['instance_id']}: {r.get('outcome')}, {r.get('kind')}: {one_line(r.get('why', ''))}"
+                  for r in misses]
     total = {c: sum(category(r) == c for r in rows) for c in ("tests", "partial", "other", "failed")}
     lines.append(f"tests={total['tests']} of={len(rows)} partial={total['partial']} other={total['other']} "
                  f"failed={total['failed']}")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from eval.e2e_bench import main
+from eval.e2e_bench import main, report
 from eval.fixtures.repos import write_dataset
 from fixgraph.dataset import Instance
 from tests.helpers.testrun_helpers import local_config
@@ -75,3 +75,17 @@ def test_bad_input_is_one_line_and_exit_2(calc: tuple[Path, Instance], tmp_path:
                      "--out", str(tmp_path / "rows" / "e2e.jsonl"), *extra]) == 2
         err = capsys.readouterr().err
         assert err.startswith("e2e_bench: error: ") and message in err and err.count("\n") == 1, err
+
+
+def test_report_prints_a_reason_of_many_lines_as_one() -> None:
+    why = ("reproduction test not accepted (none): the runner could not import the label app.tests: "
+           "======\nERROR: tests (unittest.loader._FailedTest)\n------\nImportError: Failed to import")
+    rows = [{"instance_id": "a-1", "repo": "o/a", "outcome": "patched", "kind": "partial", "why": why,
+             "seconds": 2.0},
+            {"instance_id": "a-2", "repo": "o/a", "outcome": "patched", "kind": "tests", "seconds": 4.0}]
+    text = "\n".join(report(rows))
+    assert text.splitlines()[-2] == ("  a-1: patched, partial: reproduction test not accepted (none): the runner "
+                                     "could not import the label app.tests: ====== ERROR: tests "
+                                     "(unittest.loader._FailedTest) ------ ImportError: Failed to import")
+    assert text.splitlines()[-1] == "tests=1 of=2 partial=1 other=0 failed=0"
+    assert len(text.splitlines()) == 5
