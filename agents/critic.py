@@ -157,6 +157,7 @@ def _judge_applied(ctx: TaskContext, state: TaskState, patch: str, explanation: 
     suspicions: list[Finding] = []
     if settings.static:
         result = static.analyze_patch(wt, patch, settings=settings, cache_dir=ctx.cache_dir)
+        notes += result.notes
         if result.status == "cannot_analyze":
             verdict = "CannotAnalyze"
             notes.append(f"static analysis could not run: {result.reason}")

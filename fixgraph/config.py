@@ -177,6 +177,10 @@ class CriticSettings(_Strict):
     repro_crashes: bool = True
     # The pyright command (a name on PATH or a path); the static phase fails loudly without it.
     pyright: str = "pyright"
+    # Check with pyright's language server kept running a worktree (scoring/static/pyright_server.py):
+    # node and typeshed paid once, not at each check; the same diagnostics as the command line,
+    # which runs a check the server cannot answer (said in the attempt's notes).
+    pyright_server: bool = True
     static_timeout_s: float = Field(default=300.0, gt=0)
     fix_score_threshold: float = Field(default=0.8, ge=0.0, le=1.0)
     # A patch no test ran on (its score semantic, or none) fails the task instead of being delivered

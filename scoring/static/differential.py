@@ -69,7 +69,7 @@ from fixgraph.config import CriticSettings
 from fixgraph.records import atomic_write
 from fixgraph.repo.workspace import Worktree
 from fixgraph.state import Finding
-from scoring.static import names
+from scoring.static import names, pyright_server
 from scoring.static.patchinfo import (
     FileChange,
     PatchParseError,
@@ -147,6 +147,7 @@ class StaticResult:
     reason: str = ""
     seconds: float = 0.0
     all_new: list[Finding] = field(default_factory=list)  # every new diagnostic, evidence or not
+    notes: list[str] = field(default_factory=list)  # how it ran, where that is worth a record's line
 
 
 @dataclass(frozen=True)
@@ -203,12 +204,26 @@ def pyright_config(settings: CriticSettings) -> dict[str, Any]:
     return dict(PYRIGHT_CONFIG, analyzeUnannotatedFunctions=settings.infer_unannotated)
 
 
+_LSP_SEVERITY = {1: "error", 2: "warning"}  # 3 information and 4 hint: the command line's filter drops them
+
+
 @phases.timed("pyright")
 def run_pyright(cmd: list[str], root: Path, files: list[Path], config_dir: Path,
-                timeout: float, base_config: dict[str, Any]) -> dict[Path, list[Diag]]:
-    """One pyright process over ``files``; diagnostics per file. Raises when pyright did not run."""
+                timeout: float, base_config: dict[str, Any], *, server: bool = False,
+                texts: dict[Path, str] | None = None, notes: list[str] | None = None) -> dict[Path, list[Diag]]:
+    """pyright over ``files``; diagnostics per file. Raises when pyright did not run.
+
+    With ``server``, the language server kept for ``root`` (scoring/static/pyright_server.py)
+    checks them, with ``texts`` where given; when it cannot, one process does, and ``notes`` says
+    so."""
     config_dir.mkdir(parents=True, exist_ok=True)
     config = dict(base_config, extraPaths=[str(root)] + ([str(root / "src")] if (root / "src").is_dir() else []))
+    if server:
+        found = _from_server(cmd, root, files, config_dir, timeout, config, texts or {})
+        if isinstance(found, dict):
+            return found
+        if notes is not None:
+            notes.append(f"{found}; this check ran as one pyright process")
     cfg_path = config_dir / f"pyrightconfig-{hashlib.sha256(str(root).encode()).hexdigest()[:12]}.json"
     if not cfg_path.is_file() or cfg_path.read_text() != json.dumps(config):
         atomic_write(cfg_path, json.dumps(config))
@@ -240,6 +255,34 @@ def run_pyright(cmd: list[str], root: Path, files: list[Path], config_dir: Path,
         rule = d.get("rule") or ("syntax" if sev == "error" else "other")
         line = int(d.get("range", {}).get("start", {}).get("line", 0)) + 1
         out[path].append(Diag("pyright", rule, msg, line, sev))
+    return out
+
+
+def _from_server(cmd: list[str], root: Path, files: list[Path], config_dir: Path, timeout: float,
+                 config: dict[str, Any], texts: dict[Path, str]) -> dict[Path, list[Diag]] | str:
+    """The server's diagnostics in the command line's form, or why there are none."""
+    lsp = pyright_server.langserver_command(cmd)
+    if lsp is None:
+        return f"no pyright-langserver beside {cmd[0]}"
+    try:
+        wanted = {f: texts[f] if f in texts else f.read_text(encoding="utf-8") for f in files}
+        found = pyright_server.check(lsp, root, config, config_dir, wanted, timeout, SIDE_PREFIX)
+    except (pyright_server.ServerUnavailable, OSError, UnicodeDecodeError) as exc:
+        return str(exc)
+    out: dict[Path, list[Diag]] = {}
+    for f in files:
+        diags = out.setdefault(f.resolve(), [])
+        for d in found.get(f, []):
+            try:
+                sev = _LSP_SEVERITY.get(int(d.get("severity", 1)))
+                if sev is None:
+                    continue
+                code = d.get("code")
+                rule = code if isinstance(code, str) and code else ("syntax" if sev == "error" else "other")
+                line = int(d["range"]["start"]["line"]) + 1
+                diags.append(Diag("pyright", rule, str(d.get("message", "")), line, sev))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                return "pyright's language server sent a diagnostic without a line or severity"
     return out
 
 
@@ -411,7 +454,8 @@ def _sidecar(path: Path, side: str) -> Path:
 
 
 def _check_copies(wt: Worktree, copies: dict[tuple[str, str], str], *, cmd: list[str], cache_dir: Path,
-                  timeout: float, config: dict[str, Any]) -> dict[tuple[str, str], list[Diag]]:
+                  timeout: float, config: dict[str, Any], server: bool,
+                  notes: list[str]) -> dict[tuple[str, str], list[Diag]]:
     """pyright's diagnostics for each (path, side) copy, written beside the real file for one run."""
     if not copies:
         return {}
@@ -421,7 +465,8 @@ def _check_copies(wt: Worktree, copies: dict[tuple[str, str], str], *, cmd: list
             target = _sidecar(wt.path / path, side)
             target.write_text(text, encoding="utf-8")
             sidecars[(path, side)] = target
-        results = run_pyright(cmd, wt.path, list(sidecars.values()), cache_dir / "pyright", timeout, config)
+        results = run_pyright(cmd, wt.path, list(sidecars.values()), cache_dir / "pyright", timeout, config,
+                              server=server, texts={sidecars[k]: copies[k] for k in sidecars}, notes=notes)
     finally:
         for target in sidecars.values():
             target.unlink(missing_ok=True)
@@ -587,10 +632,11 @@ def analyze_patch(wt: Worktree, patch: str, *, settings: CriticSettings, cache_d
     The worktree holds the patch applied on top of ``wt.base``; it is left exactly as found.
     """
     start = time.monotonic()
+    notes: list[str] = []
 
     def done(status: Literal["ok", "cannot_analyze"], new: list[Finding], reason: str = "",
              all_new: list[Finding] | None = None) -> StaticResult:
-        return StaticResult(status, new, reason, round(time.monotonic() - start, 3), all_new or [])
+        return StaticResult(status, new, reason, round(time.monotonic() - start, 3), all_new or [], notes)
 
     if not settings.static:
         return done("ok", [], "static analysis is off in this config")
@@ -622,8 +668,8 @@ def analyze_patch(wt: Worktree, patch: str, *, settings: CriticSettings, cache_d
     clash = next((k for k in todo if _sidecar(wt.path / k[0], k[1]).exists()), None)
     if clash:
         return done("cannot_analyze", [], f"{_sidecar(wt.path / clash[0], clash[1]).name} already exists in the worktree")
-    run = functools.partial(_check_copies, wt, cmd=cmd, cache_dir=cache_dir,
-                            timeout=settings.static_timeout_s, config=config)
+    run = functools.partial(_check_copies, wt, cmd=cmd, cache_dir=cache_dir, timeout=settings.static_timeout_s,
+                            config=config, server=settings.pyright_server, notes=notes)
     touched_py = [c for c in changes if c.is_python]
     if len(touched_py) > 1:
         # The base side of one file imports the others, which must then be at the base too: else a
