@@ -309,6 +309,9 @@ class PyrightServer:
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
+        # Its folder (the config and the link, which rmtree unlinks, never follows): one a server, so
+        # a cache kept between runs would gather them.
+        shutil.rmtree(self.workspace, ignore_errors=True)
 
 
 # The servers of this process, the last used last; each reads one worktree at a time through its link.

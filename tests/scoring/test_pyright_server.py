@@ -173,8 +173,13 @@ def test_a_server_serves_the_next_worktree_with_the_same_files(tmp_path: Path) -
         cli_three, server_three = _both(second, cache, {"pkg/app.py": APP})
         assert _rows(server_three) == _rows(cli_three)
         assert len(pyright_server._servers) == 2 and used in [srv for _, srv in pyright_server._servers]
+        folders = [srv.workspace for _, srv in pyright_server._servers]
+        assert all((f / pyright_server.LINK).is_symlink() for f in folders)
     finally:
         pyright_server.shutdown()
+    # Stopped servers leave no folder in the cache, and the worktrees their links pointed at stay whole.
+    assert not any(f.exists() for f in folders)
+    assert (second / "pkg" / "extra.py").is_file() and (first / "pkg" / "app.py").is_file()
 
 
 FAKE_SERVERS = {
