@@ -108,7 +108,10 @@ def test_three_configs_same_tasks_then_harness(llm, tmp_path: Path, capsys: pyte
         run_id = f"t-{config}"
         preds = runs / run_id / "predictions"
         lines = jsonl_lines(preds / f"{run_id}.jsonl")
-        assert sorted(lines) == sorted(ids)  # one prediction per task, per config
+        # one prediction per task, per config (a missing one says what its record says: CI saw one
+        # missing once, at load, and it did not come back in six runs here)
+        records = {p.stem: p.read_text()[:2000] for p in (runs / run_id / "records").glob("*.json")}
+        assert sorted(lines) == sorted(ids), (run_id, records)
         for iid in ids:
             rec = json.loads((runs / run_id / "records" / f"{iid}.json").read_text())
             assert rec["config"] == config and rec["final"] and rec["status"] == "patched"
