@@ -204,7 +204,15 @@ def pyright_config(settings: CriticSettings) -> dict[str, Any]:
     return dict(PYRIGHT_CONFIG, analyzeUnannotatedFunctions=settings.infer_unannotated)
 
 
-_LSP_SEVERITY = {1: "error", 2: "warning"}  # 3 information and 4 hint: the command line's filter drops them
+_LSP_SEVERITY = {1: "error", 2: "warning", 3: "information", 4: "hint"}
+
+
+def _diag(sev: str, rule: str | None, message: str, line0: int) -> Diag | None:
+    """A pyright diagnostic as the Critic keeps it (the command line's report or the server's);
+    None for information and hints."""
+    if sev not in ("error", "warning"):
+        return None
+    return Diag("pyright", rule or ("syntax" if sev == "error" else "other"), message, line0 + 1, sev)
 
 
 @phases.timed("pyright")
@@ -248,13 +256,10 @@ def run_pyright(cmd: list[str], root: Path, files: list[Path], config_dir: Path,
         path = Path(d.get("file", "")).resolve()
         if path not in out:
             continue
-        sev = d.get("severity", "error")
-        if sev not in ("error", "warning"):
-            continue
-        msg = d.get("message", "")
-        rule = d.get("rule") or ("syntax" if sev == "error" else "other")
-        line = int(d.get("range", {}).get("start", {}).get("line", 0)) + 1
-        out[path].append(Diag("pyright", rule, msg, line, sev))
+        diag = _diag(d.get("severity", "error"), d.get("rule"), d.get("message", ""),
+                     int(d.get("range", {}).get("start", {}).get("line", 0)))
+        if diag is not None:
+            out[path].append(diag)
     return out
 
 
@@ -274,13 +279,12 @@ def _from_server(cmd: list[str], root: Path, files: list[Path], config_dir: Path
         diags = out.setdefault(f.resolve(), [])
         for d in found.get(f, []):
             try:
-                sev = _LSP_SEVERITY.get(int(d.get("severity", 1)))
-                if sev is None:
-                    continue
                 code = d.get("code")
-                rule = code if isinstance(code, str) and code else ("syntax" if sev == "error" else "other")
-                line = int(d["range"]["start"]["line"]) + 1
-                diags.append(Diag("pyright", rule, str(d.get("message", "")), line, sev))
+                diag = _diag(_LSP_SEVERITY.get(int(d.get("severity", 1)), "unknown"),
+                             code if isinstance(code, str) else None, str(d.get("message", "")),
+                             int(d["range"]["start"]["line"]))
+                if diag is not None:
+                    diags.append(diag)
             except (KeyError, TypeError, ValueError, AttributeError):
                 return "pyright's language server sent a diagnostic without a line or severity"
     return out
