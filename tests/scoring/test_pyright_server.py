@@ -53,6 +53,15 @@ def later():
 '''
 
 
+@pytest.fixture(autouse=True)
+def _no_servers_of_other_tests():
+    # The servers are the process's: a pipeline test earlier in this worker leaves its own running,
+    # and the counts below are of this test's.
+    pyright_server.shutdown()
+    yield
+    pyright_server.shutdown()
+
+
 def _repo(root: Path) -> Path:
     (root / "pkg").mkdir(parents=True)
     (root / "pkg" / "__init__.py").write_text("")
