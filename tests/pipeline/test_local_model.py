@@ -31,6 +31,14 @@ def _bodies(srv: FakeLLMServer, tool: str) -> list[dict[str, Any]]:
     return [r["body"] for r in srv.requests if r["body"] and r["body"]["tools"][0]["function"]["name"] == tool]
 
 
+def _transport_blips(capsys: Any) -> list[str]:
+    """The event lines of retries after a connection fault: on a loaded machine (CI, twice) one
+    request in a test now and then never reaches the loopback server and is retried. That is the
+    transport rule at work, not what these tests count, so their counts leave such tries out."""
+    err = capsys.readouterr().err
+    return [ln for ln in err.splitlines() if re.search(r": connection after [\d.]+ s; retry ", ln)]
+
+
 @pytest.mark.slow
 def test_tool_calls_streamed_with_their_name_in_every_chunk_are_read_as_one_call(calc, cfg_factory):
     # llama-cpp-python's server repeats the name in each chunk; LangChain alone joins them
@@ -182,23 +190,24 @@ def test_a_prompt_over_the_servers_context_is_asked_once_unstreamed_and_ends_wit
 
 
 @pytest.mark.slow
-def test_a_server_that_ignores_stream_gets_one_request_per_call(calc, cfg_factory):
+def test_a_server_that_ignores_stream_gets_one_request_per_call(calc, cfg_factory, capsys):
     # Some OpenAI-compatible servers answer a streamed request with a plain JSON completion. Read
     # as an empty stream, every call was asked again without streaming: twice the requests, twice
     # the bill on a paid endpoint.
     with FakeLLMServer(ScriptResponder(calc_script(False)), ignore_stream=True) as srv:
-        summary, rec, _ = _run(calc, cfg_factory, srv, {"llm.stream": True})
+        summary, rec, _ = _run(calc, cfg_factory, srv, {"llm.stream": True}, event_lines=True)
         posts = [r["body"] for r in srv.requests if r["body"] is not None]
+    blips = _transport_blips(capsys)
     assert summary.patched == 1 and rec["plan"]["files"] == ["calc/ops.py"]
     assert posts and all(b.get("stream") is True for b in posts)
     usage = rec["usage"]
-    assert usage["calls"] == usage["requests"] == len(posts)
-    assert not usage.get("retries") and not usage.get("invalid")
+    assert usage["calls"] == usage["requests"] - len(blips) == len(posts), blips
+    assert usage.get("retries", 0) == len(blips) and not usage.get("invalid")
     assert usage["input_tokens"] == 120 * len(posts)  # the usage block of each JSON reply was read
 
 
 @pytest.mark.slow
-def test_a_json_reply_that_is_no_completion_still_gets_the_one_unstreamed_request(calc, cfg_factory):
+def test_a_json_reply_that_is_no_completion_still_gets_the_one_unstreamed_request(calc, cfg_factory, capsys):
     class Refusing(FakeLLMServer):
         """Answers a streamed request with a 200 JSON error, a plain request with the 400."""
 
@@ -207,11 +216,12 @@ def test_a_json_reply_that_is_no_completion_still_gets_the_one_unstreamed_reques
             handler._send(200 if body.get("stream") else 400, error)
 
     with Refusing(ScriptResponder(calc_script(False))) as srv:
-        summary, rec, _ = _run(calc, cfg_factory, srv, {"llm.stream": True})
+        summary, rec, _ = _run(calc, cfg_factory, srv, {"llm.stream": True}, event_lines=True)
         posts = [r["body"] for r in srv.requests if r["body"] is not None]
+    blips = _transport_blips(capsys)
     assert [b.get("stream") for b in posts] == [True, False]
     assert summary.failed == 1 and "answered 400" in rec["failed"] and "model is loading" in rec["failed"]
-    assert rec["usage"]["requests"] == 2 and not rec["usage"].get("calls")
+    assert rec["usage"]["requests"] == 2 + len(blips) and not rec["usage"].get("calls"), blips
 
 
 @pytest.mark.slow
