@@ -294,7 +294,7 @@ class LLM:
             self.meter.check(worst_case)
             self._emit(CallEvent(node, "start", call, detail=f"try {sum(tries.values()) + 1}"))
             t0 = time.monotonic()
-            hint = ""
+            hint = why = ""
             if pieces is not None:
                 pieces.args.clear()  # a try's pieces only, not a failed try's
             spent = merge_usage(spent, count(node, "requests"))
@@ -321,7 +321,8 @@ class LLM:
                          f"(a slow server needs a longer {TIMEOUT_KNOB})")
             except CONNECTION as exc:
                 cause, kind, budget, wait = "connection", "other", p.max_retries, None
-                fatal = f"cannot reach the LLM server: {_short(str(exc))}"
+                why = _transport_said(exc)
+                fatal = f"cannot reach the LLM server: {why}"
             except MALFORMED as exc:
                 if streamed and unstreamed is not None and EMPTY_STREAM in str(exc):
                     self._emit(CallEvent(node, "retry", call, time.monotonic() - t0, "empty stream",
@@ -330,6 +331,7 @@ class LLM:
                     runnable, streamed, pieces, unstreamed = unstreamed, False, None, None
                     continue
                 cause, kind, budget, wait = "unreadable reply", "other", p.max_retries, None
+                why = f"{type(exc).__name__}: {_short(str(exc))}"
                 fatal = (f"LLM server sent no readable reply in {tries['other'] + 1} tries: "
                          f"{type(exc).__name__}: {_short(str(exc))}")
             seconds = time.monotonic() - t0
@@ -342,8 +344,10 @@ class LLM:
                     wait = max(wait, 1.0)
             tries[kind] += 1
             spent = merge_usage(spent, count(node, "retries"))
+            # What the transport said, where the cause alone does not (refused, dropped, cut short).
+            said = f" ({why})" if why else ""
             self._emit(CallEvent(node, "retry", call, seconds, cause,
-                                 f"retry {tries[kind]}/{budget} in {wait:.1f} s", hint))
+                                 f"retry {tries[kind]}/{budget} in {wait:.1f} s{said}", hint))
             time.sleep(wait)
 
     def structured(self, role: str, node: str, schema: type[T],
@@ -407,6 +411,16 @@ def _redacted(convo: list[BaseMessage]) -> list[BaseMessage]:
                 msg = msg.model_copy(update={"content": clean})
         out.append(msg)
     return out
+
+
+def _transport_said(exc: BaseException) -> str:
+    """The innermost cause of a connection fault, by name: the client's own ("Connection error.")
+    says nothing of whether the server refused, dropped or never answered."""
+    seen = {id(exc)}
+    while exc.__cause__ is not None and id(exc.__cause__) not in seen:
+        exc = exc.__cause__
+        seen.add(id(exc))
+    return f"{type(exc).__name__}: {_short(str(exc)) or 'no message'}"
 
 
 def _short(text: str, limit: int = 200) -> str:
