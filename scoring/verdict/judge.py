@@ -55,6 +55,7 @@ class Verdict:
     llm: dict[str, Any] | None = None
     seconds: float = 0.0
     static_seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)  # how the checks ran (a pyright fallback, say)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,7 +104,7 @@ def judge(wt: Worktree, instance: Instance, patch: str, *, settings: CriticSetti
     found = guard.check_patch(wt, patch) if settings.guard != "off" else []
     result = static.analyze_patch(wt, patch, settings=settings, cache_dir=cache_dir)
     v = Verdict(instance.instance_id, "Safe", result.reason, list(result.new), found,
-                static_seconds=result.seconds)
+                static_seconds=result.seconds, notes=list(result.notes))
     if result.status == "cannot_analyze":
         v.verdict = "CannotAnalyze"
     elif result.new:

@@ -154,6 +154,25 @@ def test_guard_block_policy_makes_it_unsafe(tmp_path: Path) -> None:
     assert block.verdict == "Unsafe" and "guard" in block.reason
 
 
+@pytest.mark.slow
+def test_a_verdict_says_when_pyright_ran_as_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The language server exits at once: the command line checks the patch, and the verdict's row
+    # says so, as the Critic's record does.
+    import sys
+
+    from scoring.static import pyright_server
+
+    wt = make_repo(tmp_path / "repo")
+    monkeypatch.setattr(pyright_server, "langserver_command", lambda cmd: [sys.executable, "-c", "raise SystemExit(3)"])
+    patch = edit(wt, "pkg/shapes.py", "for s in shapes)", "for s in shapez)")
+    inst = Instance(instance_id="i", repo=REPO, base_commit=wt.base, problem_statement="p")
+    try:
+        v = judge(wt, inst, patch, settings=CriticSettings(static_timeout_s=20), cache_dir=tmp_path / "c")
+    finally:
+        pyright_server.shutdown()
+    assert v.verdict == "Unsafe" and v.notes
+    assert v.to_json()["notes"][0].endswith("this check ran as one pyright process")
+
 def test_pipeline_cli_fails_fast_without_pyright(setup: dict[str, Any], tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
