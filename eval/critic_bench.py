@@ -379,7 +379,8 @@ def run(args: argparse.Namespace) -> int:
                         if s.status != "ok":
                             ours.not_analyzed += 1
                         rec["ours"] = {"status": s.status, "reason": s.reason, "unsafe": flagged,
-                                       "new": s.new, "all_new": s.all_new, "seconds": s.seconds}
+                                       "new": s.new, "all_new": s.all_new, "seconds": s.seconds,
+                                       "notes": s.notes}
                 if args.llm:
                     flagged = bool(rec["ours"]["unsafe"])
                     if not flagged and rec["ours"]["status"] == "ok":
