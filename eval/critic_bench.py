@@ -82,6 +82,7 @@ from eval.rows import (
     system_instance_key,
     write_row,
 )
+from fixgraph import phases
 from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Instance
 from fixgraph.models.llm import RunMeter
@@ -232,7 +233,8 @@ def _table(say: Callable[[str], None], tallies: list[Tally]) -> None:
 
 def _summary(say: Callable[[str], None], args: argparse.Namespace, *, scope: str, other: str, ablation: str,
              unrecorded: int, no_verdict: int, spent: float, redo: Tally, ours: Tally, withrt: Tally,
-             withother: Tally, before: Tally, repro_raises: Tally, either: Tally) -> None:
+             withother: Tally, before: Tally, repro_raises: Tally, either: Tally,
+             outside: list[float] | None = None) -> None:
     """The lines under the table, the headline figures last."""
     if args.llm:
         say(f"LLM gave no verdict on {no_verdict} patches (counted as not flagged); "
@@ -243,6 +245,10 @@ def _summary(say: Callable[[str], None], args: argparse.Namespace, *, scope: str
     if args.runtime:
         say(f"tests could not run on {withrt.not_analyzed} of the patches the static phase passed "
             "(counted as not flagged)")
+        if outside:
+            say(f"seconds outside the sandboxed processes (tests, the issue's code) in the runtime column: "
+                f"median {statistics.median(outside):.2f} s a patch over the {len(outside)} rows whose tests "
+                "ran and whose phases were recorded")
         say(f"runtime scope: {scope} (ours_static+runtime); {other} counted from the saved crashes"
             + (f", except {unrecorded} rows saved without them (their saved verdict)" if unrecorded else ""))
     if ablation:
@@ -320,6 +326,7 @@ def run(args: argparse.Namespace) -> int:
         return standins[inst.instance_id]
     out = open_rows(args.output, args.resume)
     judged = no_verdict = 0
+    outside: list[float | None] = []  # each row's seconds outside its sandboxed processes
     say(f"judging {len(rows)} labelled rows (skipped: "
         + ", ".join(f"{k} {v}" for k, v in skipped.items()) + ")", sys.stderr)
     try:
@@ -334,6 +341,7 @@ def run(args: argparse.Namespace) -> int:
             if done is not None:
                 _count(done, truth, redo, ours, full, args.llm)
                 if args.runtime:
+                    outside.append(outside_processes(done.get("runtime") or {}))
                     _count_runtime(done, truth, withrt, scope)
                     unrecorded += not _count_runtime(done, truth, withother, other)
                     _count_runtime(done, truth, noreplay, scope, replayed=False)
@@ -396,6 +404,7 @@ def run(args: argparse.Namespace) -> int:
                 if runner is not None:
                     standin = partial(standin_for, inst, wt, patch) if ablation else None
                     rec["runtime"] = _runtime(runner, cfg, inst, wt, patch, rec["ours"], scope, standin)
+                    outside.append(outside_processes(rec["runtime"]))
                     _count_runtime(rec, truth, withrt, scope)
                     _count_runtime(rec, truth, withother, other)
                     _count_runtime(rec, truth, noreplay, scope, replayed=False)
@@ -427,7 +436,7 @@ def run(args: argparse.Namespace) -> int:
     _table(say, tallies)
     _summary(say, args, scope=scope, other=other, ablation=ablation, unrecorded=unrecorded, no_verdict=no_verdict,
              spent=run_meter.spent, redo=redo, ours=ours, withrt=withrt, withother=withother, before=before,
-             repro_raises=repro_raises, either=either)
+             repro_raises=repro_raises, either=either, outside=[x for x in outside if x is not None])
     return 0
 
 
@@ -514,9 +523,10 @@ def _runtime(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, 
     made = standin() if standin is not None else None
     repro = [ReproTest.from_dict(made)] if made is not None and made.get("status") == "accepted" else []
     start = time.monotonic()  # the Reproducer's own seconds are not the Critic's
-    replayed = _replay(runner, cfg, inst, wt, patch)
-    outcome = own_outcome(runner, inst.task(), wt, patch, repro, cfg.regression, cfg.repro.timeout_s,
-                          trace=weigh.trace_specs(suspicions, texts))
+    with phases.recording() as timing:
+        replayed = _replay(runner, cfg, inst, wt, patch)
+        outcome = own_outcome(runner, inst.task(), wt, patch, repro, cfg.regression, cfg.repro.timeout_s,
+                              trace=weigh.trace_specs(suspicions, texts))
     # The Critic's evidence (scoring.runtime.findings.evidence), saved in two parts for rescoring.
     crashes, repro_crashes = crash_summaries(outcome, patch), repro_summaries(outcome, patch)
     found = findings_of(crashes + (repro_crashes if cfg.critic.repro_crashes else []), scope)
@@ -527,8 +537,30 @@ def _runtime(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, 
             "scope": scope, "ran": outcome.regression_ran, "reason": outcome.reason[:300],
             "findings": [dict(f) for f in found], "crashes": crashes, "broken": outcome.broken(),
             "weighed": [dict(f) for f in weighed], "tests_run": len(outcome.pass_to_pass_before),
-            "replay": replayed, "seconds": round(static_rec["seconds"] + time.monotonic() - start, 2)} | (
+            "replay": replayed, "seconds": round(static_rec["seconds"] + time.monotonic() - start, 2),
+            "phases": _phase_seconds(timing)} | (
                 {"repro": _repro_record(made, outcome, repro_crashes)} if made is not None else {})
+
+
+# The phases (fixgraph/phases.py) in which a row's seconds are the sandboxed processes' own: the
+# repository's tests and the issue's code, and the wait on the patched run started beside the base run.
+PROCESS_PHASES = ("sandboxed process", "waiting on the patched run beside")
+
+
+def _phase_seconds(timing: phases.Recorder) -> dict[str, float]:
+    """The replay's and the tests' seconds by phase (the bench's own thread); what ran beside it
+    in another thread under ``beside: <phase>`` (overlapping, not in the row's sum)."""
+    out = {name: round(s, 2) for name, s in timing.seconds.items() if s >= 0.005}
+    return out | {f"beside: {name}": round(s, 2) for name, s in timing.overlapped.items() if s >= 0.005}
+
+
+def outside_processes(rt: dict[str, Any]) -> float | None:
+    """A row's Critic seconds outside its sandboxed processes (static phase, selection, env lookup,
+    copies, comparison): None for a row saved before phases were recorded or that ran no tests."""
+    if not rt.get("ran") or "phases" not in rt:
+        return None
+    inside = sum(float(rt["phases"].get(name, 0.0)) for name in PROCESS_PHASES)
+    return max(0.0, float(rt.get("seconds") or 0.0) - inside)
 
 
 def _replay(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, patch: str) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import pytest
 
-from eval.critic_bench import Tally, _count_pre36, _count_runtime, main
+from eval.critic_bench import Tally, _count_pre36, _count_runtime, main, outside_processes
 from eval.fixtures.critic_repo import edit, make_repo
 from eval.redo_static import redo_static
 from fixgraph.config import CriticSettings
@@ -137,8 +137,11 @@ def test_the_runtime_column_saves_each_crash_and_counts_both_scopes_again_on_res
     patch = edit(src, "pkg/shapes.py", "return math.pi * self.r ** 2", 'return "%.2f" % (math.pi * self.r ** 2)')
     rows, common = _one_runtime_row(tmp_path, src, patch, "p")
 
+    printed: list[str] = []
+
     def table() -> tuple[dict[str, list[str]], str]:
         out = capsys.readouterr().out.strip().splitlines()
+        printed[:] = out
         return {line.split()[0]: line.split()[1:6] for line in out if line.startswith("ours_static+")}, out[-1]
 
     assert main(common + ["--runtime-scope", "touched"]) == 0
@@ -160,6 +163,12 @@ def test_the_runtime_column_saves_each_crash_and_counts_both_scopes_again_on_res
     assert (total["type"], total["frame"]["file"], total["frame"]["function"]) == ("TypeError", "pkg/report.py", "total")
     assert not total["in_test"] and total["touched"] is None
     assert crashes["tests/test_shapes.py::test_area"]["in_test"]
+    # Where the row's seconds went: the tests' sandboxed processes apart from the Critic's own work.
+    assert rt["phases"]["sandboxed process"] > 0 and "test selection" in rt["phases"]
+    outside = outside_processes(rt)
+    assert outside is not None and 0 < outside < rt["seconds"]
+    [line] = [ln for ln in printed if "outside the sandboxed processes" in ln]
+    assert f"median {outside:.2f} s a patch over the 1 rows" in line
 
     # The saved rows alone give both columns again, in either scope as the headline (the
     # config's default, regression.runtime_scope, is source).
