@@ -129,6 +129,8 @@ class Tally:
     fn: int = 0
     tn: int = 0
     seconds: list[float] = field(default_factory=list)
+    # A runtime column's seconds outside the sandboxed processes, for the rows that record them.
+    outside: list[float] = field(default_factory=list)
     not_analyzed: int = 0
     # How many rows each reproduction test's fate had (``--repro-standin``: accepted, none, not run).
     fates: dict[str, int] = field(default_factory=dict)
@@ -233,8 +235,7 @@ def _table(say: Callable[[str], None], tallies: list[Tally]) -> None:
 
 def _summary(say: Callable[[str], None], args: argparse.Namespace, *, scope: str, other: str, ablation: str,
              unrecorded: int, no_verdict: int, spent: float, redo: Tally, ours: Tally, withrt: Tally,
-             withother: Tally, before: Tally, repro_raises: Tally, either: Tally,
-             outside: list[float] | None = None) -> None:
+             withother: Tally, before: Tally, repro_raises: Tally, either: Tally) -> None:
     """The lines under the table, the headline figures last."""
     if args.llm:
         say(f"LLM gave no verdict on {no_verdict} patches (counted as not flagged); "
@@ -245,7 +246,7 @@ def _summary(say: Callable[[str], None], args: argparse.Namespace, *, scope: str
     if args.runtime:
         say(f"tests could not run on {withrt.not_analyzed} of the patches the static phase passed "
             "(counted as not flagged)")
-        if outside:
+        if outside := withrt.outside:
             say(f"seconds outside the sandboxed processes (tests, the issue's code) in the runtime column: "
                 f"median {statistics.median(outside):.2f} s a patch over the {len(outside)} rows whose tests "
                 "ran and whose phases were recorded")
@@ -326,7 +327,6 @@ def run(args: argparse.Namespace) -> int:
         return standins[inst.instance_id]
     out = open_rows(args.output, args.resume)
     judged = no_verdict = 0
-    outside: list[float | None] = []  # each row's seconds outside its sandboxed processes
     say(f"judging {len(rows)} labelled rows (skipped: "
         + ", ".join(f"{k} {v}" for k, v in skipped.items()) + ")", sys.stderr)
     try:
@@ -341,7 +341,6 @@ def run(args: argparse.Namespace) -> int:
             if done is not None:
                 _count(done, truth, redo, ours, full, args.llm)
                 if args.runtime:
-                    outside.append(outside_processes(done.get("runtime") or {}))
                     _count_runtime(done, truth, withrt, scope)
                     unrecorded += not _count_runtime(done, truth, withother, other)
                     _count_runtime(done, truth, noreplay, scope, replayed=False)
@@ -404,7 +403,6 @@ def run(args: argparse.Namespace) -> int:
                 if runner is not None:
                     standin = partial(standin_for, inst, wt, patch) if ablation else None
                     rec["runtime"] = _runtime(runner, cfg, inst, wt, patch, rec["ours"], scope, standin)
-                    outside.append(outside_processes(rec["runtime"]))
                     _count_runtime(rec, truth, withrt, scope)
                     _count_runtime(rec, truth, withother, other)
                     _count_runtime(rec, truth, noreplay, scope, replayed=False)
@@ -436,7 +434,7 @@ def run(args: argparse.Namespace) -> int:
     _table(say, tallies)
     _summary(say, args, scope=scope, other=other, ablation=ablation, unrecorded=unrecorded, no_verdict=no_verdict,
              spent=run_meter.spent, redo=redo, ours=ours, withrt=withrt, withother=withother, before=before,
-             repro_raises=repro_raises, either=either, outside=[x for x in outside if x is not None])
+             repro_raises=repro_raises, either=either)
     return 0
 
 
@@ -633,6 +631,8 @@ def _count_runtime(rec: dict[str, Any], truth: bool, tally: Tally, scope: Scope,
     recorded = not rt["ran"] or "crashes" in rt
     unsafe = _runtime_unsafe(rt, scope, replayed)
     tally.add(truth, unsafe, rt["seconds"])
+    if (outside := outside_processes(rt)) is not None:
+        tally.outside.append(outside)
     if not unsafe and not rt["ran"]:
         tally.not_analyzed += 1
     return recorded
