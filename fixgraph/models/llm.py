@@ -332,8 +332,7 @@ class LLM:
                     continue
                 cause, kind, budget, wait = "unreadable reply", "other", p.max_retries, None
                 why = f"{type(exc).__name__}: {_short(str(exc))}"
-                fatal = (f"LLM server sent no readable reply in {tries['other'] + 1} tries: "
-                         f"{type(exc).__name__}: {_short(str(exc))}")
+                fatal = f"LLM server sent no readable reply in {tries['other'] + 1} tries: {why}"
             seconds = time.monotonic() - t0
             if tries[kind] >= budget:
                 self._emit(CallEvent(node, "failed", call, seconds, cause, hint=hint))

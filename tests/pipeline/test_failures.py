@@ -132,6 +132,7 @@ def test_a_dropped_connection_is_retried_and_its_line_says_what_the_transport_sa
     assert lines and "; retry 1/2 in " in lines[0], lines
     assert "(RemoteProtocolError: Server disconnected without sending a response" in lines[0], lines
 
+
 @pytest.mark.slow
 def test_rate_limit_with_retry_after_then_success(calc, cfg_factory):
     mirrors, inst = calc
