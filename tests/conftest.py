@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 from eval.fixtures.repos import make_calc_repo
 from fixgraph.config import RunConfig, load_config
 from fixgraph.dataset import Instance
+from fixgraph.models.transport import close_clients
 
 TEST_KEY = "sk-test-0123456789abcdef"
 
@@ -76,6 +78,14 @@ def idle_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """Test costs are measured as on an idle machine: the load of whatever else runs beside the
     suite must not change which files a selection prices out."""
     monkeypatch.setattr("scoring.execution.testenv.slowdown", lambda: 1.0)
+
+
+@pytest.fixture(autouse=True)
+def fresh_http_pool() -> Iterator[None]:
+    """Each test's LLM calls start on a new connection pool: the loopback servers of earlier tests
+    are gone, and a connection kept to one of their ports must not meet this test's server."""
+    yield
+    close_clients()
 
 
 @pytest.fixture

@@ -202,3 +202,12 @@ def deadline_client(total_s: float) -> Any:
         return _clients[total_s]
 
 
+def close_clients() -> None:
+    """Close the process's HTTP clients and forget them; the next call makes new ones. For a
+    process that outlives the servers it talked to (the test suite starts one per test): a pooled
+    connection to a stopped server's port is never offered to the next server on that port."""
+    with _clients_lock:
+        left = list(_clients.values())
+        _clients.clear()
+    for client in left:
+        client.close()

@@ -20,8 +20,11 @@ from fixgraph.models.scripted import ScriptedChatModel
 from fixgraph.repo.workspace import RepoCache
 from tests.conftest import TEST_KEY, make_config, read_record
 from tests.helpers.run_graph import run_tasks
+from tests.helpers.transport import transport_blips
 
 RETRIES = 2
+# What the client says of the "drop" fault: the reply's body stops short and the socket closes.
+DROPPED = "without sending complete message body"
 
 
 def _clean_diff(calc, cfg_factory, tmp_path: Path) -> str:
@@ -43,7 +46,7 @@ def _faulty_run(calc, cfg_factory, schedule, **overrides):
         cfg = cfg_factory("baseline", **{"llm.base_url": srv.base_url, "llm.max_retries": RETRIES,
                                          "llm.timeout_s": timeout_s, **overrides})
         t0 = time.monotonic()
-        summary = run_tasks([inst], cfg, run_id="f", repos=mirrors, progress=False)
+        summary = run_tasks([inst], cfg, run_id="f", repos=mirrors, progress=False, event_lines=True)
         seconds = time.monotonic() - t0
         log = [e | {"body": r["body"]} for e, r in zip(srv.log, srv.requests, strict=True)]
     return summary, read_record(cfg, "f", inst.instance_id), log, cfg, seconds
@@ -81,9 +84,10 @@ def test_transient_fault_is_retried_and_the_prediction_matches_a_clean_run(calc,
     ("trickle", "timed out"),
     ("bad_json", f"no readable reply in {RETRIES + 1} tries"),
 ])
-def test_a_fault_that_persists_ends_the_task_with_one_clear_record(calc, cfg_factory, kind, reason):
+def test_a_fault_that_persists_ends_the_task_with_one_clear_record(calc, cfg_factory, kind, reason, capsys):
     summary, rec, log, cfg, seconds = _faulty_run(calc, cfg_factory, [kind] * (RETRIES + 1),
                                                   **({"llm.timeout_s": 0.3} if kind in ("silent", "trickle") else {}))
+    blips = transport_blips(capsys.readouterr().err, injected=DROPPED if kind == "drop" else "")
     assert summary.failed == 1 and rec["final"] and rec["status"] == "failed"
     assert reason in rec["failed"] and rec["stop_reason"].startswith("failed in planner")
     if kind in ("silent", "trickle"):
@@ -92,7 +96,10 @@ def test_a_fault_that_persists_ends_the_task_with_one_clear_record(calc, cfg_fac
         assert len(log) == 2 and rec["usage"]["timeouts"] == 2 and rec["usage"]["by_node"]["planner"]["timeouts"] == 2
         assert "llm.timeout_s / FIXGRAPH_LLM_TIMEOUT" in rec["failed"]
     else:
-        assert len(log) == RETRIES + 1  # bounded: one call and its retries, nothing after
+        # Bounded: one call and its retries, nothing after. The client counts its tries; the
+        # server saw all but those that never reached it (named in the run's event lines).
+        assert rec["usage"]["requests"] == RETRIES + 1, rec["failed"]
+        assert len(log) == RETRIES + 1 - len(blips), (rec["failed"], blips)
     assert seconds < 20
     assert not (cfg.predictions_dir / f"{rec['instance_id']}.diff").exists()
     assert not (cfg.predictions_dir / "f.jsonl").exists()

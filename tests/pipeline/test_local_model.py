@@ -17,6 +17,7 @@ from fixgraph.models.llm import TIMEOUT_KNOB, CallEvent
 from pipeline.screen import Activity
 from tests.conftest import read_record
 from tests.helpers.run_graph import run_tasks
+from tests.helpers.transport import transport_blips
 
 
 def _run(calc: Any, cfg_factory: Any, srv: FakeLLMServer, overrides: dict[str, Any] | None = None,
@@ -32,11 +33,7 @@ def _bodies(srv: FakeLLMServer, tool: str) -> list[dict[str, Any]]:
 
 
 def _transport_blips(capsys: Any) -> list[str]:
-    """The event lines of retries after a connection fault: on a loaded machine (CI, twice) one
-    request in a test now and then never reaches the loopback server and is retried. That is the
-    transport rule at work, not what these tests count, so their counts leave such tries out."""
-    err = capsys.readouterr().err
-    return [ln for ln in err.splitlines() if re.search(r": connection after [\d.]+ s; retry ", ln)]
+    return transport_blips(capsys.readouterr().err)
 
 
 @pytest.mark.slow
