@@ -262,6 +262,10 @@ class TestSettings(_Strict):
     # An env's install at one base commit serves another commit of the same (repo, version) when
     # nothing the install reads changed between them (scoring/execution/envs.py); false reinstalls per commit.
     reuse_install: bool = True
+    # A patch that adds a requirement to setup.cfg, pyproject.toml or requirements*.txt gets it for its
+    # run, as wheels without their dependencies (scoring/execution/patch_deps.py), as swebench's harness
+    # installs the patched repository again; false runs the tests in the env as it is.
+    patch_dependencies: bool = True
     # Docker backend: registry namespace of the official SWE-bench instance images.
     docker_namespace: str = "swebench"
     # Where test runs make their working copies (default: the system's temp dir). Never inside

@@ -334,6 +334,16 @@ class Worktree:
             return None
         return data.decode("utf-8", errors="replace")
 
+    def show(self, commit: str, rel: str, timeout_s: float = 60.0) -> str | None:
+        """``rel``'s text at ``commit`` (git's object, not the working tree); None when it is not
+        there or git did not answer in time."""
+        try:
+            proc = subprocess.run(["git", "-C", str(self.path), "show", f"{commit}:{rel}"], capture_output=True,
+                                  env=_git_env(), timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+        return proc.stdout.decode(errors="replace") if proc.returncode == 0 else None
+
     def exists(self, rel: str) -> bool:
         try:
             return self.resolve(rel).is_file()

@@ -661,15 +661,7 @@ def _setup_change_is_inert(wt: Worktree, old: str, new: str, name: str) -> bool:
     """Whether a change to a build file cannot change an editable install: a setup.py whose changed
     lines only list package names (sympy's setup.py lists every subpackage), a setup.cfg whose
     changed sections configure tools (``[tool:pytest]``, ``[flake8]``)."""
-    def show(commit: str) -> str | None:
-        try:
-            proc = subprocess.run(["git", "-C", str(wt.path), "show", f"{commit}:{name}"], capture_output=True,
-                                  env=gitsafe.hardened_env(), timeout=60)
-        except subprocess.TimeoutExpired:
-            return None
-        return proc.stdout.decode(errors="replace") if proc.returncode == 0 else None
-
-    before, after = show(old), show(new)
+    before, after = wt.show(old, name), wt.show(new, name)
     if before is None or after is None:
         return False  # added or removed
     if name == "setup.py" or name.endswith("/setup.py"):

@@ -26,7 +26,7 @@ from fixgraph.dataset import Task
 from fixgraph.repo.workspace import Worktree
 from fixgraph.sandbox import nofollow
 from fixgraph.sandbox.process import Completed, Limits, can_bind, prepare_workdir, run_isolated, scrubbed_env
-from scoring.execution import declared_services, services, testenv
+from scoring.execution import declared_services, patch_deps, services, testenv
 from scoring.execution.specs import (
     SpecsError,
     eval_env,
@@ -174,18 +174,25 @@ class SubprocessRunner:
         with env.activate(work, can_bind(limits)) if env.activate else contextlib.nullcontext([]) as binds:
             return run_isolated(argv, work, run_env, limits, binds=binds)
 
-    def _run(self, task: Task, wt: Worktree, env: TestEnv, patch: str | None, suite: Suite,
-             run_dir: Path, work: Path, home: Path) -> SuiteRun:
-        notes: list[str] = [env.note] if env.note else []
+    def _lay_out(self, task: Task, wt: Worktree, env: TestEnv, patch: str | None, suite: Suite,
+                 run_dir: Path, work: Path) -> tuple[list[str], Path | None, str]:
+        """The run's copy at ``work``: the base commit, the candidate patch, the suite's tests as the
+        base commit has them plus its added files and test patch. Returns the notes, the folder of
+        what the patch adds to the dependencies (None: nothing) and the error that ends the run."""
+        notes: list[str] = []
+        deps: Path | None = None
         err = materialize(wt, task.base_commit, work)
         if err:
-            return SuiteRun({}, "", 0.0, error=err, backend=self.backend)
+            return notes, deps, err
         saved = {f: _saved(work, f) for f in suite.protected}
         if patch is not None and patch.strip():
             notes += _apply_candidate(wt, work, patch)
             touched = set(patch_files(patch)) & (set(saved) | {p for p, _ in suite.added})
             if touched:
                 notes.append("the patch changes test files; they were reset: " + ", ".join(sorted(touched)))
+            if self.settings.patch_dependencies:
+                deps, said = patch_deps.provide(wt, task.base_commit, work, patch, env.python, run_dir / "deps")
+                notes += said
         for rel, data in saved.items():  # the tests are the base commit's, not the patch's
             try:
                 if data is None:
@@ -197,13 +204,22 @@ class SubprocessRunner:
         for rel, content in suite.added:
             err = _write_into(work, rel, content, "test path")
             if err:
-                return SuiteRun({}, "", 0.0, error=err, backend=self.backend)
+                return notes, deps, err
         if suite.extra_patch.strip():
             err = git_apply(work, suite.extra_patch)
             if err:
-                return SuiteRun({}, "", 0.0, error=f"test_patch does not apply: {err}", backend=self.backend)
+                return notes, deps, f"test_patch does not apply: {err}"
+        return notes, deps, ""
+
+    def _run(self, task: Task, wt: Worktree, env: TestEnv, patch: str | None, suite: Suite,
+             run_dir: Path, work: Path, home: Path) -> SuiteRun:
+        notes: list[str] = [env.note] if env.note else []
+        laid, deps, err = self._lay_out(task, wt, env, patch, suite, run_dir, work)
+        notes += laid
+        if err:
+            return SuiteRun({}, "", 0.0, error=err, backend=self.backend)
         notes += _overlay(env, work)
-        run_env, pre_log = self._prepare(env, work, home)
+        run_env, pre_log = self._prepare(env, work, home, deps)
         argv, cmd_env = test_command(task.repo, env.spec, env.python)
         notes += _tox_current_env(argv, env, work)
         crash_file = run_dir / "crash.jsonl"
@@ -296,10 +312,14 @@ class SubprocessRunner:
         run_env[services.SERVICE_VENV_VAR] = str(venv)
         return services.wrapped(venv / "bin" / "python", service, argv), []
 
-    def _prepare(self, env: TestEnv, work: Path, home: Path) -> tuple[dict[str, str], str]:
-        """The scrubbed environment for the test process; runs the spec's pre-install edits."""
+    def _prepare(self, env: TestEnv, work: Path, home: Path,
+                 deps: Path | None = None) -> tuple[dict[str, str], str]:
+        """The scrubbed environment for the test process; runs the spec's pre-install edits.
+        ``deps``: what the patch added to the install's dependencies (``patch_deps``), after the code."""
         pythonpath = [str(work / "src")] if (work / "src").is_dir() else []
         pythonpath.append(str(work))
+        if deps is not None:
+            pythonpath.append(str(deps))
         run_env = scrubbed_env(home, {**env.extra_env, "PYTHONPATH": os.pathsep.join(pythonpath)},
                                env.path_prefix)
         log = ""
