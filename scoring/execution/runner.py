@@ -15,6 +15,7 @@ import shutil
 import signal
 import stat
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -107,8 +108,8 @@ class SubprocessRunner:
             env = self.envs.get(task, wt, suite.targets or tuple(patch_files(patch or "")))
         except (EnvError, SpecsError) as exc:
             return SuiteRun({}, "", 0.0, error=f"env could not be built: {exc}", backend=self.backend)
-        with self._scratch() as (run_dir, work, home):
-            return self._run(task, wt, env, patch, suite, run_dir, work, home)
+        with self._scratch() as (run_dir, work, home, tmp):
+            return self._run(task, wt, env, patch, suite, run_dir, work, home, tmp)
 
     @phases.timed("test runner")
     def run_python(self, task: Task, wt: Worktree, files: Mapping[str, str], argv_tail: Sequence[str],
@@ -133,7 +134,7 @@ class SubprocessRunner:
         declared = declared_services.declared(env.spec)
         if declared_services.unusable(declared):
             raise EnvError(declared_services.unusable(declared))
-        with self._scratch() as (run_dir, work, home):
+        with self._scratch() as (run_dir, work, home, tmp):
             err = materialize(wt, task.base_commit, work)
             if not err and patch is not None and patch.strip():
                 _apply_candidate(wt, work, patch)
@@ -142,7 +143,7 @@ class SubprocessRunner:
             if err:
                 raise EnvError(err)
             _overlay(env, work)  # a refused artifact shows as the code's own failure
-            run_env, _ = self._prepare(env, work, home)
+            run_env, _ = self._prepare(env, work, home, tmp=tmp)
             run_env.update(extra_env or {})
             limits = Limits(min(timeout_s, self.settings.timeout_s), self.settings.cpu_s, self.settings.memory_mb,
                             self.settings.network_isolation)
@@ -156,17 +157,24 @@ class SubprocessRunner:
             return done, {rel: data for rel in outputs if (data := _read_output(work, rel)) is not None}
 
     @contextlib.contextmanager
-    def _scratch(self) -> Iterator[tuple[Path, Path, Path]]:
-        """A run's scratch folder, its copy's place and its home: (run_dir, work, home), removed after."""
+    def _scratch(self) -> Iterator[tuple[Path, Path, Path, Path]]:
+        """A run's scratch folder, its copy's place, its home and its temp dir: (run_dir, work,
+        home, tmp), removed after. The temp dir shares no folder with the copy but ``/``
+        (:func:`temp_dir_apart`), as in swebench's images (``/testbed`` and ``/tmp``)."""
         run_dir = run_root(self.settings.run_root) / uuid.uuid4().hex[:12]
         work = run_dir / "repo"
         home = run_dir / "home"
         home.mkdir(parents=True)
         prepare_workdir(run_dir)  # removed by the sandbox if fixgraph is killed mid-run
+        tmp = temp_dir_apart(work)
+        if tmp is not None:
+            prepare_workdir(tmp)
         try:
-            yield run_dir, work, home
+            yield run_dir, work, home, tmp or home
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
 
     @staticmethod
     def _isolated(env: TestEnv, work: Path, argv: list[str], run_env: dict[str, str], limits: Limits) -> Completed:
@@ -212,14 +220,14 @@ class SubprocessRunner:
         return notes, deps, ""
 
     def _run(self, task: Task, wt: Worktree, env: TestEnv, patch: str | None, suite: Suite,
-             run_dir: Path, work: Path, home: Path) -> SuiteRun:
+             run_dir: Path, work: Path, home: Path, tmp: Path) -> SuiteRun:
         notes: list[str] = [env.note] if env.note else []
         laid, deps, err = self._lay_out(task, wt, env, patch, suite, run_dir, work)
         notes += laid
         if err:
             return SuiteRun({}, "", 0.0, error=err, backend=self.backend)
         notes += _overlay(env, work)
-        run_env, pre_log = self._prepare(env, work, home, deps)
+        run_env, pre_log = self._prepare(env, work, home, deps, tmp)
         argv, cmd_env = test_command(task.repo, env.spec, env.python)
         notes += _tox_current_env(argv, env, work)
         crash_file = run_dir / "crash.jsonl"
@@ -312,16 +320,17 @@ class SubprocessRunner:
         run_env[services.SERVICE_VENV_VAR] = str(venv)
         return services.wrapped(venv / "bin" / "python", service, argv), []
 
-    def _prepare(self, env: TestEnv, work: Path, home: Path,
-                 deps: Path | None = None) -> tuple[dict[str, str], str]:
+    def _prepare(self, env: TestEnv, work: Path, home: Path, deps: Path | None = None,
+                 tmp: Path | None = None) -> tuple[dict[str, str], str]:
         """The scrubbed environment for the test process; runs the spec's pre-install edits.
-        ``deps``: what the patch added to the install's dependencies (``patch_deps``), after the code."""
+        ``deps``: what the patch added to the install's dependencies (``patch_deps``), after the code;
+        ``tmp``: the process's TMPDIR (its home when None)."""
         pythonpath = [str(work / "src")] if (work / "src").is_dir() else []
         pythonpath.append(str(work))
         if deps is not None:
             pythonpath.append(str(deps))
-        run_env = scrubbed_env(home, {**env.extra_env, "PYTHONPATH": os.pathsep.join(pythonpath)},
-                               env.path_prefix)
+        run_env = scrubbed_env(home, {**env.extra_env, "PYTHONPATH": os.pathsep.join(pythonpath),
+                                      **({"TMPDIR": str(tmp)} if tmp is not None else {})}, env.path_prefix)
         log = ""
         for cmd in (env.spec or {}).get("pre_install", []):
             # Seds on setup.py/tox.ini the install step made; tox.ini's edit changes the test command.
@@ -330,6 +339,30 @@ class SubprocessRunner:
             if done.returncode != 0:
                 log += f"[fixgraph] pre-install step failed: {cmd}\n{done.output}\n"
         return run_env, log
+
+
+# Where a run's temp dir may go, in this order: the first whose top folder is not the copy's.
+TEMP_PARENTS = ("/tmp", "/var/tmp")
+
+
+def temp_dir_apart(work: Path) -> Path | None:
+    """A fresh private temp dir for a run whose copy will be ``work``, sharing no folder with it
+    but ``/``; None when no candidate parent is usable (the run's home serves then).
+
+    Tests that compare their working directory with a temp path expect the two apart: docutils
+    (sphinx-11510's test) makes an included file's path relative to the working directory when
+    they share a folder, and sphinx then names the document ``../home/...``. In swebench's
+    images the repository is ``/testbed`` and the temp dir ``/tmp``."""
+    top = work.resolve().parts[1] if len(work.resolve().parts) > 1 else ""
+    for parent in TEMP_PARENTS:
+        base = Path(parent)
+        if base.parts[1] == top or not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
+            continue
+        try:
+            return Path(tempfile.mkdtemp(prefix="fixgraph-tmp-", dir=base)).resolve()
+        except OSError:
+            continue
+    return None
 
 
 def _apply_candidate(wt: Worktree, work: Path, patch: str) -> list[str]:

@@ -14,7 +14,7 @@ import pytest
 from eval.attacks.sandbox import listener, outside_address
 from eval.hidden import run_hidden
 from fixgraph.sandbox.process import Limits, netns_prefix, run_isolated, scrubbed_env
-from scoring.execution.runner import make_runner
+from scoring.execution.runner import make_runner, temp_dir_apart
 from tests.helpers.testrun_helpers import (
     CALC,
     apply_to,
@@ -41,6 +41,30 @@ def test_test_process_sees_no_api_key(tmp_path: Path, monkeypatch: pytest.Monkey
     out = run_hidden(make_runner(local_settings(), tmp_path / "cache"), inst, wt, patch)
     assert out.runnable, out.reason
     assert out.fail_to_pass["tests/test_calc.py::test_env"] == "PASSED"
+
+
+@pytest.mark.slow
+def test_the_test_process_temp_dir_shares_no_folder_with_its_copy_and_is_gone_after(tmp_path: Path) -> None:
+    # As /testbed and /tmp in swebench's images: docutils makes an included file's path relative to
+    # the working directory when the two share a folder (sphinx-11510's gold patch failed on that).
+    extra = ("\n\ndef test_tmp():\n    import os, tempfile\n"
+             "    tmp = tempfile.gettempdir()\n"
+             "    assert os.path.commonpath([os.getcwd(), tmp]) == '/', (os.getcwd(), tmp)\n"
+             "    with open(os.path.join(tmp, 'x'), 'w') as f:\n        f.write('ok')\n"
+             "    print('TMP=' + tmp)\n")
+    inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P, "tests/test_calc.py::test_tmp"])
+    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
+    out = run_hidden(make_runner(local_settings(), tmp_path / "cache"), inst, wt, patch)
+    assert out.runnable, out.reason
+    assert out.fail_to_pass["tests/test_calc.py::test_tmp"] == "PASSED", out.log_tail
+
+
+def test_a_runs_temp_dir_is_apart_from_its_copy(tmp_path: Path) -> None:
+    for work in (Path("/tmp/fixgraph-testruns-0/ab/repo"), Path("/var/tmp/x/repo"), tmp_path / "repo"):
+        got = temp_dir_apart(work)
+        assert got is not None and got.parts[1] != work.resolve().parts[1] and got.name.startswith("fixgraph-tmp-")
+        assert got.stat().st_mode & 0o077 == 0  # private
+        got.rmdir()
 
 
 def _listener() -> tuple[socket.socket, int]:
