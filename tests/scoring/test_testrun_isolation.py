@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,11 +38,17 @@ def test_test_process_sees_no_api_key(tmp_path: Path, monkeypatch: pytest.Monkey
              "    assert os.environ.get('OPENAI_API_KEY') is None\n"
              "    assert os.environ.get('GITHUB_TOKEN') is None\n"
              "    assert 'leak' not in repr(dict(os.environ))\n")
-    inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P, "tests/test_calc.py::test_env"])
+    out = _fixed_with_test(tmp_path, extra, "test_env")
+    assert out.fail_to_pass["tests/test_calc.py::test_env"] == "PASSED"
+
+
+def _fixed_with_test(tmp_path: Path, extra: str, name: str) -> Any:
+    """The calc fixture's fix run with the test ``name`` (in ``extra``) among FAIL_TO_PASS."""
+    inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P, f"tests/test_calc.py::{name}"])
     patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
     out = run_hidden(make_runner(local_settings(), tmp_path / "cache"), inst, wt, patch)
     assert out.runnable, out.reason
-    assert out.fail_to_pass["tests/test_calc.py::test_env"] == "PASSED"
+    return out
 
 
 @pytest.mark.slow
@@ -52,11 +60,10 @@ def test_the_test_process_temp_dir_shares_no_folder_with_its_copy_and_is_gone_af
              "    assert os.path.commonpath([os.getcwd(), tmp]) == '/', (os.getcwd(), tmp)\n"
              "    with open(os.path.join(tmp, 'x'), 'w') as f:\n        f.write('ok')\n"
              "    print('TMP=' + tmp)\n")
-    inst, wt, _ = calc_instance(tmp_path, extra_tests=extra, f2p=[F2P, "tests/test_calc.py::test_tmp"])
-    patch = apply_to(wt, diff_for(tmp_path, "calc.py", CALC, FIXED))
-    out = run_hidden(make_runner(local_settings(), tmp_path / "cache"), inst, wt, patch)
-    assert out.runnable, out.reason
+    out = _fixed_with_test(tmp_path, extra, "test_tmp")
     assert out.fail_to_pass["tests/test_calc.py::test_tmp"] == "PASSED", out.log_tail
+    used = re.findall(r"TMP=(\S+)", out.log_tail)
+    assert used and all(Path(p).name.startswith("fixgraph-tmp-") and not Path(p).exists() for p in used)
 
 
 def test_a_runs_temp_dir_is_apart_from_its_copy(tmp_path: Path) -> None:
