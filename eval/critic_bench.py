@@ -542,7 +542,7 @@ def _runtime(runner: SuiteRunner, cfg: RunConfig, inst: Instance, wt: Worktree, 
 
 # The phases (fixgraph/phases.py) in which a row's seconds are the sandboxed processes' own: the
 # repository's tests and the issue's code, and the wait on the patched run started beside the base run.
-PROCESS_PHASES = ("sandboxed process", "waiting on the patched run beside")
+PROCESS_PHASES = (phases.SANDBOXED_PROCESS, phases.WAITING_ON_PATCHED_RUN)
 
 
 def _phase_seconds(timing: phases.Recorder) -> dict[str, float]:

@@ -18,6 +18,11 @@ from typing import ParamSpec, TypeVar
 P = ParamSpec("P")
 R = TypeVar("R")
 
+# The phases whose seconds are a sandboxed process's own (the repository's tests, the issue's code),
+# named where they are timed and where a benchmark takes them out of the Critic's own seconds.
+SANDBOXED_PROCESS = "sandboxed process"
+WAITING_ON_PATCHED_RUN = "waiting on the patched run beside"
+
 
 class Recorder:
     """Seconds and counts per phase name; ``overlapped``: what ran beside the caller meanwhile."""

@@ -419,7 +419,7 @@ def can_bind(limits: Limits) -> bool:
     return _probe(limits.network_isolation) is not None
 
 
-@phases.timed("sandboxed process")
+@phases.timed(phases.SANDBOXED_PROCESS)
 def run_isolated(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], limits: Limits,
                  writable: Sequence[Path] = (), binds: Sequence[tuple[Path, Path]] = ()) -> Completed:
     """Run ``cmd``; never raises for the command's own failures, timeouts or bad output.

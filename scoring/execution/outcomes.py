@@ -305,7 +305,7 @@ class _Beside:
             self._result.append(runner.run_suite(task, wt, patch, suite))
 
     def result(self) -> SuiteRun:
-        with phases.phase("waiting on the patched run beside"):
+        with phases.phase(phases.WAITING_ON_PATCHED_RUN):
             self._thread.join()
         return self._result[0] if self._result else SuiteRun({}, "", 0.0, error="the patched run raised")
 
