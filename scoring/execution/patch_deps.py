@@ -15,14 +15,16 @@ for what a patch declares:
   process's ``PYTHONPATH`` after the repository's code; it is no site folder, so no ``.pth`` file
   in a wheel runs.
 
-pip reaches whatever index the user's pip settings name (``PIP_INDEX_URL``, ``PIP_FIND_LINKS``). When
-it cannot, the run's notes say what was not installed and the tests run as they are.
+pip runs as the env's build steps do (:func:`scoring.execution.envs.build_env`, ``run_isolated``
+with index access): a scrubbed environment with the user's pip settings but no credential in a URL,
+in a sandbox that may write only the run's folder and reaches the package index through fixgraph's
+proxy and nothing else. When it cannot install, the run's notes say what was not installed and the
+tests run as they are.
 """
 
 from __future__ import annotations
 
 import configparser
-import os
 import re
 import subprocess
 import tomllib
@@ -33,14 +35,15 @@ from packaging.utils import canonicalize_name
 
 from fixgraph.repo.workspace import Worktree
 from fixgraph.sandbox import nofollow
+from fixgraph.sandbox.process import Limits, run_isolated
+from scoring.execution.envs import build_env
 from scoring.execution.specs import patch_files
 
 # More than this many new requirements in one patch is no dependency change: nothing is installed.
 MAX_ADDED = 10
 INSTALL_TIMEOUT_S = 180.0
+INSTALL_MEMORY_MB = 4096
 _REQUIREMENTS_FILE = re.compile(r"^requirements[\w.-]*\.txt$")
-# What may reach pip's environment: its own settings and the certificates it trusts. No secret.
-_PIP_ENV = re.compile(r"^(PIP_\w+|SSL_CERT_FILE|SSL_CERT_DIR|REQUESTS_CA_BUNDLE|PATH|HOME|LANG|LC_ALL|TMPDIR)$")
 # Run by the env's Python (3.6 and later): the names it has no distribution of.
 _MISSING = ("import sys\n"
             "try:\n"
@@ -119,19 +122,15 @@ def added(wt: Worktree, base_commit: str, work: Path, patch: str) -> tuple[list[
     return new_reqs, notes
 
 
-def _pip_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if _PIP_ENV.match(k)} | {"PIP_DISABLE_PIP_VERSION_CHECK": "1",
-                                                                         "PIP_NO_INPUT": "1"}
-
-
-def missing(python: str, reqs: list[str]) -> list[str]:
+def missing(python: str, reqs: list[str], env: dict[str, str]) -> list[str]:
     """Those of ``reqs`` whose project the env's ``python`` has not installed (all of them when it
-    cannot tell)."""
+    cannot tell). Only the env's own files are read: the names are validated project names, and
+    nothing the patch wrote is on that Python's path (``-I``, from ``/``)."""
     names = {canonicalize_name(Requirement(r).name): r for r in reqs}
     asked = [Requirement(r).name for r in reqs]
     try:
         proc = subprocess.run([python, "-I", "-c", _MISSING, *asked], capture_output=True, text=True,
-                              timeout=60, env=_pip_env(), cwd="/")
+                              timeout=60, env=env, cwd="/")
     except (OSError, subprocess.TimeoutExpired):
         return reqs
     if proc.returncode != 0:
@@ -142,22 +141,27 @@ def missing(python: str, reqs: list[str]) -> list[str]:
 
 def provide(wt: Worktree, base_commit: str, work: Path, patch: str, python: str,
             target: Path) -> tuple[Path | None, list[str]]:
-    """The folder holding the dependencies the patch adds (None when there are none to give), and
-    the notes of the run that say what was installed or why not."""
+    """The folder ``target`` holding the dependencies the patch adds (None when there are none to
+    give), and the notes of the run that say what was installed or why not. pip's own files (its
+    home, its cache) go in a folder beside ``target``, in the run's folder."""
     reqs, notes = added(wt, base_commit, work, patch)
-    reqs = missing(python, reqs) if reqs else []
+    if not reqs:
+        return None, notes
+    home = target.parent / "pip-home"
+    home.mkdir(exist_ok=True)
+    target.mkdir(exist_ok=True)
+    env = build_env(home, Path(python).parent.parent)
+    reqs = missing(python, reqs, env)
     if not reqs:
         return None, notes
     argv = [python, "-I", "-m", "pip", "install", "-q", "--only-binary", ":all:", "--no-deps", "--no-compile",
             "--target", str(target), *reqs]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, env=_pip_env(),
-                              cwd="/")  # nothing the patch wrote is on pip's sys.path
-    except subprocess.TimeoutExpired:
+    limits = Limits(INSTALL_TIMEOUT_S, int(INSTALL_TIMEOUT_S * 2), INSTALL_MEMORY_MB,
+                    network_isolation=True, index_access=True)
+    done = run_isolated(argv, home, env, limits, writable=(target,))
+    if done.timed_out:
         return None, [*notes, f"the patch adds {', '.join(reqs)}: not installed (pip took over {INSTALL_TIMEOUT_S:g} s)"]
-    except OSError as exc:
-        return None, [*notes, f"the patch adds {', '.join(reqs)}: not installed ({exc})"]
-    if proc.returncode != 0:
-        last = next((ln.strip() for ln in reversed(proc.stderr.splitlines()) if ln.strip()), "pip failed")
+    if done.returncode != 0:
+        last = next((ln.strip() for ln in reversed(done.output.splitlines()) if ln.strip()), "pip failed")
         return None, [*notes, f"the patch adds {', '.join(reqs)}: not installed ({last[:200]})"]
     return target, [*notes, f"the patch adds {', '.join(reqs)}: installed for this run (wheels, no dependencies)"]

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +41,17 @@ def make_wheel(folder: Path, name: str, version: str, module: str) -> Path:
     return path
 
 
-def offline_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """pip's only index from now on: a folder with the wheel ``fxdep`` 1.2 (and no network)."""
-    wheels = tmp_path / "wheels"
+@pytest.fixture
+def wheels() -> Iterator[Path]:
+    """A folder pip in the sandbox can read (pytest's own temp folders are closed to other users)."""
+    folder = Path(tempfile.mkdtemp(prefix="fixgraph-wheels-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def offline_index(wheels: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """pip's only index from now on: ``wheels`` with the wheel ``fxdep`` 1.2 (and no network)."""
     make_wheel(wheels, "fxdep", "1.2", "def plus(a, b):\n    return a + b\n")
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
@@ -58,8 +69,17 @@ def test_what_a_patch_declares_is_read_per_file_and_only_plain_requirements_coun
 
 
 @pytest.mark.slow
-def test_a_patch_that_adds_a_dependency_gets_it_and_hostile_ones_are_refused(tmp_path: Path, monkeypatch) -> None:
-    index = offline_index(tmp_path, monkeypatch)
+def test_a_patch_that_adds_a_dependency_gets_it_and_hostile_ones_are_refused(tmp_path: Path, wheels: Path,
+                                                                             monkeypatch) -> None:
+    index = offline_index(wheels, monkeypatch)
+    steps: list[dict[str, Any]] = []
+    real = patch_deps.run_isolated
+
+    def step(argv, cwd, env, limits, writable=()):  # noqa: ANN001, ANN202
+        steps.append({"limits": limits, "writable": tuple(writable)})
+        return real(argv, cwd, env, limits, writable=writable)
+
+    monkeypatch.setattr(patch_deps, "run_isolated", step)
     cfg = "[options]\ninstall_requires =\n    pytest\n"
     inst, wt, _ = calc_instance(tmp_path, files={"setup.cfg": cfg})
     new_cfg = cfg + "    FXDep>=1.0\n    evil @ https://example.invalid/evil.whl\n    pytest>=7\n"
@@ -76,8 +96,11 @@ def test_a_patch_that_adds_a_dependency_gets_it_and_hostile_ones_are_refused(tmp
     out = subprocess.run([sys.executable, "-c", "import fxdep; print(fxdep.plus(2, 3))"], env={"PYTHONPATH": str(target)},
                          capture_output=True, text=True)
     assert out.stdout.strip() == "5", out.stderr
+    # pip ran as a build step does: sandboxed, the index its only network, writing only the target
+    assert [(c["limits"].network_isolation, c["limits"].index_access, c["writable"]) for c in steps] == [
+        (True, True, (target,))]
     # Installed already in the env: nothing to give. No wheel at the index: said, not raised.
-    assert patch_deps.missing(sys.executable, ["pytest>=1", "fxdep"]) == ["fxdep"]
+    assert patch_deps.missing(sys.executable, ["pytest>=1", "fxdep"], {}) == ["fxdep"]
     for wheel in index.iterdir():
         wheel.unlink()
     got, said = patch_deps.provide(wt, inst.base_commit, work, patch, sys.executable, tmp_path / "run" / "deps2")
@@ -85,7 +108,8 @@ def test_a_patch_that_adds_a_dependency_gets_it_and_hostile_ones_are_refused(tmp
 
 
 @pytest.mark.slow
-def test_the_runner_gives_the_patched_run_its_new_dependency_and_not_the_base_run(tmp_path: Path, monkeypatch) -> None:
+def test_the_runner_gives_the_patched_run_its_new_dependency_and_not_the_base_run(tmp_path: Path, wheels: Path,
+                                                                                 monkeypatch) -> None:
     spec: dict[str, Any] = {"python": "{}.{}".format(*sys.version_info[:2]), "pip_packages": ["pytest"],
                             "install": "python -m pip install --no-build-isolation -e .", "test_cmd": "pytest -rA"}
     pyproject = CALC_PYPROJECT.replace('version = "0.1"\n', 'version = "0.1"\ndependencies = []\n')
@@ -103,7 +127,7 @@ def test_the_runner_gives_the_patched_run_its_new_dependency_and_not_the_base_ru
 
     base = run_hidden(runner(True), inst, wt, "")  # builds the env (pytest from the index)
     assert base.runnable and base.fail_to_pass == {"tests/test_calc.py::test_add": "FAILED"}, base.reason
-    offline_index(tmp_path, monkeypatch)
+    offline_index(wheels, monkeypatch)
     applied = apply_to(wt, patch)
     out = run_hidden(runner(True), inst, wt, applied)
     assert out.runnable, (out.reason, out.log_tail)
