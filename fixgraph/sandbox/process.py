@@ -137,32 +137,35 @@ def cover(path: Path) -> None:
         _covered.add(path.resolve())
 
 
-def prepare_workdir(path: Path) -> None:
-    """Declare ``path`` a run's scratch folder: removed by a watchdog process if fixgraph is killed
-    before it removes the folder itself."""
-    path = path.resolve()
+def prepare_workdir(*paths: Path) -> None:
+    """Declare ``paths`` a run's scratch folders: removed by one watchdog process if fixgraph is
+    killed before it removes them itself."""
+    if not paths:
+        return
     with _registry_lock:
         for old in [w for w in _watchdogs if w.poll() is not None]:
             _watchdogs.remove(old)  # reaped
         with contextlib.suppress(OSError):
             _watchdogs.append(subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _WATCHDOG, str(path)], stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+                [sys.executable, "-I", "-S", "-c", _WATCHDOG, *(str(p.resolve()) for p in paths)],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True))
 
 
-# Outlives fixgraph on purpose: its stdin is a pipe only fixgraph writes to. EOF while the folder
+# Outlives fixgraph on purpose: its stdin is a pipe only fixgraph writes to. EOF while a folder
 # still exists means fixgraph died (killed: no ``finally`` ran); the sandbox is going down with it
-# (parent-death signals), and the folder goes too. A folder fixgraph removed itself ends it.
+# (parent-death signals), and the folders go too. Folders fixgraph removed itself end it.
 _WATCHDOG = """
 import os, select, shutil, sys, time
-path = sys.argv[1]
-while os.path.exists(path):
+paths = sys.argv[1:]
+while any(os.path.exists(p) for p in paths):
     ready, _, _ = select.select([0], [], [], 0.5)
     if ready and os.read(0, 64) == b"":
         time.sleep(0.5)
         for _ in range(3):
-            shutil.rmtree(path, ignore_errors=True)
-            if not os.path.exists(path):
+            for p in paths:
+                shutil.rmtree(p, ignore_errors=True)
+            if not any(os.path.exists(p) for p in paths):
                 break
             time.sleep(0.5)
         break

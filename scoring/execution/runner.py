@@ -165,10 +165,9 @@ class SubprocessRunner:
         work = run_dir / "repo"
         home = run_dir / "home"
         home.mkdir(parents=True)
-        prepare_workdir(run_dir)  # removed by the sandbox if fixgraph is killed mid-run
         tmp = temp_dir_apart(work)
-        if tmp is not None:
-            prepare_workdir(tmp)
+        # removed by a watchdog if fixgraph is killed mid-run
+        prepare_workdir(run_dir, *([tmp] if tmp is not None else []))
         try:
             yield run_dir, work, home, tmp or home
         finally:

@@ -76,3 +76,36 @@ def test_a_venv_whose_python_links_through_a_covered_folder_keeps_each_link(tmp_
     (venv / "pyvenv.cfg").write_text(f"home = {real.parent}\n")
     _, keep = _masks([venv / "bin" / "python"], {})
     assert any(str(middle) == k or str(middle).startswith(k + "/") for k in keep), keep
+
+
+WATCHED = """
+import os, sys, time
+from pathlib import Path
+from fixgraph.sandbox.process import prepare_workdir
+folders = [Path(p) for p in sys.argv[1:]]
+for f in folders:
+    (f / "inner").mkdir(parents=True)
+prepare_workdir(*folders)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_one_watchdog_removes_a_killed_runs_folders(tmp_path: Path) -> None:
+    """fixgraph killed mid-run (no ``finally`` runs): the run's folder and its temp dir apart both go,
+    by the one watchdog process started for them."""
+    import signal
+    import time
+
+    folders = [tmp_path / "run", tmp_path / "tmp-apart"]
+    proc = subprocess.Popen([sys.executable, "-c", WATCHED, *map(str, folders)], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    watchdogs = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
+    assert len(watchdogs.stdout.split()) == 1  # one process for both folders
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    deadline = time.monotonic() + 15
+    while any(f.exists() for f in folders) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(f.exists() for f in folders)
