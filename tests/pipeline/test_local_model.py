@@ -32,10 +32,6 @@ def _bodies(srv: FakeLLMServer, tool: str) -> list[dict[str, Any]]:
     return [r["body"] for r in srv.requests if r["body"] and r["body"]["tools"][0]["function"]["name"] == tool]
 
 
-def _transport_blips(capsys: Any) -> list[str]:
-    return transport_blips(capsys.readouterr().err)
-
-
 @pytest.mark.slow
 def test_tool_calls_streamed_with_their_name_in_every_chunk_are_read_as_one_call(calc, cfg_factory):
     # llama-cpp-python's server repeats the name in each chunk; LangChain alone joins them
@@ -194,7 +190,7 @@ def test_a_server_that_ignores_stream_gets_one_request_per_call(calc, cfg_factor
     with FakeLLMServer(ScriptResponder(calc_script(False)), ignore_stream=True) as srv:
         summary, rec, _ = _run(calc, cfg_factory, srv, {"llm.stream": True}, event_lines=True)
         posts = [r["body"] for r in srv.requests if r["body"] is not None]
-    blips = _transport_blips(capsys)
+    blips = transport_blips(capsys.readouterr().err)
     assert summary.patched == 1 and rec["plan"]["files"] == ["calc/ops.py"]
     assert posts and all(b.get("stream") is True for b in posts)
     usage = rec["usage"]
@@ -215,7 +211,7 @@ def test_a_json_reply_that_is_no_completion_still_gets_the_one_unstreamed_reques
     with Refusing(ScriptResponder(calc_script(False))) as srv:
         summary, rec, _ = _run(calc, cfg_factory, srv, {"llm.stream": True}, event_lines=True)
         posts = [r["body"] for r in srv.requests if r["body"] is not None]
-    blips = _transport_blips(capsys)
+    blips = transport_blips(capsys.readouterr().err)
     assert [b.get("stream") for b in posts] == [True, False]
     assert summary.failed == 1 and "answered 400" in rec["failed"] and "model is loading" in rec["failed"]
     assert rec["usage"]["requests"] == 2 + len(blips) and not rec["usage"].get("calls"), blips
