@@ -90,7 +90,7 @@ class ReproTest:
 
     def suite(self, timeout_s: float | None = None) -> Suite:
         return Suite(targets=(self.path,), added=((self.path, self.content), *self.support), timeout_s=timeout_s,
-                     label="repro")
+                     label="repro", own=True)
 
     def statuses_after(self, run: SuiteRun) -> dict[str, str]:
         """The status in ``run`` of each id that failed at the base."""
@@ -315,7 +315,7 @@ def _first_suite(chosen: Selection, settings: RegressionSettings) -> Suite:
     narrowed = tuple(dict.fromkeys(t.split("::", 1)[0] for t in chosen.tests))
     return Suite(targets=(*chosen.files, *chosen.tests), protected=(*chosen.files, *narrowed),
                  timeout_s=settings.timeout_s, label="regression",
-                 finished_on_timeout=True)
+                 finished_on_timeout=True, own=True)
 
 
 def _safe(name: str) -> str:
@@ -553,7 +553,7 @@ def _runnable_files(runner: SuiteRunner, task: Task, wt: Worktree, chosen: Selec
     alive, seconds = [], 0.0
     for f in chosen.files:
         one = baseline(runner, task, wt, Suite(targets=(f,), protected=(f,), timeout_s=settings.timeout_s,
-                                               label="regression", finished_on_timeout=True))
+                                               label="regression", finished_on_timeout=True, own=True))
         seconds += one.seconds
         if any(st in PASSING for st in one.statuses.values()):
             alive.append(f)
@@ -564,7 +564,7 @@ def _runnable_files(runner: SuiteRunner, task: Task, wt: Worktree, chosen: Selec
         chosen.left_out.append(f"{len(chosen.tests)} single tests: the files run alone instead")
         chosen.tests = []
     suite = Suite(targets=tuple(alive), protected=tuple(alive), timeout_s=settings.timeout_s, label="regression",
-                 finished_on_timeout=True)
+                  finished_on_timeout=True, own=True)
     before = baseline(runner, task, wt, suite, runs=settings.base_runs) if alive else SuiteRun({}, "", 0.0)
     return suite, before, seconds
 

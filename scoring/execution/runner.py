@@ -227,7 +227,7 @@ class SubprocessRunner:
             return SuiteRun({}, "", 0.0, error=err, backend=self.backend)
         notes += _overlay(env, work)
         run_env, pre_log = self._prepare(env, work, home, deps, tmp)
-        argv, cmd_env = test_command(task.repo, env.spec, env.python)
+        argv, cmd_env = test_command(task.repo, env.spec, env.python, own=suite.own)
         notes += _tox_current_env(argv, env, work)
         crash_file = run_dir / "crash.jsonl"
         if uses_pytest(argv):

@@ -238,16 +238,26 @@ def eval_env(spec: dict[str, Any] | None) -> dict[str, str]:
     return out
 
 
-def test_command(repo: str, spec: dict[str, Any] | None, python: str) -> tuple[list[str], dict[str, str]]:
+# Flags of a repository's test command that the harness passes for its recorded lists' sake and
+# that only slow a comparison of two runs made alike: sympy's ``-C`` turns its cache off, so every
+# test recomputes what the cache keeps (test_trigonometric, test_hyperbolic: several times slower).
+HARNESS_ONLY_FLAGS: dict[str, frozenset[str]] = {"sympy/sympy": frozenset({"-C", "--no-cache"})}
+
+
+def test_command(repo: str, spec: dict[str, Any] | None, python: str,
+                 own: bool = False) -> tuple[list[str], dict[str, str]]:
     """The repo's own test command as argv, with ``python`` as the interpreter, plus env vars.
 
     swebench writes commands as shell strings (``PYTHONWARNINGS=... bin/test -C --verbose``,
     ``./tests/runtests.py ...``, ``pytest -rA``); leading assignments become env vars and scripts
-    and ``pytest``/``tox`` run under the chosen interpreter so the venv is the one used.
+    and ``pytest``/``tox`` run under the chosen interpreter so the venv is the one used. ``own``:
+    a run of fixgraph's own checks, without :data:`HARNESS_ONLY_FLAGS`.
     """
     if spec is None:
         return [python, "-m", "pytest", "-rA", "-p", "no:cacheprovider"], {}
     words = shlex.split(spec["test_cmd"])
+    if own:
+        words = [w for w in words if w not in HARNESS_ONLY_FLAGS.get(repo, frozenset())]
     env: dict[str, str] = {}
     while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
         key, _, val = words.pop(0).partition("=")

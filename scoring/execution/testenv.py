@@ -46,7 +46,11 @@ class Suite:
       reads pytest's summary, which a killed run never prints, and a reproduction test that hangs
       is no test;
     - ``trace``: repository-relative files whose executed lines the run records
-      (``scoring.runtime.lines``; honoured on patched runs of the local backends only).
+      (``scoring.runtime.lines``; honoured on patched runs of the local backends only);
+    - ``own``: a run of fixgraph's own checks (the regression tests, a reproduction test), whose
+      base and patched runs are compared with each other: the test command leaves out what the
+      harness passes only for its recorded lists' sake (``scoring.execution.specs.HARNESS_ONLY_FLAGS``:
+      sympy's ``-C``, its cache off). A run of the instance's own tests (grading) keeps them.
     """
 
     targets: tuple[str, ...]
@@ -57,11 +61,12 @@ class Suite:
     label: str = ""
     finished_on_timeout: bool = False
     trace: tuple[str, ...] = ()
+    own: bool = False
 
     def key_parts(self) -> list[str]:
         """What identifies the suite's outcome at a given commit (for caching a base run)."""
         return [self.label, "\0".join(self.targets), "\0".join(p + "\0" + c for p, c in self.added),
-                "\0".join(self.protected), self.extra_patch]
+                "\0".join(self.protected), self.extra_patch, *(["own"] if self.own else [])]
 
 
 @dataclass

@@ -162,3 +162,18 @@ def test_an_inferred_env_reads_pytest_colour_and_pytest_ids_in_any_repository() 
     want = {"tests/test_time.py::test_x[a]": "PASSED", "tests/test_y.py::test_y": "FAILED"}
     assert specs.parse_log("acme/humanize", log, "pytest") == want
     assert specs.parse_log("django/django", log, "pytest") == want
+
+
+def test_own_runs_leave_out_sympys_cache_off_flag_and_grading_keeps_it(tmp_path: Path) -> None:
+    """The Critic compares its base and patched runs with each other, so sympy's ``-C`` (its cache
+    off, several times slower) is the harness's alone; the instance's own tests run as the harness does."""
+    sympy = specs.repo_specs(tmp_path, "sympy/sympy", "1.1")
+    harness, env = specs.test_command("sympy/sympy", sympy, "/py")
+    own, own_env = specs.test_command("sympy/sympy", sympy, "/py", own=True)
+    assert harness == ["/py", "bin/test", "-C", "--verbose"] and own == ["/py", "bin/test", "--verbose"]
+    assert env == own_env == {"PYTHONWARNINGS": "ignore::UserWarning,ignore::SyntaxWarning"}
+    django = specs.repo_specs(tmp_path, "django/django", "3.0")
+    assert specs.test_command("django/django", django, "/py", own=True) == specs.test_command("django/django", django, "/py")
+    # A base run cached for one kind of run is not read for the other.
+    from scoring.execution.testenv import Suite
+    assert Suite(targets=("t.py",)).key_parts() != Suite(targets=("t.py",), own=True).key_parts()
