@@ -240,7 +240,7 @@ def eval_env(spec: dict[str, Any] | None) -> dict[str, str]:
 
 # Flags of a repository's test command that the harness passes for its recorded lists' sake and
 # that only slow a comparison of two runs made alike: sympy's ``-C`` turns its cache off, so every
-# test recomputes what the cache keeps (test_trigonometric, test_hyperbolic: several times slower).
+# test recomputes what the cache keeps (sympy 1.1's test_hyperbolic.py: 7.6 s with it, 0.7 s without).
 HARNESS_ONLY_FLAGS: dict[str, frozenset[str]] = {"sympy/sympy": frozenset({"-C", "--no-cache"})}
 
 
