@@ -310,12 +310,17 @@ class _Beside:
         return self._result[0] if self._result else SuiteRun({}, "", 0.0, error="the patched run raised")
 
 
+def _regression_suite(targets: tuple[str, ...], protected: tuple[str, ...], settings: RegressionSettings) -> Suite:
+    """A run of the selected regression tests: one of the Critic's own (base and patched compared),
+    reporting what finished when its timeout cuts it."""
+    return Suite(targets=targets, protected=protected, timeout_s=settings.timeout_s, label="regression",
+                 finished_on_timeout=True, own=True)
+
+
 def _first_suite(chosen: Selection, settings: RegressionSettings) -> Suite:
     """The suite of the selection's files and single tests, as its base run first tries it."""
     narrowed = tuple(dict.fromkeys(t.split("::", 1)[0] for t in chosen.tests))
-    return Suite(targets=(*chosen.files, *chosen.tests), protected=(*chosen.files, *narrowed),
-                 timeout_s=settings.timeout_s, label="regression",
-                 finished_on_timeout=True, own=True)
+    return _regression_suite((*chosen.files, *chosen.tests), (*chosen.files, *narrowed), settings)
 
 
 def _safe(name: str) -> str:
@@ -552,8 +557,7 @@ def _runnable_files(runner: SuiteRunner, task: Task, wt: Worktree, chosen: Selec
     the suite of the others, its base run, and the seconds the runs alone took."""
     alive, seconds = [], 0.0
     for f in chosen.files:
-        one = baseline(runner, task, wt, Suite(targets=(f,), protected=(f,), timeout_s=settings.timeout_s,
-                                               label="regression", finished_on_timeout=True, own=True))
+        one = baseline(runner, task, wt, _regression_suite((f,), (f,), settings))
         seconds += one.seconds
         if any(st in PASSING for st in one.statuses.values()):
             alive.append(f)
@@ -563,8 +567,7 @@ def _runnable_files(runner: SuiteRunner, task: Task, wt: Worktree, chosen: Selec
     if chosen.tests:  # single tests come back with the next selection; this one has files to sort out
         chosen.left_out.append(f"{len(chosen.tests)} single tests: the files run alone instead")
         chosen.tests = []
-    suite = Suite(targets=tuple(alive), protected=tuple(alive), timeout_s=settings.timeout_s, label="regression",
-                  finished_on_timeout=True, own=True)
+    suite = _regression_suite(tuple(alive), tuple(alive), settings)
     before = baseline(runner, task, wt, suite, runs=settings.base_runs) if alive else SuiteRun({}, "", 0.0)
     return suite, before, seconds
 

@@ -5,8 +5,10 @@ folders beyond the system's and its own."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -94,9 +96,6 @@ time.sleep(60)
 def test_one_watchdog_removes_a_killed_runs_folders(tmp_path: Path) -> None:
     """fixgraph killed mid-run (no ``finally`` runs): the run's folder and its temp dir apart both go,
     by the one watchdog process started for them."""
-    import signal
-    import time
-
     folders = [tmp_path / "run", tmp_path / "tmp-apart"]
     proc = subprocess.Popen([sys.executable, "-c", WATCHED, *map(str, folders)], env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
